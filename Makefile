@@ -1,0 +1,40 @@
+# corrgrpo: every target that runs code depends on `install`, so each works alone on a fresh clone.
+VENV  := .venv
+PY    := $(VENV)/bin/python
+PARTS := proto sandbox services/common services/code services/toolcall services/agentdojo trainer
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install test demo lint format schemas bench clean
+
+install: $(STAMP)
+
+# constraints.txt pins every third-party version (torch==2.13.0, the CPU build on disk here).
+$(STAMP): constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -c constraints.txt $(foreach p,$(PARTS),-e $(p)[dev])
+	touch $@
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: install
+	$(PY) -m corrgrpo_trainer.demo
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+schemas: install
+	$(PY) -m corrgrpo_proto.schemas write proto/schemas
+
+bench: install
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache bench/out

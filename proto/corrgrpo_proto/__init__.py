@@ -1,0 +1,30 @@
+"""corrgrpo wire contract: the models every service speaks and the client the trainer uses."""
+
+from .client import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable
+from .common import (
+    ComponentSpec,
+    ComponentsResponse,
+    ErrorBody,
+    Health,
+    ItemError,
+    ItemResult,
+    Readiness,
+    ScoreRequest,
+    ScoreResponse,
+)
+
+__all__ = [
+    "AsyncRewardClient",
+    "ComponentSpec",
+    "ComponentsResponse",
+    "ErrorBody",
+    "Health",
+    "ItemError",
+    "ItemResult",
+    "Readiness",
+    "RewardClient",
+    "RewardServiceError",
+    "RewardServiceUnavailable",
+    "ScoreRequest",
+    "ScoreResponse",
+]

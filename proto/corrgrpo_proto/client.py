@@ -1,0 +1,245 @@
+"""HTTP clients of the reward services (sync and async, httpx).
+
+Both clients split a large batch into chunks of `chunk_size` items, send at most
+`max_concurrency` chunks at a time, and return the results in the order of the items. A request
+is retried with jittered exponential backoff on connection errors, timeouts, 5xx and 429
+(honouring `Retry-After`): safe because scoring is idempotent. Other 4xx are raised at once as
+`RewardServiceError` with the service's message; a request that still fails after `retries`
+retries raises `RewardServiceUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from .common import ComponentsResponse, ItemResult, ScoreResponse
+
+Item = BaseModel | dict[str, Any]
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class RewardServiceError(RuntimeError):
+    """The service refused the request (a 4xx other than 429): retrying would not help."""
+
+    def __init__(self, url: str, status: int, message: str) -> None:
+        super().__init__(f"{url}: HTTP {status}: {message}")
+        self.url, self.status, self.message = url, status, message
+
+
+class RewardServiceUnavailable(RuntimeError):
+    """The service could not be reached, or kept failing, through every retry."""
+
+
+def _jsonable(item: Item) -> dict[str, Any]:
+    return item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(body, dict) and "message" in body:
+        details = "; ".join(f"{d.get('loc')}: {d.get('message')}" for d in body.get("details", []))
+        return f"{body['message']}" + (f" ({details})" if details else "")
+    return str(body)[:500]
+
+
+class _Policy:
+    """Retry, backoff and chunking settings shared by both clients."""
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        max_backoff: float,
+        max_concurrency: int,
+        chunk_size: int,
+        token: str | None,
+    ) -> None:
+        if max_concurrency < 1 or chunk_size < 1 or retries < 0:
+            raise ValueError("max_concurrency and chunk_size must be >= 1, retries >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.timeout, self.retries = timeout, retries
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.max_concurrency, self.chunk_size = max_concurrency, chunk_size
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def delay(self, attempt: int, response: httpx.Response | None) -> float:
+        """Seconds to wait before retry `attempt` (0-based): Retry-After if given, else jittered backoff."""
+        if response is not None and (after := response.headers.get("Retry-After")):
+            try:
+                return min(float(after), self.max_backoff)
+            except ValueError:
+                pass
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+    def outcome(self, url: str, response: httpx.Response) -> Any | None:
+        """The decoded body of a final response, or None when the response should be retried."""
+        if response.status_code in RETRY_STATUSES:
+            return None
+        if response.status_code >= 400:
+            raise RewardServiceError(url, response.status_code, _error_message(response))
+        return response.json()
+
+    def give_up(self, url: str, last: str) -> RewardServiceUnavailable:
+        return RewardServiceUnavailable(f"{url}: no answer after {self.retries + 1} attempts: {last}")
+
+    def chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[dict[str, Any]]:
+        bodies = []
+        for start in range(0, len(items), self.chunk_size):
+            body: dict[str, Any] = {"items": [_jsonable(i) for i in items[start : start + self.chunk_size]]}
+            if weights is not None:
+                body["weights"] = weights
+            bodies.append(body)
+        return bodies
+
+    @staticmethod
+    def results(url: str, body: dict[str, Any], answer: Any) -> list[ItemResult]:
+        results = ScoreResponse.model_validate(answer).results
+        if len(results) != len(body["items"]):
+            raise RewardServiceError(url, 200, f"{len(results)} results for {len(body['items'])} items")
+        return results
+
+
+def _describe(error: Exception | httpx.Response) -> str:
+    if isinstance(error, httpx.Response):
+        return f"HTTP {error.status_code}: {_error_message(error)}"
+    return f"{type(error).__name__}: {error}"
+
+
+class AsyncRewardClient:
+    """Async client of one reward service: `await client.score(items)`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 10.0,
+        max_concurrency: int = 4,
+        chunk_size: int = 256,
+        token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, token)
+        self._http = httpx.AsyncClient(
+            base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
+        )
+        self._slots = asyncio.Semaphore(max_concurrency)
+
+    async def request(self, method: str, path: str, json: Any = None) -> Any:
+        """One retried request; returns the decoded JSON body."""
+        url = self.policy.base_url + path
+        last = ""
+        for attempt in range(self.policy.retries + 1):
+            response = None
+            try:
+                response = await self._http.request(method, path, json=json)
+                answer = self.policy.outcome(url, response)
+                if answer is not None or response.status_code < 400:
+                    return answer
+                last = _describe(response)
+            except httpx.TransportError as error:
+                last = _describe(error)
+            if attempt < self.policy.retries:
+                await asyncio.sleep(self.policy.delay(attempt, response))
+        raise self.policy.give_up(url, last)
+
+    async def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
+        """Score `items` (models or dicts); one result per item, in order."""
+
+        async def one(body: dict[str, Any]) -> list[ItemResult]:
+            async with self._slots:
+                return _Policy.results(self.policy.base_url, body, await self.request("POST", "/v1/score", body))
+
+        parts = await asyncio.gather(*(one(body) for body in self.policy.chunks(items, weights)))
+        return [result for part in parts for result in part]
+
+    async def components(self) -> ComponentsResponse:
+        return ComponentsResponse.model_validate(await self.request("GET", "/v1/components"))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncRewardClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class RewardClient:
+    """Blocking client of one reward service: `client.score(items)`; chunks go out on threads."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 10.0,
+        max_concurrency: int = 4,
+        chunk_size: int = 256,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, token)
+        self._http = httpx.Client(
+            base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
+        )
+
+    def request(self, method: str, path: str, json: Any = None) -> Any:
+        """One retried request; returns the decoded JSON body."""
+        url = self.policy.base_url + path
+        last = ""
+        for attempt in range(self.policy.retries + 1):
+            response = None
+            try:
+                response = self._http.request(method, path, json=json)
+                answer = self.policy.outcome(url, response)
+                if answer is not None or response.status_code < 400:
+                    return answer
+                last = _describe(response)
+            except httpx.TransportError as error:
+                last = _describe(error)
+            if attempt < self.policy.retries:
+                time.sleep(self.policy.delay(attempt, response))
+        raise self.policy.give_up(url, last)
+
+    def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
+        """Score `items` (models or dicts); one result per item, in order."""
+        bodies = self.policy.chunks(items, weights)
+
+        def one(body: dict[str, Any]) -> list[ItemResult]:
+            return _Policy.results(self.policy.base_url, body, self.request("POST", "/v1/score", body))
+
+        if len(bodies) == 1:
+            return one(bodies[0])
+        with ThreadPoolExecutor(self.policy.max_concurrency) as pool:
+            return [result for part in pool.map(one, bodies) for result in part]
+
+    def components(self) -> ComponentsResponse:
+        return ComponentsResponse.model_validate(self.request("GET", "/v1/components"))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RewardClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

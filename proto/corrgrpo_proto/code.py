@@ -1,0 +1,36 @@
+"""Wire models of the code service (`corrgrpo_code`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from .common import ScoreRequest, WireModel
+
+
+class CodeProblem(WireModel):
+    """A LeetCodeDataset/HumanEval-style problem, sent inline."""
+
+    task_id: str
+    prompt: str = Field("", description="Prelude run before the solution: imports and helpers")
+    entry_point: str = Field(description="Expression naming the function under test, e.g. `Solution().twoSum`")
+    test: str = Field(description="Source defining `check(candidate)`")
+    reference: str = Field(description="Reference solution (source), for AST similarity and efficiency")
+
+
+class CodeItem(WireModel):
+    """One completion to score against a problem given inline or by `task_id` of a loaded dataset."""
+
+    id: str | None = None
+    completion: str = Field(description="The model's full response text")
+    problem: CodeProblem | None = None
+    task_id: str | None = Field(None, description="Refers to a problem loaded at start-up")
+
+    @model_validator(mode="after")
+    def _one_problem(self) -> CodeItem:
+        if (self.problem is None) == (self.task_id is None):
+            raise ValueError("give exactly one of `problem` and `task_id`")
+        return self
+
+
+class CodeScoreRequest(ScoreRequest[CodeItem]):
+    pass

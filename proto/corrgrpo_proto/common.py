@@ -1,0 +1,95 @@
+"""Wire models shared by every reward service: the score envelope, component descriptors, health.
+
+A service's `POST /v1/score` takes a `ScoreRequest[ItemT]` (its own item type) and returns a
+`ScoreResponse`: one `ItemResult` per item, in the order asked. An item that cannot be scored
+gets an `error` instead of components; the batch itself never fails because of one item.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ItemT = TypeVar("ItemT", bound=BaseModel)
+
+
+class WireModel(BaseModel):
+    """Base of every request model: unknown fields are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ComponentSpec(BaseModel):
+    """One reward component a service returns, with its declared range and default weight."""
+
+    name: str
+    min: float | None = Field(description="Smallest value the component takes; null if unbounded")
+    max: float | None = Field(description="Largest value the component takes; null if unbounded")
+    weight: float = Field(1.0, description="Default weight of the component in `total`")
+    description: str = ""
+
+
+class ComponentsResponse(BaseModel):
+    """`GET /v1/components`."""
+
+    service: str
+    components: list[ComponentSpec]
+
+
+class ItemError(BaseModel):
+    """Why one item of a batch could not be scored."""
+
+    code: str = Field(description="Machine-readable reason, e.g. `unknown_task`, `internal`")
+    message: str
+
+
+class ItemResult(BaseModel):
+    """Reward vector of one item, or the error that kept it from being scored."""
+
+    id: str | None = None
+    components: dict[str, float] | None = None
+    total: float | None = Field(None, description="Weighted sum of the components")
+    info: dict[str, Any] = Field(default_factory=dict)
+    error: ItemError | None = None
+
+
+class ScoreRequest(WireModel, Generic[ItemT]):
+    """A batch of items to score; `weights` overrides the components' default weights."""
+
+    items: list[ItemT] = Field(min_length=1)
+    weights: dict[str, float] | None = None
+
+
+class ScoreResponse(BaseModel):
+    service: str
+    results: list[ItemResult]
+
+
+class ErrorDetail(BaseModel):
+    loc: str = Field(description="Dotted path of the offending field, e.g. `items.3.completion`")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every non-2xx response of every service has this body."""
+
+    error: str = Field(description="Machine-readable reason, e.g. `validation_error`")
+    message: str
+    details: list[ErrorDetail] = Field(default_factory=list)
+
+
+class Health(BaseModel):
+    """`GET /healthz`: the process is alive."""
+
+    status: str = "ok"
+    service: str
+    version: str
+
+
+class Readiness(BaseModel):
+    """`GET /readyz`: every dependency answered (HTTP 503 when `ready` is false)."""
+
+    ready: bool
+    service: str
+    checks: dict[str, str] = Field(description="Dependency name → `ok` or the reason it failed")

@@ -1,0 +1,75 @@
+"""JSON Schemas of the wire models, checked in under `proto/schemas/`.
+
+`python -m corrgrpo_proto.schemas write DIR` regenerates them (`make schemas`);
+`python -m corrgrpo_proto.schemas check DIR` exits 1 when a file and its model drift.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from . import agentdojo, code, common, toolcall
+
+MODELS: tuple[type[BaseModel], ...] = (
+    common.ComponentSpec,
+    common.ComponentsResponse,
+    common.ItemResult,
+    common.ScoreResponse,
+    common.ErrorBody,
+    common.Health,
+    common.Readiness,
+    code.CodeItem,
+    code.CodeScoreRequest,
+    toolcall.ToolCallItem,
+    toolcall.ToolCallScoreRequest,
+    agentdojo.TrajectoryItem,
+    agentdojo.AgentDojoScoreRequest,
+    agentdojo.EpisodeCreate,
+    agentdojo.Episode,
+    agentdojo.StepRequest,
+    agentdojo.StepResponse,
+    agentdojo.FinishRequest,
+)
+
+
+def render(model: type[BaseModel]) -> str:
+    """The schema file's exact text for `model`."""
+    return json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def drift(directory: Path, models: tuple[type[BaseModel], ...] = MODELS) -> list[str]:
+    """Names of the models whose file in `directory` is missing or differs from the model."""
+    stale = []
+    for model in models:
+        path = directory / f"{model.__name__}.json"
+        if not path.exists() or path.read_text() != render(model):
+            stale.append(model.__name__)
+    return stale
+
+
+def write(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for model in MODELS:
+        (directory / f"{model.__name__}.json").write_text(render(model))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("write", "check"):
+        print("usage: python -m corrgrpo_proto.schemas write|check DIR", file=sys.stderr)
+        return 2
+    directory = Path(argv[1])
+    if argv[0] == "write":
+        write(directory)
+        return 0
+    stale = drift(directory)
+    for name in stale:
+        print(f"schema drift: {directory / name}.json (run `make schemas`)", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

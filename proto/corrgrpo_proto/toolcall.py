@@ -1,0 +1,19 @@
+"""Wire models of the tool-call service (`corrgrpo_toolcall`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .common import ScoreRequest, WireModel
+
+
+class ToolCallItem(WireModel):
+    """A ToolRL/RLLA-4K completion and its ground-truth response (same tag format)."""
+
+    id: str | None = None
+    completion: str = Field(description="The model's response: `<think>`, `<tool_call>`, `<response>`")
+    ground_truth: str = Field(description="The reference response in the same format")
+
+
+class ToolCallScoreRequest(ScoreRequest[ToolCallItem]):
+    pass

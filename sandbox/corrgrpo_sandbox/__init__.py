@@ -1,0 +1,1 @@
+"""Isolated, timed execution of untrusted Python. Knows nothing of rewards or HTTP."""

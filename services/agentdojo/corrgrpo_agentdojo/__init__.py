@@ -1,0 +1,1 @@
+"""corrgrpo agentdojo reward service."""

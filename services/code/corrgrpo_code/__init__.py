@@ -1,0 +1,1 @@
+"""corrgrpo code reward service."""

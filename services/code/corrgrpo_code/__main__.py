@@ -1,0 +1,6 @@
+from corrgrpo_service import ServiceSettings
+from corrgrpo_service.cli import serve
+
+from .app import DEFAULT_PORT, build
+
+serve("code", build, ServiceSettings, DEFAULT_PORT)

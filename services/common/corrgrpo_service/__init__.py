@@ -1,0 +1,19 @@
+"""Shared server kit of the corrgrpo reward services."""
+
+from .app import create_app, error_response
+from .scoring import Scored, add_score_route
+from .settings import ServiceSettings
+from .store import MemoryStore, RedisStore, Store, StoreUnavailable, make_store
+
+__all__ = [
+    "MemoryStore",
+    "RedisStore",
+    "Scored",
+    "ServiceSettings",
+    "Store",
+    "StoreUnavailable",
+    "add_score_route",
+    "create_app",
+    "error_response",
+    "make_store",
+]

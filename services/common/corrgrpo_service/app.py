@@ -1,0 +1,183 @@
+"""The app factory every service uses: health, readiness, metrics, limits, errors, logging.
+
+A service builds its routes on top of `create_app(...)`; scoring routes come from
+`corrgrpo_service.scoring.add_score_route`, so the envelope, totals and idempotency are the same
+everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from corrgrpo_proto import ComponentSpec, ComponentsResponse, ErrorBody, Health, Readiness
+from corrgrpo_proto.common import ErrorDetail
+
+from .settings import ServiceSettings
+from .store import Store, make_store
+
+log = logging.getLogger("corrgrpo.service")
+ReadinessCheck = Callable[[], Awaitable[str | None]]
+"""Raises when a dependency is down; may return a warning (e.g. a sandbox fallback) shown in /readyz."""
+
+
+def error_response(status: int, error: str, message: str, details: list[ErrorDetail] | None = None) -> JSONResponse:
+    body = ErrorBody(error=error, message=message, details=details or [])
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, by header or by counting the stream."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._reject(scope, receive, send)
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._reject(scope, receive, send)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "payload_too_large", f"request body over {self.limit} bytes")
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    return ".".join(parts[1:] if parts and parts[0] == "body" else parts) or "body"
+
+
+class Metrics:
+    """Prometheus metrics of one app (own registry, so several apps can live in one process)."""
+
+    def __init__(self, service: str) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("corrgrpo_requests", "HTTP requests", ["service", "route", "status"], registry=self.registry)
+        self.latency = Histogram(
+            "corrgrpo_request_seconds",
+            "HTTP request latency",
+            ["service", "route"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.items = Counter("corrgrpo_items", "Scored items", ["service", "outcome"], registry=self.registry)
+        self.service = service
+
+
+def create_app(
+    service: str,
+    version: str,
+    components: list[ComponentSpec],
+    settings: ServiceSettings,
+    *,
+    readiness: dict[str, ReadinessCheck] | None = None,
+    store: Store | None = None,
+) -> FastAPI:
+    """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`."""
+    store = store or make_store(settings.redis_url)
+    checks: dict[str, ReadinessCheck] = {"store": store.ping, **(readiness or {})}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        log.info("service started", extra={"service": service, "store": store.kind})
+        yield
+        await store.close()
+
+    app = FastAPI(title=f"corrgrpo {service} service", version=version, lifespan=lifespan)
+    app.state.settings, app.state.store, app.state.metrics = settings, store, Metrics(service)
+    app.state.service, app.state.components = service, components
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        seconds = time.perf_counter() - start
+        app.state.metrics.requests.labels(service, path, str(response.status_code)).inc()
+        app.state.metrics.latency.labels(service, path).observe(seconds)
+        log.info(
+            "request",
+            extra={
+                "method": request.method,
+                "path": path,
+                "status": response.status_code,
+                "ms": round(seconds * 1e3, 2),
+            },
+        )
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [ErrorDetail(loc=_loc(tuple(e["loc"])), message=e["msg"]) for e in exc.errors()]
+        summary = "; ".join(f"{d.loc}: {d.message}" for d in details[:5])
+        return error_response(422, "validation_error", f"invalid request: {summary}", details)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
+        response = error_response(exc.status_code, code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+
+    @app.get("/healthz", response_model=Health)
+    async def healthz() -> Health:
+        return Health(service=service, version=version)
+
+    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
+    async def readyz() -> JSONResponse:
+        results: dict[str, str] = {}
+        ready = True
+        for name, check in checks.items():
+            try:
+                results[name] = await check() or "ok"
+            except Exception as error:  # a failed check is a reason, not a crash
+                results[name], ready = f"{type(error).__name__}: {error}", False
+        body = Readiness(ready=ready, service=service, checks=results)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/components", response_model=ComponentsResponse)
+    async def list_components() -> ComponentsResponse:
+        return ComponentsResponse(service=service, components=components)
+
+    return app

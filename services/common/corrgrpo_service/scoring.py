@@ -1,0 +1,130 @@
+"""`POST /v1/score` for any service: validation, weights, totals, idempotency, per-item errors.
+
+A service supplies a pure async `scorer(items) -> list[Scored | ItemError]`, one entry per item in
+order. This module turns that into the wire envelope: it checks `weights`, sums the weighted
+components into `total`, answers items it has seen (same `id`, same content) from the store, and
+turns an exception in the scorer into per-item errors instead of a failed batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, ScoreRequest, ScoreResponse
+from corrgrpo_proto.common import ErrorDetail
+
+from .app import error_response
+from .store import Store, StoreUnavailable
+
+log = logging.getLogger("corrgrpo.scoring")
+ItemT = TypeVar("ItemT", bound=BaseModel)
+
+
+@dataclass
+class Scored:
+    """A scorer's answer for one item: every component, and diagnostic info."""
+
+    components: dict[str, float]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+Scorer = Callable[[list[Any]], Awaitable[Sequence[Scored | ItemError]]]
+
+
+def resolve_weights(specs: Sequence[ComponentSpec], overrides: dict[str, float] | None) -> dict[str, float]:
+    """Default weights updated by the request's; raises KeyError naming an unknown component."""
+    weights = {spec.name: spec.weight for spec in specs}
+    for name, value in (overrides or {}).items():
+        if name not in weights:
+            raise KeyError(name)
+        weights[name] = value
+    return weights
+
+
+def to_result(item_id: str | None, answer: Scored | ItemError, weights: dict[str, float]) -> ItemResult:
+    if isinstance(answer, ItemError):
+        return ItemResult(id=item_id, error=answer)
+    total = sum(weights[name] * value for name, value in answer.components.items())
+    return ItemResult(id=item_id, components=answer.components, total=total, info=answer.info)
+
+
+def cache_key(service: str, item: BaseModel, weights: dict[str, float]) -> str:
+    """Same id and same content and weights → same key; a reused id with new content misses."""
+    payload = json.dumps([item.model_dump(mode="json"), weights], sort_keys=True)
+    return f"corrgrpo:{service}:score:{hashlib.sha256(payload.encode()).hexdigest()}"
+
+
+async def score_batch(
+    service: str,
+    items: list[Any],
+    weights: dict[str, float],
+    scorer: Scorer,
+    store: Store,
+    ttl_s: float,
+) -> list[ItemResult]:
+    """Score `items` in order, answering the ones with an `id` from the store when seen before."""
+    keys = [cache_key(service, item, weights) if item.id is not None else None for item in items]
+    cached: list[bytes | None] = [None] * len(items)
+    wanted = [k for k in keys if k is not None]
+    if wanted:
+        try:
+            found = iter(await store.get_many(wanted))
+            cached = [next(found) if k is not None else None for k in keys]
+        except StoreUnavailable as error:
+            log.warning("idempotency cache unavailable; scoring anyway", extra={"error": str(error)})
+    todo = [i for i, hit in enumerate(cached) if hit is None]
+    try:
+        answers = list(await scorer([items[i] for i in todo])) if todo else []
+        if len(answers) != len(todo):
+            raise RuntimeError(f"scorer returned {len(answers)} answers for {len(todo)} items")
+    except Exception as error:
+        log.exception("scorer failed for the whole batch")
+        answers = [ItemError(code="internal", message=f"{type(error).__name__}: {error}")] * len(todo)
+    results: list[ItemResult | None] = [ItemResult.model_validate_json(hit) if hit is not None else None for hit in cached]
+    fresh: dict[str, bytes] = {}
+    for index, answer in zip(todo, answers, strict=True):
+        results[index] = to_result(items[index].id, answer, weights)
+        if keys[index] is not None and not isinstance(answer, ItemError):
+            fresh[keys[index]] = results[index].model_dump_json().encode()  # type: ignore[union-attr]
+    if fresh:
+        try:
+            await store.set_many(fresh, ttl_s)
+        except StoreUnavailable as error:
+            log.warning("idempotency cache unavailable; results not remembered", extra={"error": str(error)})
+    return [r for r in results if r is not None]
+
+
+def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer: Scorer) -> None:
+    """Register `POST /v1/score` taking `request_model` and answering with `ScoreResponse`."""
+    service: str = app.state.service
+    specs: list[ComponentSpec] = app.state.components
+
+    async def score(request: ScoreRequest[Any]) -> ScoreResponse | JSONResponse:
+        try:
+            weights = resolve_weights(specs, request.weights)
+        except KeyError as unknown:
+            names = ", ".join(s.name for s in specs)
+            detail = ErrorDetail(loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}")
+            return error_response(422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail])
+        results = await score_batch(service, request.items, weights, scorer, app.state.store, app.state.settings.cache_ttl_s)
+        metrics = app.state.metrics
+        for result in results:
+            metrics.items.labels(service, "error" if result.error else "scored").inc()
+        return ScoreResponse(service=service, results=results)
+
+    score.__annotations__["request"] = request_model  # the concrete model FastAPI validates against
+    app.post(
+        "/v1/score",
+        response_model=ScoreResponse,
+        responses={413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+        summary=f"Score a batch of {service} items",
+    )(score)

@@ -1,0 +1,23 @@
+"""Service settings, read from `CORRGRPO_*` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every service shares. A service subclasses it for its own (same prefix)."""
+
+    model_config = SettingsConfigDict(env_prefix="CORRGRPO_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Bind address; loopback unless told otherwise")
+    port: int = Field(0, description="Bind port; 0 means the service's default port")
+    redis_url: str | None = Field(None, description="redis://host:port/db; unset = in-memory store")
+    max_body_bytes: int = Field(64 * 1024 * 1024, description="Larger request bodies get 413")
+    cache_ttl_s: int = Field(24 * 3600, description="How long a scored item is remembered by its id")
+    log_level: str = "INFO"
+    log_json: bool = Field(True, description="One JSON object per log line (false: plain text)")
+    workers: int = Field(default_factory=lambda: os.cpu_count() or 1, description="Concurrent scoring work")

@@ -1,0 +1,1 @@
+"""corrgrpo toolcall reward service."""

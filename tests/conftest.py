@@ -1,0 +1,53 @@
+"""Fixtures shared by all tests: real service processes, real Redis, the shared data folder."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from servers import ServiceProcess, start_service  # noqa: F401  (re-exported for test modules)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("CORRGRPO_SHARED_DATA", REPO.parent / "shared" / "data"))
+REDIS_URL = os.environ.get("CORRGRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def require_shared_data(relative: str) -> Path:
+    """Path under ../shared/data; skips with a message when absent, fails under CI=true."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        message = f"{path} is missing (the real datasets live in ../shared/data; see its README)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """The real Redis server; fails (never skips) when it does not answer."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        pytest.fail(f"Redis at {REDIS_URL} does not answer ({error}); .ci/run starts it")
+    yield REDIS_URL
+    client.close()
+
+
+@pytest.fixture
+def key_prefix(redis_url: str) -> Iterator[str]:
+    """A unique key prefix; every key under it is deleted after the test."""
+    import redis
+
+    prefix = f"corrgrpo-test:{uuid.uuid4().hex}:"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)
+    client.close()

@@ -1,0 +1,95 @@
+"""RewardClient retries, backoff, chunking and errors, against a scripted transport."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from corrgrpo_proto import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable
+
+
+def echo_scores(request: httpx.Request) -> httpx.Response:
+    items = json.loads(request.content)["items"]
+    results = [{"id": item.get("id"), "components": {"x": float(item["v"])}, "total": float(item["v"])} for item in items]
+    return httpx.Response(200, json={"service": "t", "results": results})
+
+
+class Script:
+    """Answers with the given statuses first, then scores; records every request body."""
+
+    def __init__(self, *statuses: int | type[Exception], retry_after: str | None = None) -> None:
+        self.statuses = list(statuses)
+        self.retry_after = retry_after
+        self.bodies: list[dict] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.bodies.append(json.loads(request.content) if request.content else {})
+        if self.statuses:
+            status = self.statuses.pop(0)
+            if isinstance(status, type):
+                raise status("scripted failure", request=request)
+            headers = {"Retry-After": self.retry_after} if self.retry_after else {}
+            return httpx.Response(status, json={"error": "x", "message": f"scripted {status}"}, headers=headers)
+        return echo_scores(request)
+
+
+ITEMS = [{"id": str(i), "v": i} for i in range(10)]
+
+
+def test_sync_chunks_keep_order() -> None:
+    script = Script()
+    client = RewardClient("http://svc", chunk_size=3, transport=httpx.MockTransport(script))
+    results = client.score(ITEMS)
+    assert [r.id for r in results] == [str(i) for i in range(10)]
+    assert sorted(len(b["items"]) for b in script.bodies) == [1, 3, 3, 3]
+
+
+async def test_async_chunks_keep_order_and_bound_concurrency() -> None:
+    script = Script()
+    client = AsyncRewardClient("http://svc", chunk_size=4, max_concurrency=2, transport=httpx.MockTransport(script))
+    results = await client.score(ITEMS, weights={"x": 2.0})
+    assert [r.components["x"] for r in results] == [float(i) for i in range(10)]
+    assert all(b["weights"] == {"x": 2.0} for b in script.bodies)
+    await client.aclose()
+
+
+@pytest.mark.parametrize("failure", [503, 500, 429, httpx.ConnectError, httpx.ReadError])
+def test_retries_then_succeeds(failure: int | type[Exception]) -> None:
+    script = Script(failure, failure)
+    client = RewardClient("http://svc", backoff=0.001, transport=httpx.MockTransport(script))
+    assert len(client.score(ITEMS)) == 10
+    assert len(script.bodies) == 3
+
+
+def test_gives_up_after_retries() -> None:
+    script = Script(*([503] * 10))
+    client = RewardClient("http://svc", retries=2, backoff=0.001, transport=httpx.MockTransport(script))
+    with pytest.raises(RewardServiceUnavailable, match=r"3 attempts.*scripted 503"):
+        client.score(ITEMS)
+    assert len(script.bodies) == 3
+
+
+def test_client_error_is_not_retried() -> None:
+    script = Script(422)
+    client = RewardClient("http://svc", backoff=0.001, transport=httpx.MockTransport(script))
+    with pytest.raises(RewardServiceError, match="HTTP 422: scripted 422"):
+        client.score(ITEMS)
+    assert len(script.bodies) == 1
+
+
+def test_retry_after_is_honoured() -> None:
+    client = RewardClient("http://svc", backoff=5, max_backoff=30)
+    response = httpx.Response(429, headers={"Retry-After": "0.25"})
+    assert client.policy.delay(0, response) == 0.25
+    assert 0 <= client.policy.delay(3, None) <= 30
+
+
+def test_wrong_result_count_is_an_error() -> None:
+    def short(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"service": "t", "results": []})
+
+    client = RewardClient("http://svc", transport=httpx.MockTransport(short))
+    with pytest.raises(RewardServiceError, match="0 results for 10 items"):
+        client.score(ITEMS)
