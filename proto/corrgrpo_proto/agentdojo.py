@@ -66,3 +66,14 @@ class TrajectoryItem(EpisodeSpec):
 
 class AgentDojoScoreRequest(ScoreRequest[TrajectoryItem]):
     pass
+
+
+SCHEMA_MODELS = (
+    TrajectoryItem,
+    AgentDojoScoreRequest,
+    EpisodeCreate,
+    Episode,
+    StepRequest,
+    StepResponse,
+    FinishRequest,
+)

@@ -34,3 +34,9 @@ class CodeItem(WireModel):
 
 class CodeScoreRequest(ScoreRequest[CodeItem]):
     pass
+
+
+SCHEMA_MODELS = (
+    CodeItem,
+    CodeScoreRequest,
+)

@@ -93,3 +93,14 @@ class Readiness(BaseModel):
     ready: bool
     service: str
     checks: dict[str, str] = Field(description="Dependency name → `ok` or the reason it failed")
+
+
+SCHEMA_MODELS = (
+    ComponentSpec,
+    ComponentsResponse,
+    ItemResult,
+    ScoreResponse,
+    ErrorBody,
+    Health,
+    Readiness,
+)

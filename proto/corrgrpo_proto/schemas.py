@@ -14,25 +14,9 @@ from pydantic import BaseModel
 
 from . import agentdojo, code, common, toolcall
 
-MODELS: tuple[type[BaseModel], ...] = (
-    common.ComponentSpec,
-    common.ComponentsResponse,
-    common.ItemResult,
-    common.ScoreResponse,
-    common.ErrorBody,
-    common.Health,
-    common.Readiness,
-    code.CodeItem,
-    code.CodeScoreRequest,
-    toolcall.ToolCallItem,
-    toolcall.ToolCallScoreRequest,
-    agentdojo.TrajectoryItem,
-    agentdojo.AgentDojoScoreRequest,
-    agentdojo.EpisodeCreate,
-    agentdojo.Episode,
-    agentdojo.StepRequest,
-    agentdojo.StepResponse,
-    agentdojo.FinishRequest,
+# Each wire module lists its own models in SCHEMA_MODELS, so a service's models live beside it.
+MODELS: tuple[type[BaseModel], ...] = tuple(
+    model for module in (common, code, toolcall, agentdojo) for model in module.SCHEMA_MODELS
 )
 
 

@@ -17,3 +17,9 @@ class ToolCallItem(WireModel):
 
 class ToolCallScoreRequest(ScoreRequest[ToolCallItem]):
     pass
+
+
+SCHEMA_MODELS = (
+    ToolCallItem,
+    ToolCallScoreRequest,
+)
