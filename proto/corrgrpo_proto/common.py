@@ -15,9 +15,9 @@ ItemT = TypeVar("ItemT", bound=BaseModel)
 
 
 class WireModel(BaseModel):
-    """Base of every request model: unknown fields are an error, not silently dropped."""
+    """Base of every request model: unknown fields and NaN/infinity are errors, not silently accepted."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ComponentSpec(BaseModel):
