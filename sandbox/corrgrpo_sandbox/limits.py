@@ -1,0 +1,41 @@
+"""The two value types of the sandbox API: what a run may use, and what it did."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one execution (applied in the child as rlimits, plus a wall-clock timeout)."""
+
+    cpu_s: float = 5.0  # RLIMIT_CPU (rounded up to whole seconds)
+    wall_s: float = 10.0  # wall-clock timeout; the child's process group and every straggler are killed
+    memory_mb: int = 1024  # RLIMIT_AS
+    file_mb: int = 16  # RLIMIT_FSIZE
+    open_files: int = 64  # RLIMIT_NOFILE
+    processes: int = 16  # RLIMIT_NPROC (the kernel ignores it for uid 0, see README)
+    output_bytes: int = 65536  # cap for each of stdout / stderr / channel
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not value > 0:
+                raise ValueError(f"Limits.{name} must be positive, got {value!r}")
+
+
+@dataclass
+class ExecResult:
+    """Outcome of one execution, measured outside the candidate's process."""
+
+    exit_code: int | None  # None when killed by a signal (or on an anomaly)
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    channel: bytes  # what the child wrote to fd 3 (a pipe only the parent reads), capped
+    truncated: bool  # any stream hit Limits.output_bytes
+    timed_out: bool  # the wall-clock timeout fired or the CPU limit killed the child
+    cpu_s: float  # child user+sys CPU time from the kernel (wait4 rusage)
+    wall_s: float  # monotonic wall time from fork to reap
+    peak_rss_kb: int
+    isolation: str  # "bwrap" or "fallback: <reason>"
+    anomaly: str | None  # worker died / protocol broke: the execution is NOT trustworthy
