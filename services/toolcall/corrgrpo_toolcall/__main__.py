@@ -1,6 +1,7 @@
-from corrgrpo_service import ServiceSettings
+"""`python -m corrgrpo_toolcall --host H --port P`."""
+
 from corrgrpo_service.cli import serve
 
-from .app import DEFAULT_PORT, build
+from .app import DEFAULT_PORT, ToolCallSettings, build
 
-serve("toolcall", build, ServiceSettings, DEFAULT_PORT)
+serve("toolcall", build, ToolCallSettings, DEFAULT_PORT)

@@ -1,0 +1,100 @@
+"""`python -m corrgrpo_toolcall.evaluate`: the paper's Table 2 columns for a file of completions.
+
+Columns, over the examples whose ground truth has tool calls (RLLA-4K test: 71 of 80):
+normalised function-name score s_name, parameter-name score s_params/|gt calls|, parameter-value
+score s_values/Σparams (s_params/|gt calls| when the calls take no parameters), all as mean
+percentages, and all-exact: the percentage whose three scores are all full (correctness 3).
+API-Bank is scored by this static matching against the final call, not by API-Bank's
+execution-based checker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .datasets import DATASETS, Example, load
+from .scoring import Matching, Score, score
+
+
+@dataclass(frozen=True)
+class Report:
+    dataset: str
+    rows: int
+    with_calls: int
+    format: float
+    name: float
+    param_names: float
+    param_values: float
+    all_exact: float
+
+    HEADER = ("dataset", "rows", "with calls", "format %", "function name", "parameter name", "parameter value", "all-exact %")
+
+    def cells(self) -> list[str]:
+        scores = (self.format, self.name, self.param_names, self.param_values, self.all_exact)
+        return [self.dataset, str(self.rows), str(self.with_calls), *(f"{value:.2f}" for value in scores)]
+
+
+def normalised(m: Matching) -> tuple[float, float, float]:
+    """(name, parameter-name, parameter-value) scores in [0, 1]."""
+    params = m.s_params / m.gt_calls
+    return m.s_name, params, m.s_values / m.gt_params if m.gt_params else params
+
+
+def report(dataset: str, scores: Sequence[Score]) -> Report:
+    matched = [s.matching for s in scores if s.matching is not None]
+    fields = [normalised(m) for m in matched]
+
+    def percent(values: Sequence[float]) -> float:
+        return 100 * sum(values) / len(values) if values else 0.0
+
+    return Report(
+        dataset,
+        len(scores),
+        len(matched),
+        percent([s.format for s in scores]),
+        *(percent([f[column] for f in fields]) for column in range(3)),
+        percent([float(m.exact) for m in matched]),
+    )
+
+
+def read_completions(path: Path, expected: int) -> list[str]:
+    """JSONL, one `{"completion": "..."}` per line in the dataset's row order."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if len(lines) != expected:
+        raise SystemExit(f"{path}: {len(lines)} completions for {expected} rows")
+    completions = [json.loads(line)["completion"] for line in lines]
+    if not all(isinstance(c, str) for c in completions):
+        raise SystemExit(f'{path}: every line needs a string "completion"')
+    return completions
+
+
+def evaluate(dataset: str, examples: Sequence[Example], completions: Sequence[str]) -> Report:
+    return report(dataset, [score(c, e.ground_truth) for c, e in zip(completions, examples, strict=True)])
+
+
+def markdown(reports: Sequence[Report]) -> str:
+    rows = [Report.HEADER, ("---",) * len(Report.HEADER), *(r.cells() for r in reports)]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_toolcall.evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", choices=DATASETS, required=True)
+    parser.add_argument("--source", help="RLLA-4K parquet or hub id; API-Bank folder (default: ../shared/data)")
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--completions", type=Path, help='JSONL of {"completion": ...}, one per row, in order')
+    given.add_argument("--self", action="store_true", help="score each ground truth against itself (a sanity check)")
+    args = parser.parse_args(argv)
+    examples = load(args.dataset, args.source)
+    completions = [e.ground_truth for e in examples] if args.self else read_completions(args.completions, len(examples))
+    print(markdown([evaluate(args.dataset, examples, completions)]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

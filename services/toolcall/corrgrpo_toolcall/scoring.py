@@ -1,0 +1,247 @@
+"""Pure scoring of ToolRL / RLLA-4K responses: `format` and the three matching components.
+
+ToolRL (Qian et al. 2025, `verl/utils/reward_score/rlla.py`) scores a response against its ground
+truth with one correctness number `6·s/S_max − 3` where `s = s_name + s_params + s_values`. We keep
+the three matching scores apart, each scaled as `6·s_x/S_max − 3·max_x/S_max`, so the components
+sum exactly to ToolRL's correctness while their ranges differ from example to example.
+
+Differences from ToolRL, on purpose:
+- JSON `true`/`false` never equal the numbers 1/0 (ToolRL compares with Python `==`, where
+  `True == 1`); 1 and 1.0 are the same JSON number and do compare equal.
+- every predicted call must be an object with a string `name` and an object `parameters`;
+  otherwise the whole prediction is unparseable (ToolRL fails only on the calls it touches).
+- work is bounded: a completion over `Limits.max_chars` characters or a `<tool_call>` block over
+  `Limits.max_calls` lines is scored as unparseable (format 0, components at their minimum).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+# (start of the assistant turn, end of a turn) for the chat templates we unwrap.
+TURN_MARKERS = (
+    ("<|im_start|>assistant", "<|im_end|>"),  # Qwen / ChatML
+    ("<|start_header_id|>assistant<|end_header_id|>", "<|eot_id|>"),  # Llama 3
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on the work one item may cause."""
+
+    max_chars: int = 200_000
+    max_calls: int = 64
+
+
+@dataclass(frozen=True)
+class FormatRules:
+    """ToolRL's strict tag layout by default; the two relaxations CorrGRPO's fork uses are opt-in."""
+
+    lenient_separators: bool = False  # `\s*` instead of exactly `\n` between the tag blocks
+    optional_think_open: bool = False  # thinking models whose template already opened `<think>`
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    parameters: dict[str, Any]
+
+
+class Unparseable(ValueError):
+    """The text has no well-formed `<tool_call>` block of JSON calls."""
+
+
+@dataclass(frozen=True)
+class Matching:
+    """Raw matching scores of a prediction against the ground truth, and their maxima."""
+
+    s_name: float
+    s_params: float
+    s_values: float
+    gt_calls: int
+    gt_params: int
+
+    @property
+    def s_max(self) -> int:
+        return 1 + self.gt_calls + self.gt_params
+
+    @property
+    def exact(self) -> bool:
+        return self.s_name == 1 and self.s_params == self.gt_calls and self.s_values == self.gt_params
+
+    def components(self) -> dict[str, float]:
+        scale = 6 / self.s_max
+        return {
+            "name": scale * self.s_name - 3 / self.s_max,
+            "param_names": scale * self.s_params - 3 * self.gt_calls / self.s_max,
+            "param_values": scale * self.s_values - 3 * self.gt_params / self.s_max,
+        }
+
+
+def extract_response(text: str) -> str:
+    """The assistant's reply: text after the last assistant-turn marker, before the end-of-turn marker.
+
+    Raw completions pass through (stripped), as in ToolRL, which also cuts at `<|im_end|>`.
+    """
+    for start, end in TURN_MARKERS:
+        if start in text:
+            text = text.rsplit(start, 1)[1]
+        if end in text:
+            text = text.split(end, 1)[0]
+    return text.strip()
+
+
+@lru_cache(maxsize=8)
+def _format_patterns(rules: FormatRules) -> dict[tuple[bool, bool], re.Pattern[str]]:
+    """ToolRL's patterns keyed by (ground truth has `<tool_call>`, ground truth has `<response>`)."""
+    think = r"^(?:<think>)?" if rules.optional_think_open else r"^<think>"
+    gap = r"\s*" if rules.lenient_separators else r"\n"
+    calls = r"<tool_call>\n.*?\n</tool_call>"
+    reply = r"<response>.*?</response>"
+    bodies = {
+        (True, False): f"{gap}{calls}",
+        (False, True): f"{gap}{reply}",
+        (True, True): f"{gap}{calls}{gap}{reply}",
+        (False, False): "",
+    }
+    return {key: re.compile(f"{think}.*?</think>{body}$", re.DOTALL) for key, body in bodies.items()}
+
+
+def format_score(response: str, ground_truth: str, rules: FormatRules = FormatRules()) -> float:
+    """1.0 when `response` has the tag layout the ground truth's tags call for, else 0.0."""
+    wants_calls, wants_reply = "<tool_call>" in ground_truth, "<response>" in ground_truth
+    # ToolRL's count checks: exactly one block of each kind the ground truth uses. Checked before
+    # the regex, they also keep its backtracking linear.
+    tags = (["<tool_call>", "</tool_call>"] if wants_calls else []) + (["<response>", "</response>"] if wants_reply else [])
+    if any(response.count(tag) != 1 for tag in tags):
+        return 0.0
+    return 1.0 if _format_patterns(rules)[wants_calls, wants_reply].search(response) else 0.0
+
+
+def parse_calls(text: str, max_calls: int | None = Limits.max_calls) -> list[ToolCall]:
+    """The calls of the first `<tool_call>` block, one JSON object per line; raises `Unparseable`."""
+    start = text.find("<tool_call>")
+    end = text.find("</tool_call>", start)
+    if start < 0 or end < 0:
+        raise Unparseable("no <tool_call>…</tool_call> block")
+    lines = text[start + len("<tool_call>") : end].strip().split("\n")
+    if max_calls is not None and len(lines) > max_calls:
+        raise Unparseable(f"more than {max_calls} calls")
+    return [_parse_call(line) for line in lines]
+
+
+def _parse_call(line: str) -> ToolCall:
+    try:
+        call = json.loads(line)
+    except (ValueError, RecursionError) as error:
+        raise Unparseable(f"invalid JSON: {error}") from None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("parameters"), dict):
+        raise Unparseable('a call must be an object with a string "name" and an object "parameters"')
+    return ToolCall(call["name"], call["parameters"])
+
+
+def multiset_jaccard(left: Iterable[Any], right: Iterable[Any]) -> float:
+    """|A ∩ B| / |A ∪ B| counting repeats; two empty collections match fully (ToolRL's `match_score`)."""
+    a, b = Counter(left), Counter(right)
+    if not a and not b:
+        return 1.0
+    shared = sum((a & b).values())
+    return shared / (sum(a.values()) + sum(b.values()) - shared)
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """Equality of decoded JSON values where booleans equal only booleans (Python has `True == 1`).
+
+    Iterative, so the deepest value `json.loads` accepts cannot overflow the stack here.
+    """
+    pending = [(left, right)]
+    while pending:
+        a, b = pending.pop()
+        if isinstance(a, bool) or isinstance(b, bool):
+            if a is not b:
+                return False
+        elif isinstance(a, dict):
+            if not isinstance(b, dict) or a.keys() != b.keys():
+                return False
+            pending.extend((a[key], b[key]) for key in a)
+        elif isinstance(a, list):
+            if not isinstance(b, list) or len(a) != len(b):
+                return False
+            pending.extend(zip(a, b, strict=True))
+        elif isinstance(b, (dict, list)) or a != b:
+            return False
+    return True
+
+
+def match(truth: list[ToolCall], predicted: list[ToolCall]) -> Matching:
+    """ToolRL's matching: name Jaccard, then per ground-truth call the best unused same-name prediction.
+
+    "Best" is the largest parameter-name Jaccard plus count of equal values (first one on ties);
+    a candidate scoring 0 is not taken, exactly as in ToolRL.
+    """
+    s_name = multiset_jaccard((c.name for c in truth), (c.name for c in predicted))
+    s_params = s_values = 0.0
+    used: set[int] = set()
+    for gt in truth:
+        best: tuple[float, float, int] | None = None
+        for index, candidate in enumerate(predicted):
+            if index in used or candidate.name != gt.name:
+                continue
+            names = multiset_jaccard(gt.parameters.keys(), candidate.parameters.keys())
+            given = candidate.parameters
+            values = sum(1 for key, value in gt.parameters.items() if key in given and json_equal(given[key], value))
+            if names + values > (best[0] + best[1] if best else 0.0):
+                best = (names, values, index)
+        if best:
+            used.add(best[2])
+            s_params += best[0]
+            s_values += best[1]
+    return Matching(s_name, s_params, s_values, len(truth), sum(len(c.parameters) for c in truth))
+
+
+@dataclass(frozen=True)
+class Score:
+    format: float
+    components: dict[str, float]  # name, param_names, param_values
+    matching: Matching | None  # None when the ground truth has no tool call
+    reason: str | None = None  # why the prediction was unparseable, if it was
+
+    def as_dict(self) -> dict[str, float]:
+        return {"format": self.format, **self.components}
+
+
+ZERO = {"name": 0.0, "param_names": 0.0, "param_values": 0.0}
+
+
+def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules(), limits: Limits = Limits()) -> Score:
+    """Score one completion (raw or chat-template-wrapped) against its ground truth.
+
+    Raises `Unparseable` when the ground truth has a `<tool_call>` block that does not parse.
+    """
+    truth = parse_calls(ground_truth, max_calls=None) if "<tool_call>" in ground_truth else None
+    if len(completion) > limits.max_chars:
+        return _unmatched(0.0, truth, f"completion over {limits.max_chars} characters")
+    response = extract_response(completion)
+    fmt = format_score(response, ground_truth, rules)
+    if truth is None:  # ToolRL: a ground truth without tool calls gives correctness 0
+        return Score(fmt, ZERO, None)
+    try:
+        predicted = parse_calls(response, limits.max_calls)
+    except Unparseable as error:
+        return _unmatched(fmt, truth, str(error))
+    matching = match(truth, predicted)
+    return Score(fmt, matching.components(), matching)
+
+
+def _unmatched(fmt: float, truth: list[ToolCall] | None, reason: str) -> Score:
+    """Nothing matched: every component at its minimum (their sum is −3), or 0 without ground-truth calls."""
+    if truth is None:
+        return Score(fmt, ZERO, None, reason)
+    nothing = Matching(0.0, 0.0, 0.0, len(truth), sum(len(c.parameters) for c in truth))
+    return Score(fmt, nothing.components(), nothing, reason)
