@@ -1,0 +1,190 @@
+"""The pure scoring functions: ToolRL's test vectors, edge cases, and properties of the components."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corrgrpo_toolcall.scoring import FormatRules, Limits, extract_response, format_score, json_equal, score
+
+
+def calls_block(*calls: dict[str, Any]) -> str:
+    return "<tool_call>\n" + "\n".join(json.dumps(c) for c in calls) + "\n</tool_call>"
+
+
+def response(*calls: dict[str, Any], think: str = "reasoning", reply: str | None = None) -> str:
+    text = f"<think>{think}</think>\n" + calls_block(*calls)
+    return text + (f"\n<response>{reply}</response>" if reply is not None else "")
+
+
+def correctness(completion: str, ground_truth: str) -> float:
+    result = score(completion, ground_truth)
+    return sum(result.components.values())
+
+
+WEATHER = {"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}
+TIME = {"name": "get_time", "parameters": {"zone": "CET"}}
+GT = response(WEATHER, TIME)
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        (response(WEATHER, TIME), 3.0),  # exact
+        (response(TIME, WEATHER), 3.0),  # calls swapped
+        (response({**WEATHER, "parameters": {"city": "Paris", "unit": "kelvin"}}, TIME), 2.0),  # one wrong value
+        (response(WEATHER), 0.5),  # second call missing
+        (response({"name": "get_news", "parameters": {}}, {"name": "get_stock", "parameters": {}}), -3.0),  # wrong tools
+        ('<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {\n</tool_call>', -3.0),  # bad JSON
+    ],
+    ids=["exact", "swapped", "one-wrong-value", "second-missing", "wrong-tool", "bad-json"],
+)
+def test_toolrl_vectors(completion: str, expected: float) -> None:
+    assert correctness(completion, GT) == pytest.approx(expected, abs=1e-12)
+    assert score(completion, GT).format == 1.0
+
+
+def test_components_are_the_three_scaled_matching_scores() -> None:
+    # S_max = 1 + (1 + 2) + (1 + 1) = 6; one wrong value: s_name 1, s_params 2, s_values 2.
+    result = score(response({**WEATHER, "parameters": {"city": "Paris", "unit": "kelvin"}}, TIME), GT)
+    assert result.components == pytest.approx(
+        {"name": 6 / 6 - 3 / 6, "param_names": 12 / 6 - 6 / 6, "param_values": 12 / 6 - 9 / 6}
+    )
+
+
+def test_unparseable_puts_each_component_at_its_minimum() -> None:
+    result = score("<think>no calls</think>\n<response>hi</response>", GT)
+    assert result.components == pytest.approx({"name": -3 / 6, "param_names": -6 / 6, "param_values": -9 / 6})
+    assert result.reason == "no <tool_call>…</tool_call> block"
+
+
+def test_response_only_ground_truth_gives_zero_and_checks_the_response_layout() -> None:
+    truth = "<think>no tool needed</think>\n<response>Hello!</response>"
+    for completion in (truth, response(WEATHER)):
+        result = score(completion, truth)
+        assert result.components == {"name": 0.0, "param_names": 0.0, "param_values": 0.0}
+        assert result.matching is None
+    assert score(truth, truth).format == 1.0
+    assert score(response(WEATHER), truth).format == 0.0
+
+
+def test_values_compare_as_json_types() -> None:
+    truth = response({"name": "f", "parameters": {"n": 1, "flag": True}})
+    assert correctness(response({"name": "f", "parameters": {"n": 1.0, "flag": True}}), truth) == pytest.approx(3.0)
+    # S_max = 1 + 1 + 2 = 4; one of two values wrong → 6·3/4 − 3 = 1.5
+    assert correctness(response({"name": "f", "parameters": {"n": "1", "flag": True}}), truth) == pytest.approx(1.5)
+    assert correctness(response({"name": "f", "parameters": {"n": True, "flag": 1}}), truth) == pytest.approx(0.0)
+    assert json_equal({"a": [1, {"b": None}]}, {"a": [1.0, {"b": None}]})
+    assert not json_equal([False], [0]) and not json_equal({"a": 1}, {"a": [1]}) and not json_equal([1, 2], [1, 2, 3])
+
+
+def test_duplicate_tool_names_match_one_prediction_each() -> None:
+    paris, rome = (
+        {"name": "get_weather", "parameters": {"city": "Paris"}},
+        {"name": "get_weather", "parameters": {"city": "Rome"}},
+    )
+    truth = response(paris, rome)
+    assert correctness(response(rome, paris), truth) == pytest.approx(3.0)
+    # Two Paris calls: names match fully, params fully for both, only one value (S_max 5): 6·(1+2+1)/5 − 3
+    assert correctness(response(paris, paris), truth) == pytest.approx(6 * 4 / 5 - 3)
+    # One prediction cannot serve two ground-truth calls: names 1/2, one call matched (1 + 1)
+    assert correctness(response(paris), truth) == pytest.approx(6 * 2.5 / 5 - 3)
+
+
+def test_empty_parameters() -> None:
+    truth = response({"name": "ping", "parameters": {}})
+    assert correctness(truth, truth) == pytest.approx(3.0)
+    # extra parameters: names Jaccard 0, so the call is not matched; only the name counts (S_max 2)
+    assert correctness(response({"name": "ping", "parameters": {"x": 1}}), truth) == pytest.approx(0.0)
+
+
+def test_unicode_names_and_values() -> None:
+    call = {"name": "météo_查询", "parameters": {"ville": "Zürich 🌧", "città": "東京"}}
+    truth = "<think>思考</think>\n<tool_call>\n" + json.dumps(call, ensure_ascii=False) + "\n</tool_call>"
+    assert correctness(response(call), truth) == pytest.approx(3.0)  # \u escapes and raw UTF-8 decode alike
+    assert score(truth, truth).format == 1.0
+
+
+def test_chat_template_wrapping_is_removed() -> None:
+    wrapped = f"<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n{GT}<|im_end|>\n"
+    llama = f"<|start_header_id|>user<|end_header_id|>U<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{GT}<|eot_id|>"
+    for text in (wrapped, llama, GT + "<|im_end|>", f"  \n{GT}\n"):
+        assert extract_response(text) == GT
+        assert score(text, GT).as_dict() == score(GT, GT).as_dict()
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "<think>x</think>\n<tool_call>" + json.dumps(WEATHER) + "</tool_call>",  # no newlines inside the block
+        "<think>x</think><tool_call>\n" + json.dumps(WEATHER) + "\n</tool_call>",  # no newline after </think>
+        "x</think>\n" + calls_block(WEATHER),  # no <think>
+        response(WEATHER) + "\n" + calls_block(TIME),  # two blocks
+        response(WEATHER) + "\n<response>extra</response>",  # a response the ground truth has none of
+        response(WEATHER) + " trailing",
+    ],
+)
+def test_malformed_layouts_fail_the_format(completion: str) -> None:
+    assert format_score(completion, GT) == 0.0
+
+
+def test_relaxed_format_rules() -> None:
+    spaced = "<think>x</think>  <tool_call>\n" + json.dumps(WEATHER) + "\n</tool_call>"
+    opened = "x</think>\n" + calls_block(WEATHER)
+    assert format_score(spaced, GT, FormatRules(lenient_separators=True)) == 1.0
+    assert format_score(opened, GT, FormatRules(optional_think_open=True)) == 1.0
+    assert format_score(spaced, GT) == format_score(opened, GT) == 0.0
+
+
+def test_a_call_must_be_an_object_with_name_and_parameters() -> None:
+    for line in (
+        '["get_weather"]',
+        '{"name": "get_weather"}',
+        '{"name": 3, "parameters": {}}',
+        '{"name": "f", "parameters": []}',
+    ):
+        completion = f"<think>x</think>\n<tool_call>\n{line}\n</tool_call>"
+        assert correctness(completion, GT) == pytest.approx(-3.0)
+
+
+def test_work_is_bounded() -> None:
+    limits = Limits(max_chars=10_000, max_calls=4)
+    long_think = response(WEATHER, TIME, think="a" * 20_000)
+    result = score(long_think, GT, limits=limits)
+    assert (result.format, sum(result.components.values())) == (0.0, pytest.approx(-3.0))
+    assert result.reason == "completion over 10000 characters"
+    many = response(*[WEATHER] * 5)
+    assert score(many, GT, limits=limits).reason == "more than 4 calls"
+    deep = "<think>x</think>\n<tool_call>\n" + "[" * 100_000 + "\n</tool_call>"
+    assert sum(score(deep, GT, limits=Limits(max_chars=200_000)).components.values()) == pytest.approx(-3.0)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(["a", "b", "1"]),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from("xy"), inner, max_size=2),
+    max_leaves=4,
+)
+tool_calls = st.builds(
+    lambda name, parameters: {"name": name, "parameters": parameters},
+    st.sampled_from(["f", "g", "h"]),
+    st.dictionaries(st.sampled_from(["p", "q", "r"]), json_values, max_size=3),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(truth=st.lists(tool_calls, min_size=1, max_size=3), predicted=st.lists(tool_calls, min_size=1, max_size=4))
+def test_component_ranges_and_sum(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
+    result = score(response(*predicted), response(*truth))
+    m = result.matching
+    assert m is not None
+    bounds = {"name": 3 / m.s_max, "param_names": 3 * m.gt_calls / m.s_max, "param_values": 3 * m.gt_params / m.s_max}
+    for name, value in result.components.items():
+        assert -bounds[name] - 1e-12 <= value <= bounds[name] + 1e-12
+    total = sum(result.components.values())
+    assert -3 - 1e-12 <= total <= 3 + 1e-12
+    assert (total == pytest.approx(3.0)) == m.exact
+    assert sum(score(response(*truth), response(*truth)).components.values()) == pytest.approx(3.0)
