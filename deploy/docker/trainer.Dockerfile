@@ -24,8 +24,11 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --uid 10001 --create-home --shell /usr/sbin/nologin corrgrpo
+ && useradd --uid 10001 --create-home --shell /usr/sbin/nologin corrgrpo \
+ && mkdir -p /app/trainer_out /home/corrgrpo/.cache/huggingface \
+ && chown 10001 /app/trainer_out /home/corrgrpo/.cache/huggingface
 COPY --from=build /opt/venv /opt/venv
+# The configs' relative dataset paths (../shared/data/...) resolve to /shared/data, mounted by compose.
 COPY trainer/configs /app/trainer/configs
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 HF_HOME=/home/corrgrpo/.cache/huggingface
 WORKDIR /app

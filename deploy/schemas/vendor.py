@@ -24,17 +24,19 @@ K8S_KINDS = (
     "configmap-v1",
     "deployment-apps-v1",
     "horizontalpodautoscaler-autoscaling-v2",
+    "namespace-v1",
     "poddisruptionbudget-policy-v1",
     "service-v1",
 )
-DEFS_PREFIX = "/api/_definitions.json#/$defs/"
+DEFS_PREFIXES = ("/api/_definitions.json#/$defs/", "#/$defs/")  # from a kind / within the definitions
 COMPOSE_MEMBER = "package/src/compose-spec/schema/compose-spec.json"
 
 
 def references(node: Any) -> set[str]:
     """Names of the `_definitions.json` entries a schema fragment points at."""
     if isinstance(node, dict):
-        found = {node["$ref"].removeprefix(DEFS_PREFIX)} if str(node.get("$ref", "")).startswith(DEFS_PREFIX) else set()
+        ref = str(node.get("$ref", ""))
+        found = {ref.split("/$defs/", 1)[1]} if ref.startswith(DEFS_PREFIXES) else set()
         return found.union(*(references(value) for value in node.values()))
     if isinstance(node, list):
         return set().union(*(references(value) for value in node))

@@ -1,0 +1,390 @@
+"""Deployment files, checked without a Docker engine or a cluster.
+
+Dockerfiles run the same entrypoint the tests start; docker-compose.yml and the Kubernetes
+manifests validate against their published JSON Schemas (vendored under deploy/schemas/) and agree
+with the code: ports, environment variable names, health paths.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.metadata
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import jsonschema
+import pytest
+import servers
+import yaml
+from packaging.requirements import Requirement
+from referencing import Registry, Resource
+
+from corrgrpo_proto import ComponentSpec
+from corrgrpo_service import ServiceSettings, create_app
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER = REPO / "deploy" / "docker"
+K8S = REPO / "deploy" / "k8s"
+SCHEMAS = REPO / "deploy" / "schemas"
+K8S_SCHEMAS = SCHEMAS / "kubernetes" / "v1.33.0-local-strict"
+SERVICES = ("code", "toolcall", "agentdojo")
+# The folders each service image installs; the code image in particular holds no torch.
+IMAGE_PARTS = {
+    "code": {"proto", "sandbox", "services/common", "services/code"},
+    "toolcall": {"proto", "services/common", "services/toolcall"},
+    "agentdojo": {"proto", "services/common", "services/agentdojo"},
+    "trainer": {"proto", "trainer"},
+}
+
+
+def default_port(service: str) -> int:
+    """`DEFAULT_PORT` of the service's app.py, read from its source (importing agentdojo takes seconds)."""
+    source = Path(importlib.util.find_spec(f"corrgrpo_{service}").origin).with_name("app.py")
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["DEFAULT_PORT"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{source} defines no DEFAULT_PORT")
+
+
+# ---------------------------------------------------------------- Dockerfiles
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            pairs.append((keyword.upper(), rest.strip()))
+    return pairs
+
+
+def last(dockerfile: Path, keyword: str) -> str:
+    values = [rest for key, rest in instructions(dockerfile) if key == keyword]
+    assert values, f"{dockerfile.name} has no {keyword}"
+    return values[-1]
+
+
+def image_cmd(service: str) -> list[str]:
+    return json.loads(last(DOCKER / f"{service}.Dockerfile", "CMD"))
+
+
+def entrypoint_started_by_tests(service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """The argv tests/servers.py starts for `service`, captured instead of run."""
+    captured: list[list[str]] = []
+
+    class Captured(Exception):
+        pass
+
+    def fake_popen(argv: list[str], **_: Any) -> None:
+        captured.append(argv)
+        raise Captured
+
+    monkeypatch.setattr(servers.subprocess, "Popen", fake_popen)
+    with pytest.raises(Captured), servers.start_service(service, port=4321, tmp_dir=str(tmp_path)):
+        pass
+    return captured[0]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_dockerfile_cmd_is_the_tested_entrypoint(service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    tested, cmd = entrypoint_started_by_tests(service, monkeypatch, tmp_path), image_cmd(service)
+    # Same module, same flags; only the bind address (all interfaces in a container) and port differ.
+    assert cmd[0] == "python" and tested[1:3] == cmd[1:3] == ["-m", f"corrgrpo_{service}"]
+    assert tested[3::2] == cmd[3::2] == ["--host", "--port"]
+    assert cmd[4] == "0.0.0.0" and int(cmd[6]) == default_port(service)
+
+
+@pytest.mark.parametrize("service", [*SERVICES, "trainer"])
+def test_dockerfile_is_multistage_pinned_and_unprivileged(service: str) -> None:
+    dockerfile = DOCKER / f"{service}.Dockerfile"
+    steps = instructions(dockerfile)
+    args = dict(rest.split("=", 1) for key, rest in steps if key == "ARG" and "=" in rest)
+    bases = [rest.split()[0] for key, rest in steps if key == "FROM"]
+    assert len(bases) >= 2, "multi-stage: build stage + runtime stage"
+    for base in bases:
+        image = args.get(base.strip("${}"), base)
+        assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", image), f"base image {image} is not pinned to a version tag"
+    assert re.fullmatch(r"\d+", last(dockerfile, "USER")) and last(dockerfile, "USER") != "0"
+    installs = [rest for key, rest in steps if key == "RUN" and "pip install" in rest]
+    assert installs and all(re.search(r"pip install -c /src/constraints[-\w]*\.txt", run) for run in installs)
+    copied = {rest.split()[0] for key, rest in steps if key == "COPY" and not rest.startswith("--from")}
+    assert {part for part in copied if (REPO / part).is_dir() and part != "trainer/configs"} == IMAGE_PARTS[service]
+    for source in copied:
+        assert (REPO / source).exists(), f"{dockerfile.name} copies {source}, which is not in the repository"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_dockerfile_healthcheck_and_port_match_the_service(service: str) -> None:
+    dockerfile = DOCKER / f"{service}.Dockerfile"
+    port = default_port(service)
+    assert last(dockerfile, "EXPOSE") == str(port)
+    assert f"http://127.0.0.1:{port}/healthz" in last(dockerfile, "HEALTHCHECK")
+
+
+def requirement_closure(distribution: str) -> set[str]:
+    """Every distribution installed along with `distribution` (no extras), by normalised name."""
+    seen: set[str] = set()
+    todo = [distribution]
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in importlib.metadata.requires(name) or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return seen
+
+
+def test_code_image_holds_no_torch() -> None:
+    closure = requirement_closure("corrgrpo-code")
+    assert {"corrgrpo-sandbox", "corrgrpo-service", "corrgrpo-proto"} <= closure
+    assert "torch" not in closure and "transformers" not in closure
+
+
+def test_trainer_image_runs_the_trainer_cli() -> None:
+    cmd = image_cmd("trainer")
+    assert cmd[:4] == ["python", "-m", "corrgrpo_trainer", "train"]
+    assert importlib.util.find_spec("corrgrpo_trainer") is not None
+
+
+# ---------------------------------------------------------------- settings and routes
+
+
+def settings_types() -> list[type[ServiceSettings]]:
+    """The settings class each service's `__main__` hands to `serve` (read from its source)."""
+    found: list[type[ServiceSettings]] = [ServiceSettings]
+    for service in SERVICES:
+        package = f"corrgrpo_{service}"
+        source = Path(importlib.util.find_spec(package).origin).with_name("__main__.py")
+        tree = ast.parse(source.read_text())
+        call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "serve")
+        name = call.args[2].id
+        origin = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and name in {a.name for a in n.names})
+        module = importlib.import_module(("." * origin.level) + (origin.module or ""), package)
+        found.append(getattr(module, name))
+    return found
+
+
+def known_env_names() -> set[str]:
+    """CORRGRPO_* names some code reads: settings fields, or literal names in the packages' source."""
+    names = set()
+    for settings in settings_types():
+        prefix = settings.model_config.get("env_prefix", "")
+        names |= {f"{prefix}{field}".upper() for field in settings.model_fields}
+    for folder in ("sandbox", "services", "trainer"):
+        for source in (REPO / folder).rglob("*.py"):
+            names |= set(re.findall(r"CORRGRPO_[A-Z0-9_]+", source.read_text()))
+    return names
+
+
+def test_known_env_names_include_the_shared_settings() -> None:
+    assert {"CORRGRPO_REDIS_URL", "CORRGRPO_LOG_JSON", "CORRGRPO_WORKERS"} <= known_env_names()
+
+
+def health_paths() -> set[str]:
+    app = create_app("probe", "0", [ComponentSpec(name="x", min=0, max=1)], ServiceSettings())
+    return {route.path for route in app.routes}
+
+
+# ---------------------------------------------------------------- docker compose
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "docker-compose.yml").read_text())
+
+
+def compose_validator() -> jsonschema.Draft201909Validator:
+    schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
+    return jsonschema.Draft201909Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def test_compose_file_matches_the_compose_spec() -> None:
+    errors = [f"{e.json_path}: {e.message}" for e in compose_validator().iter_errors(compose())]
+    assert errors == []
+
+
+def test_compose_schema_rejects_a_misspelt_key() -> None:
+    broken = compose()
+    broken["services"]["code"]["helthcheck"] = broken["services"]["code"].pop("deploy")
+    assert not compose_validator().is_valid(broken)
+
+
+def test_compose_services_run_the_image_command_and_scale() -> None:
+    services = compose()["services"]
+    for name in SERVICES:
+        service = services[name]
+        assert service["build"]["dockerfile"] == f"deploy/docker/{name}.Dockerfile"
+        assert "command" not in service and "entrypoint" not in service, "the image's CMD is what the tests cover"
+        assert "healthcheck" not in service, "the image's HEALTHCHECK on /healthz applies"
+        # Scalable: no fixed name and no host port, reached through the load balancer only.
+        assert "container_name" not in service and "ports" not in service
+        assert service["expose"] == [str(default_port(name))]
+        assert services["lb"]["depends_on"][name] == {"condition": "service_healthy"}
+        assert service["depends_on"]["redis"] == {"condition": "service_healthy"}
+    published = {port.rsplit(":", 2)[-2:][0] for port in services["lb"]["ports"]}
+    assert published == {str(default_port(name)) for name in SERVICES}
+
+
+def test_compose_profiles_and_gpu_reservation() -> None:
+    services = compose()["services"]
+    assert services["trainer"]["profiles"] == ["train"]
+    assert all("profiles" not in services[name] for name in (*SERVICES, "redis", "lb")), "plain `up` = services only"
+    devices = services["trainer"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    command = services["trainer"]["command"]
+    assert command[:4] == image_cmd("trainer")[:4]
+
+
+def test_compose_code_service_grants_what_bwrap_needs() -> None:
+    code = compose()["services"]["code"]
+    assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= set(code["security_opt"])
+    assert code["environment"]["CORRGRPO_SANDBOX_BWRAP"] == "${CORRGRPO_SANDBOX_BWRAP:-1}"
+    assert "privileged" not in code and "cap_add" not in code
+
+
+def test_compose_environment_names_exist_in_the_code() -> None:
+    known = known_env_names()
+    for name, service in compose()["services"].items():
+        used = {key for key in service.get("environment", {}) if key.startswith("CORRGRPO_")}
+        assert used - known == set(), f"{name} sets variables no code reads"
+    redis_url = compose()["x-common-env"]["CORRGRPO_REDIS_URL"]
+    assert redis_url.startswith("redis://redis:6379/") and "redis" in compose()["services"]
+
+
+def nginx_upstreams(text: str) -> dict[str, list[str]]:
+    return {name: re.findall(r"server\s+([^;]+);", body) for name, body in re.findall(r"upstream\s+(\w+)\s*\{([^}]*)\}", text)}
+
+
+def test_nginx_routes_each_port_to_its_service() -> None:
+    conf = (REPO / "deploy" / "nginx" / "nginx.conf").read_text()
+    upstreams = nginx_upstreams((REPO / "deploy" / "nginx" / "upstreams.conf").read_text())
+    assert set(upstreams) == set(SERVICES)
+    pools = dict(re.findall(r"^\s*(\d+)\s+(\w+);", conf, flags=re.M))
+    listens = set(re.findall(r"listen\s+(\d+);", conf))
+    for name in SERVICES:
+        port = str(default_port(name))
+        assert pools[port] == name and port in listens
+        (server,) = upstreams[name]
+        assert server.split()[0] == f"{name}:{port}" and "resolve" in server.split() and "max_fails=2" in server
+    assert re.search(r"proxy_next_upstream\s+error timeout http_502 http_503 non_idempotent;", conf)
+    mounted = {volume.split(":")[0] for volume in compose()["services"]["lb"]["volumes"]}
+    assert mounted == {"./deploy/nginx/nginx.conf", "./deploy/nginx/upstreams.conf"}
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+
+def k8s_documents(folder: Path) -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    documents = []
+    for resource in kustomization["resources"]:
+        path = folder / resource
+        if path.is_dir():
+            documents += k8s_documents(path)
+        else:
+            documents += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    for patch in kustomization.get("patches", []):
+        target = patch["target"]
+        (document,) = [d for d in documents if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"]]
+        patched = jsonpatch.apply_patch(document, yaml.safe_load(patch["patch"]))
+        documents[documents.index(document)] = patched
+    return documents
+
+
+def k8s_schema_file(document: dict[str, Any]) -> Path:
+    group, _, version = document["apiVersion"].rpartition("/")
+    group = group.split(".")[0]
+    name = "-".join(part for part in (document["kind"].lower(), group, version) if part)
+    return K8S_SCHEMAS / f"{name}.json"
+
+
+def k8s_errors(document: dict[str, Any]) -> list[str]:
+    definitions = json.loads((K8S_SCHEMAS / "_definitions.json").read_text())
+    registry = Registry().with_resource(definitions["$id"], Resource.from_contents(definitions))
+    schema = json.loads(k8s_schema_file(document).read_text())
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    return [
+        f"{document['kind']}/{document['metadata']['name']} {e.json_path}: {e.message}" for e in validator.iter_errors(document)
+    ]
+
+
+BASE = k8s_documents(K8S / "base")
+OVERLAYS = sorted(path.parent for path in (K8S / "overlays").glob("*/kustomization.yaml"))
+
+
+@pytest.mark.parametrize("folder", [K8S / "base", *OVERLAYS], ids=lambda p: p.name)
+def test_kubernetes_manifests_match_their_schemas(folder: Path) -> None:
+    documents = k8s_documents(folder)
+    assert {d["kind"] for d in documents} >= {"Deployment", "Service", "HorizontalPodAutoscaler", "ConfigMap"}
+    assert [error for document in documents for error in k8s_errors(document)] == []
+
+
+def test_kubernetes_schema_rejects_a_misplaced_field() -> None:
+    deployment = next(d for d in BASE if d["kind"] == "Deployment")
+    broken = jsonpatch.apply_patch(deployment, [{"op": "add", "path": "/spec/template/spec/replicas", "value": 3}])
+    assert k8s_errors(broken) != []
+
+
+def by_kind(documents: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in documents if d["kind"] == kind}
+
+
+def test_kubernetes_deployments_match_the_images_and_the_code() -> None:
+    deployments, services = by_kind(BASE, "Deployment"), by_kind(BASE, "Service")
+    paths = health_paths()
+    for name in SERVICES:
+        pod = deployments[name]["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        assert container["args"] == image_cmd(name)
+        assert container["ports"] == [{"name": "http", "containerPort": default_port(name)}]
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert {"/readyz", "/healthz"} <= paths
+        assert {"requests", "limits"} <= set(container["resources"])
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        selector = deployments[name]["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod["metadata"]["labels"].items()
+        assert services[name]["spec"]["selector"] == selector
+        assert services[name]["spec"]["ports"][0]["port"] == default_port(name)
+
+
+def test_kubernetes_configuration_names_exist_in_the_code() -> None:
+    known = known_env_names()
+    (config,) = by_kind(BASE, "ConfigMap").values()
+    assert set(config["data"]) - known == set()
+    assert config["data"]["CORRGRPO_REDIS_URL"].startswith("redis://redis:6379/") and "redis" in by_kind(BASE, "Service")
+    for deployment in by_kind(BASE, "Deployment").values():
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            names = {env["name"] for env in container.get("env", []) if env["name"].startswith("CORRGRPO_")}
+            assert names - known == set()
+
+
+def test_kubernetes_code_autoscaler_and_no_bwrap_overlay() -> None:
+    (hpa,) = by_kind(BASE, "HorizontalPodAutoscaler").values()
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "code"}
+    assert hpa["spec"]["minReplicas"] >= 2
+    base_code = by_kind(BASE, "Deployment")["code"]["spec"]["template"]["spec"]
+    assert base_code["containers"][0]["securityContext"]["procMount"] == "Unmasked" and base_code["hostUsers"] is False
+    overlay_code = by_kind(k8s_documents(K8S / "overlays" / "no-bwrap"), "Deployment")["code"]["spec"]["template"]["spec"]
+    env = {e["name"]: e["value"] for e in overlay_code["containers"][0]["env"]}
+    assert env["CORRGRPO_SANDBOX_BWRAP"] == "0" and "hostUsers" not in overlay_code
+    assert overlay_code["containers"][0]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_readme_commands_name_real_files() -> None:
+    readme = (REPO / "deploy" / "README.md").read_text()
+    for command in re.findall(r"^\s*(docker (?:build|compose)[^\n#]*|kubectl apply -k \S+)", readme, flags=re.M):
+        for word in shlex.split(command):
+            if word.startswith(("deploy/", "./deploy/")):
+                assert (REPO / word).exists(), f"README names {word}"
