@@ -16,60 +16,20 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corrgrpo_proto import ComponentSpec, ComponentsResponse, ErrorBody, Health, Readiness
+from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
+from .errors import error_response
+from .limits import BearerAuth, BodyLimit, InflightItems, JsonGuard
 from .settings import ServiceSettings
 from .store import Store, make_store
 
 log = logging.getLogger("corrgrpo.service")
 ReadinessCheck = Callable[[], Awaitable[str | None]]
 """Raises when a dependency is down; may return a warning (e.g. a sandbox fallback) shown in /readyz."""
-
-
-def error_response(status: int, error: str, message: str, details: list[ErrorDetail] | None = None) -> JSONResponse:
-    body = ErrorBody(error=error, message=message, details=details or [])
-    return JSONResponse(body.model_dump(), status_code=status)
-
-
-class BodyLimit:
-    """ASGI middleware: 413 for a body over `limit` bytes, by header or by counting the stream."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._reject(scope, receive, send)
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._reject(scope, receive, send)
-
-    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, "payload_too_large", f"request body over {self.limit} bytes")
-        await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -91,6 +51,10 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
         self.items = Counter("corrgrpo_items", "Scored items", ["service", "outcome"], registry=self.registry)
+        self.inflight_items = Gauge("corrgrpo_inflight_items", "Items in the scorer now", ["service"], registry=self.registry)
+        self.rejections = Counter(
+            "corrgrpo_rejections", "Requests refused before scoring", ["service", "reason"], registry=self.registry
+        )
         self.service = service
 
 
@@ -103,7 +67,7 @@ def create_app(
     readiness: dict[str, ReadinessCheck] | None = None,
     store: Store | None = None,
 ) -> FastAPI:
-    """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`."""
+    """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`, `inflight`."""
     store = store or make_store(settings.redis_url)
     checks: dict[str, ReadinessCheck] = {"store": store.ping, **(readiness or {})}
 
@@ -116,7 +80,17 @@ def create_app(
     app = FastAPI(title=f"corrgrpo {service} service", version=version, lifespan=lifespan)
     app.state.settings, app.state.store, app.state.metrics = settings, store, Metrics(service)
     app.state.service, app.state.components = service, components
+    counters = app.state.metrics
+    app.state.inflight = InflightItems(settings.max_inflight_items, counters.inflight_items.labels(service).set)
+    # added last = runs first: auth, then the body limit, then the JSON shape check
+    app.add_middleware(JsonGuard, max_depth=settings.max_json_depth)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if settings.api_token is not None:
+        app.add_middleware(
+            BearerAuth,
+            token=settings.api_token.get_secret_value(),
+            on_reject=counters.rejections.labels(service, "unauthorized").inc,
+        )
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, ScoreRequest, ScoreResponse
 from corrgrpo_proto.common import ErrorDetail
 
-from .app import error_response
+from .errors import error_response
 from .store import Store, StoreUnavailable
 
 log = logging.getLogger("corrgrpo.scoring")
@@ -115,8 +115,17 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
             names = ", ".join(s.name for s in specs)
             detail = ErrorDetail(loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}")
             return error_response(422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail])
-        results = await score_batch(service, request.items, weights, scorer, app.state.store, app.state.settings.cache_ttl_s)
-        metrics = app.state.metrics
+        settings, metrics, inflight = app.state.settings, app.state.metrics, app.state.inflight
+        if not inflight.try_acquire(len(request.items)):
+            metrics.rejections.labels(service, "overload").inc()
+            message = f"{inflight.count} items in flight (limit {inflight.limit}); retry after {settings.retry_after_s}s"
+            response = error_response(429, "overloaded", message)
+            response.headers["Retry-After"] = str(settings.retry_after_s)
+            return response
+        try:
+            results = await score_batch(service, request.items, weights, scorer, app.state.store, settings.cache_ttl_s)
+        finally:
+            inflight.release(len(request.items))
         for result in results:
             metrics.items.labels(service, "error" if result.error else "scored").inc()
         return ScoreResponse(service=service, results=results)
@@ -125,6 +134,6 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
     app.post(
         "/v1/score",
         response_model=ScoreResponse,
-        responses={413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+        responses={status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429)},
         summary=f"Score a batch of {service} items",
     )(score)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -17,7 +17,15 @@ class ServiceSettings(BaseSettings):
     port: int = Field(0, description="Bind port; 0 means the service's default port")
     redis_url: str | None = Field(None, description="redis://host:port/db; unset = in-memory store")
     max_body_bytes: int = Field(64 * 1024 * 1024, description="Larger request bodies get 413")
+    max_json_depth: int = Field(64, description="Request JSON nested deeper than this gets 422")
     cache_ttl_s: int = Field(24 * 3600, description="How long a scored item is remembered by its id")
+    api_token: SecretStr | None = Field(
+        None, description="When set, every /v1 route requires `Authorization: Bearer <token>` (401 otherwise)"
+    )
+    max_inflight_items: int = Field(
+        4096, description="Items being scored at once per process; a batch beyond it gets 429 (0 = no limit)"
+    )
+    retry_after_s: int = Field(1, description="`Retry-After` seconds sent with a 429")
     log_level: str = "INFO"
     log_json: bool = Field(True, description="One JSON object per log line (false: plain text)")
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, description="Concurrent scoring work")

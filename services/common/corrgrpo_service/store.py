@@ -11,6 +11,7 @@ import abc
 import asyncio
 import time
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
@@ -103,20 +104,30 @@ def _ms(ttl_s: float | None) -> int | None:
     return None if ttl_s is None else max(1, int(ttl_s * 1000))
 
 
+def redacted(url: str) -> str:
+    """`url` with its password replaced by `***`, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}:" if parts.username else ":"
+    return parts._replace(netloc=f"{user}***@{netloc}").geturl()
+
+
 class RedisStore(Store):
-    """Redis-backed store; every Redis failure surfaces as `StoreUnavailable`."""
+    """Redis-backed store; every Redis failure surfaces as `StoreUnavailable` (password redacted)."""
 
     kind = "redis"
 
     def __init__(self, url: str, timeout_s: float = 2.0) -> None:
-        self.url = url
+        self.url, self.shown_url = url, redacted(url)
         self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
 
     async def _call(self, coro):  # type: ignore[no-untyped-def]
         try:
             return await coro
         except (aioredis.RedisError, OSError, asyncio.TimeoutError) as error:
-            raise StoreUnavailable(f"redis at {self.url}: {error}") from error
+            raise StoreUnavailable(f"redis at {self.shown_url}: {error}") from error
 
     async def get(self, key: str) -> bytes | None:
         return await self._call(self._redis.get(key))

@@ -1,0 +1,204 @@
+"""ASGI guards in front of every route: bearer auth, body size, JSON shape; and the in-flight item budget.
+
+They run before FastAPI parses anything, so a hostile body is refused with the kit's error body
+(401, 413, 400, 422) instead of reaching pydantic or a scorer, and a refusal costs no more than
+reading the body once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import error_response
+
+PROTECTED_PREFIX = "/v1"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def is_protected(path: str) -> bool:
+    """Routes under /v1 need the token; /healthz, /readyz, /metrics and the OpenAPI docs stay open."""
+    return path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/")
+
+
+class BearerAuth:
+    """401 for a /v1 request without `Authorization: Bearer <token>`; the comparison is constant-time."""
+
+    def __init__(self, app: ASGIApp, token: str, on_reject: Callable[[], None]) -> None:
+        self.app, self.token, self.on_reject = app, token.encode(), on_reject
+
+    def allowed(self, header: bytes) -> bool:
+        scheme, _, credentials = header.partition(b" ")
+        # compare_digest even for a wrong scheme, so timing tells nothing about which part was wrong
+        matches = hmac.compare_digest(credentials.strip(), self.token)
+        return scheme.lower() == b"bearer" and matches
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_protected(scope["path"]):
+            return await self.app(scope, receive, send)
+        if self.allowed(dict(scope["headers"]).get(b"authorization", b"")):
+            return await self.app(scope, receive, send)
+        self.on_reject()
+        response = error_response(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="corrgrpo"'
+        await response(scope, receive, send)
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, by header or by counting the stream."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._reject(scope, receive, send)
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._reject(scope, receive, send)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "payload_too_large", f"request body over {self.limit} bytes")
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999 parses to inf without ever being a NaN/Infinity literal
+        raise _NonFinite(literal[:40])
+    return value
+
+
+def json_problem(body: bytes, max_depth: int) -> tuple[int, str, str] | None:
+    """(status, error, message) when a JSON body must be refused before parsing; None to let FastAPI parse it.
+
+    Refused: bytes that are not UTF-8 (400); `NaN`/`Infinity` literals and overflowing numbers
+    like `1e999` (not finite; they would slip through `Any` fields as null); nesting deeper than
+    `max_depth` (the response serializer and the recursion limit would turn it into a 500); and
+    unpaired UTF-16 surrogates (`"\\ud800"`: valid JSON escapes no UTF-8 response can carry).
+    A syntax error is left to FastAPI's 422.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return 400, "invalid_encoding", f"request body is not valid UTF-8 (byte {error.start})"
+    try:
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NonFinite as constant:
+        return 422, "non_finite_number", f"{constant} is not valid JSON; send finite numbers"
+    except RecursionError:
+        return 422, "json_too_deep", f"JSON nested deeper than {max_depth} levels"
+    except ValueError:
+        return None
+    check_strings = _SURROGATE_ESCAPE.search(text) is not None
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > max_depth:
+                return 422, "json_too_deep", f"JSON nested deeper than {max_depth} levels"
+            values = node.values() if isinstance(node, dict) else node
+            stack.extend((value, depth + 1) for value in values)
+            if check_strings and isinstance(node, dict):
+                stack.extend((key, depth) for key in node)
+        elif check_strings and isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return 422, "invalid_string", "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+    return None
+
+
+def _is_json(scope: Scope) -> bool:
+    content_type = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+    return content_type == b"application/json" or content_type.endswith(b"+json")
+
+
+class JsonGuard:
+    """Reads a JSON request body once, refuses it per `json_problem`, else replays it to the app."""
+
+    def __init__(self, app: ASGIApp, max_depth: int) -> None:
+        self.app, self.max_depth = app, max_depth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH") or not _is_json(scope):
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem = json_problem(body, self.max_depth) if body else None
+        if problem is not None:
+            status, error, text = problem
+            return await error_response(status, error, text)(scope, receive, send)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+class InflightItems:
+    """Admission control for scoring: at most `limit` items in the scorer at once (0 = no limit).
+
+    A batch that would exceed the limit is refused (the route answers 429 + Retry-After) rather than
+    queued, so memory and latency stay bounded under overload; the client backs off and retries.
+    A batch larger than the whole limit is admitted only when nothing else is in flight, so it is
+    slow under load but never refused forever. One event loop per process: no lock needed.
+    """
+
+    def __init__(self, limit: int, on_change: Callable[[int], None]) -> None:
+        self.limit, self.count, self.on_change = limit, 0, on_change
+
+    def try_acquire(self, items: int) -> bool:
+        if self.limit and self.count and self.count + items > self.limit:
+            return False
+        self.count += items
+        self.on_change(self.count)
+        return True
+
+    def release(self, items: int) -> None:
+        self.count -= items
+        self.on_change(self.count)

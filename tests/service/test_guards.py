@@ -1,0 +1,131 @@
+"""The kit's guards in-process: bearer auth, JSON shape checks, in-flight item budget, secret hygiene."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import httpx
+import pytest
+
+from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
+from corrgrpo_proto.common import WireModel
+from corrgrpo_service import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
+from corrgrpo_service.limits import json_problem
+from corrgrpo_service.store import RedisStore, redacted
+
+JSON = {"content-type": "application/json"}
+
+
+class Item(WireModel):
+    id: str | None = None
+    value: float
+    extra: object = None
+
+
+class Request(ScoreRequest[Item]):
+    pass
+
+
+def make(settings: ServiceSettings, gate: asyncio.Event | None = None) -> httpx.AsyncClient:
+    async def scorer(items: list[Item]) -> Sequence[Scored | ItemError]:
+        if gate is not None:
+            await gate.wait()
+        return [Scored({"a": item.value}, {"extra": item.extra}) for item in items]
+
+    app = create_app("toy", "0", [ComponentSpec(name="a", min=0, max=None)], settings, store=MemoryStore())
+    add_score_route(app, Request, scorer)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://toy")
+
+
+def test_defaults_bind_loopback_and_hide_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CORRGRPO_HOST", raising=False)
+    monkeypatch.setenv("CORRGRPO_API_TOKEN", "tok-abc123-secret")
+    settings = ServiceSettings()
+    assert settings.host == "127.0.0.1"
+    assert settings.api_token is not None and settings.api_token.get_secret_value() == "tok-abc123-secret"
+    assert "tok-abc123-secret" not in repr(settings) + str(settings) + settings.model_dump_json()
+
+
+async def test_bearer_token_guards_v1_only() -> None:
+    async with make(ServiceSettings(api_token="s3cret")) as client:
+        body = {"items": [{"value": 1}]}
+        refused = await client.post("/v1/score", json=body)
+        assert refused.status_code == 401
+        assert refused.json()["error"] == "unauthorized"
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+        assert (await client.post("/v1/score", json=body, headers={"Authorization": "Bearer wrong"})).status_code == 401
+        assert (await client.post("/v1/score", json=body, headers={"Authorization": "Basic s3cret"})).status_code == 401
+        assert (await client.get("/v1/components")).status_code == 401
+        assert (await client.post("/v1/score", json=body, headers={"Authorization": "Bearer s3cret"})).status_code == 200
+        assert (await client.get("/v1/components", headers={"authorization": "bearer s3cret"})).status_code == 200
+        for open_path in ("/healthz", "/readyz", "/metrics"):
+            assert (await client.get(open_path)).status_code == 200, open_path
+        assert 'corrgrpo_rejections_total{reason="unauthorized",service="toy"} 4.0' in (await client.get("/metrics")).text
+
+
+async def test_no_token_configured_means_open() -> None:
+    async with make(ServiceSettings()) as client:
+        assert (await client.post("/v1/score", json={"items": [{"value": 1}]})).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        (b'{"items":[{"value":1,"extra":' + b"[" * 100_000 + b"]" * 100_000 + b"}]}", 422, "json_too_deep"),
+        (b'{"items":[{"value":1,"extra":' + b"[" * 500 + b"]" * 500 + b"}]}", 422, "json_too_deep"),
+        (b'{"items":[{"value":NaN}]}', 422, "non_finite_number"),
+        (b'{"items":[{"value":1,"extra":-Infinity}]}', 422, "non_finite_number"),
+        (b'{"items":[{"value":1,"extra":1e999}]}', 422, "non_finite_number"),
+        (b'{"items":[{"value":1,"id":"\xff\xfe"}]}', 400, "invalid_encoding"),
+        (b'{"items":[{"value":1,"id":"\\ud800"}]}', 422, "invalid_string"),
+        (b'{"items":[{"value":1,"extra":{"\\udc00":1}}]}', 422, "invalid_string"),
+        (b'{"items":[{"value":1', 422, "validation_error"),
+    ],
+)
+async def test_hostile_json_gets_a_4xx(body: bytes, status: int, error: str) -> None:
+    async with make(ServiceSettings()) as client:
+        response = await client.post("/v1/score", content=body, headers=JSON)
+        assert (response.status_code, response.json()["error"]) == (status, error), response.text
+
+
+def test_json_problem_accepts_what_is_fine() -> None:
+    paired = b'{"s": "\\ud83d\\ude00", "code": "x = \'\\\\ud800\'", "n": [1.5, -2e10, [[{}]]]}'
+    assert json_problem(paired, max_depth=8) is None
+    assert json_problem(b'{"a": [[[]]]}', max_depth=3) is not None
+    assert json_problem(b'{"a": [[]]}', max_depth=3) is None
+
+
+async def test_extra_deep_but_allowed_nesting_scores() -> None:
+    async with make(ServiceSettings(max_json_depth=200)) as client:
+        body = b'{"items":[{"value":1,"extra":' + b"[" * 150 + b"]" * 150 + b"}]}"
+        assert (await client.post("/v1/score", content=body, headers=JSON)).status_code == 200
+
+
+async def test_overload_gets_429_with_retry_after_and_recovers() -> None:
+    gate = asyncio.Event()
+    async with make(ServiceSettings(max_inflight_items=3, retry_after_s=7), gate) as client:
+        first = asyncio.create_task(client.post("/v1/score", json={"items": [{"value": 1}, {"value": 2}]}))
+        while 'corrgrpo_inflight_items{service="toy"} 2.0' not in (await client.get("/metrics")).text:
+            await asyncio.sleep(0.01)  # the first batch is now held inside the scorer
+        refused = await client.post("/v1/score", json={"items": [{"value": 3}, {"value": 4}]})
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "7"
+        assert refused.json()["error"] == "overloaded"
+        gate.set()
+        assert (await first).status_code == 200
+        assert (await client.post("/v1/score", json={"items": [{"value": 3}, {"value": 4}]})).status_code == 200
+        # a batch larger than the whole budget still goes through when nothing else is in flight
+        assert (await client.post("/v1/score", json={"items": [{"value": v} for v in range(5)]})).status_code == 200
+        metrics = (await client.get("/metrics")).text
+        assert 'corrgrpo_rejections_total{reason="overload",service="toy"} 1.0' in metrics
+        assert 'corrgrpo_inflight_items{service="toy"} 0.0' in metrics
+
+
+async def test_redis_password_never_in_errors() -> None:
+    assert redacted("redis://:pw123@127.0.0.1:1/0") == "redis://:***@127.0.0.1:1/0"
+    store = RedisStore("redis://:pw123@127.0.0.1:1/0", timeout_s=0.5)
+    with pytest.raises(Exception) as caught:
+        await store.ping()
+    assert "pw123" not in str(caught.value) and "***" in str(caught.value)
+    await store.close()
