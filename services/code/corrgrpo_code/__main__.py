@@ -1,6 +1,8 @@
-from corrgrpo_service import ServiceSettings
+"""`python -m corrgrpo_code --host H --port P`."""
+
 from corrgrpo_service.cli import serve
 
 from .app import DEFAULT_PORT, build
+from .settings import CodeSettings
 
-serve("code", build, ServiceSettings, DEFAULT_PORT)
+serve("code", build, CodeSettings, DEFAULT_PORT)

@@ -1,11 +1,19 @@
-"""HTTP layer of the code service: routes only; scoring lives in pure functions."""
+"""HTTP layer of the code service: routes only; scoring lives in `scoring` (pure) and the sandbox."""
 
 from __future__ import annotations
+
+import atexit
 
 from fastapi import FastAPI
 
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service import ServiceSettings, create_app
+from corrgrpo_proto.code import CodeScoreRequest
+from corrgrpo_sandbox import Sandbox
+from corrgrpo_service import add_score_route, create_app, make_store
+
+from .problems import load_problems
+from .scoring import CodeScorer, ScoringConfig
+from .settings import CodeSettings
 
 SERVICE = "code"
 VERSION = "0.1.0"
@@ -27,5 +35,33 @@ COMPONENTS = [
 ]
 
 
-def build(settings: ServiceSettings) -> FastAPI:
-    return create_app(SERVICE, VERSION, COMPONENTS, settings)
+def scoring_config(settings: CodeSettings) -> ScoringConfig:
+    return ScoringConfig(
+        limits=settings.limits(),
+        extract=settings.code_extract,
+        languages=settings.languages(),
+        cache_prefix=settings.code_cache_prefix,
+        reference_runs=settings.code_reference_runs,
+        efficiency_cap=settings.code_efficiency_cap,
+    )
+
+
+def build(settings: CodeSettings) -> FastAPI:
+    sandbox = Sandbox(
+        mode=settings.code_sandbox_mode,
+        workers=settings.workers,
+        limits=settings.limits(),
+        allow_fallback=settings.code_allow_fallback,
+    )
+    atexit.register(sandbox.close)
+    store = make_store(settings.redis_url)
+    scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), scoring_config(settings), settings.workers)
+
+    async def sandbox_isolation() -> str | None:
+        """`ok` under bwrap; the loud `fallback: <reason>` string as a warning otherwise."""
+        return None if sandbox.isolation == "bwrap" else sandbox.isolation
+
+    app = create_app(SERVICE, VERSION, COMPONENTS, settings, readiness={"sandbox": sandbox_isolation}, store=store)
+    app.state.scorer = scorer
+    add_score_route(app, CodeScoreRequest, scorer.score)
+    return app
