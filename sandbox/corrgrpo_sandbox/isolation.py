@@ -59,11 +59,15 @@ def bwrap_prefix(bwrap: str, python: str) -> tuple[str, ...]:
     return tuple(args)
 
 
-@functools.cache
 def probe_bwrap(python: str) -> str | None:
     """None when bwrap can start `python` here, else why not."""
     if os.environ.get("CORRGRPO_SANDBOX_BWRAP", "1") == "0":
         return "disabled by CORRGRPO_SANDBOX_BWRAP=0"
+    return probe_bwrap_once(python)
+
+
+@functools.cache
+def probe_bwrap_once(python: str) -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bwrap not found on PATH"

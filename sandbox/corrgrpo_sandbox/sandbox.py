@@ -25,7 +25,7 @@ from corrgrpo_sandbox.limits import ExecResult, Limits
 from corrgrpo_sandbox.worker import HEADER
 
 DEFAULT_LIMITS = Limits()
-REPLY_GRACE_S = 5.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
+REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 REPLY_FIELDS = {
     "exit_code": (int, type(None)),

@@ -1,0 +1,146 @@
+"""Behaviour of Sandbox.run on well-behaved programs: streams, files, limits, timing, modes, concurrency."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+
+from corrgrpo_sandbox import ExecResult, Limits, Sandbox
+
+
+def test_stdout_stderr_exit_code_and_stdin(sandbox: Sandbox) -> None:
+    result = sandbox.run("import sys\nprint(sys.stdin.read().upper())\nprint('err', file=sys.stderr)\nsys.exit(4)", stdin=b"abc")
+    assert (result.exit_code, result.signal, result.anomaly) == (4, None, None)
+    assert result.stdout == b"ABC\n"
+    assert result.stderr == b"err\n"
+    assert not result.timed_out and not result.truncated
+
+
+def test_runs_as_main_in_private_cwd_with_files(sandbox: Sandbox) -> None:
+    source = (
+        "import os\nassert __name__ == '__main__'\n"
+        "print(os.getcwd().startswith('/tmp'), sorted(os.listdir('.')), open('data/in.txt').read())\n"
+        "open('out.txt', 'w').write('written')"
+    )
+    result = sandbox.run(source, files={"data/in.txt": b"hello", "x.py": b"X = 1"})
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == b"True ['data', 'x.py'] hello\n"
+
+
+def test_cwd_is_empty_again_on_the_next_run(pool_sandbox: Sandbox) -> None:
+    for _ in range(3):  # enough runs to land on both workers
+        pool_sandbox.run("import os\nopen('left.txt', 'w').write('x')\nopen('/tmp/top.txt', 'w').write('x')")
+    result = pool_sandbox.run("import os\nprint(os.listdir('.'), os.listdir('/tmp'))")
+    assert result.stdout == b"[] ['work']\n"
+
+
+def test_uncaught_exception_reports_traceback_without_worker_frames(sandbox: Sandbox) -> None:
+    result = sandbox.run("def f():\n    raise KeyError('k')\nf()")
+    assert result.exit_code == 1
+    assert b"KeyError: 'k'" in result.stderr and b'File "<candidate>", line 3' in result.stderr
+    assert b"worker.py" not in result.stderr
+
+
+def test_syntax_error_is_exit_code_one(sandbox: Sandbox) -> None:
+    result = sandbox.run("def (:")
+    assert result.exit_code == 1 and b"SyntaxError" in result.stderr
+
+
+def test_channel_fd3_reaches_the_parent(sandbox: Sandbox) -> None:
+    result = sandbox.run("import os\nwith os.fdopen(3, 'wb') as channel:\n    channel.write(b'{\"ok\": 1}')")
+    assert result.channel == b'{"ok": 1}' and result.stdout == b""
+
+
+def test_output_is_truncated_at_the_cap(sandbox: Sandbox) -> None:
+    limits = Limits(output_bytes=1000)
+    result = sandbox.run("import sys, os\nprint('x' * 5000)\nos.write(3, b'c' * 3000)", limits=limits)
+    assert result.truncated and result.exit_code == 0
+    assert result.stdout == b"x" * 1000 and result.channel == b"c" * 1000
+
+
+def test_cpu_time_of_a_busy_loop_is_measured_by_the_kernel(pool_sandbox: Sandbox) -> None:
+    source = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end:\n    pass"
+    result = pool_sandbox.run(source)
+    assert result.exit_code == 0
+    assert 0.15 <= result.cpu_s <= 2.0  # generous: the kernel's figure for ~0.2 s of user CPU
+    assert result.wall_s >= result.cpu_s * 0.9
+    assert result.peak_rss_kb > 1000
+
+
+def test_faked_clock_does_not_change_measured_cpu(pool_sandbox: Sandbox) -> None:
+    source = "import time\ntime.process_time = lambda: 0.0\ntime.monotonic = lambda: 0.0\nsum(range(3_000_000))"
+    result = pool_sandbox.run(source)
+    assert result.exit_code == 0 and result.cpu_s > 0.02
+
+
+def test_file_size_limit(sandbox: Sandbox) -> None:
+    source = "try:\n    open('big', 'wb').write(b'x' * 3 * 1024 * 1024)\nexcept OSError as e:\n    print('refused', e.errno)"
+    result = sandbox.run(source, limits=Limits(file_mb=1))
+    assert result.stdout == b"refused 27\n"  # EFBIG (SIGXFSZ is ignored by the interpreter)
+
+
+def test_open_files_limit(pool_sandbox: Sandbox) -> None:
+    source = (
+        "handles = []\ntry:\n    while True:\n        handles.append(open('/dev/null'))\nexcept OSError:\n    print(len(handles))"
+    )
+    result = pool_sandbox.run(source, limits=Limits(open_files=20))
+    assert result.exit_code == 0 and 10 <= int(result.stdout) < 20
+
+
+def test_bad_file_names_are_refused(pool_sandbox: Sandbox) -> None:
+    for name in ("/etc/passwd", "../up.txt", "a/../../b", ""):
+        with pytest.raises(ValueError):
+            pool_sandbox.run("pass", files={name: b"x"})
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        Limits(wall_s=0)
+
+
+def test_concurrent_runs_from_many_threads(pool_sandbox: Sandbox) -> None:
+    results: dict[int, ExecResult] = {}
+
+    def run(number: int) -> None:
+        results[number] = pool_sandbox.run(f"print({number} * 2)")
+
+    threads = [threading.Thread(target=run, args=(number,)) for number in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {number: result.stdout for number, result in results.items()} == {n: f"{n * 2}\n".encode() for n in range(8)}
+
+
+def test_worker_is_recycled_after_n_runs() -> None:
+    with Sandbox("pool", workers=1, recycle_after=2) as sandbox:
+        seen = set()
+        for _ in range(5):
+            assert sandbox.run("pass").exit_code == 0
+            seen |= {worker.process.pid for worker in sandbox._live}
+        assert len(seen) >= 3
+
+
+def test_fallback_is_loud_and_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRGRPO_SANDBOX_BWRAP", "0")
+    with pytest.raises(RuntimeError, match="allow_fallback=False"):
+        Sandbox("fresh", allow_fallback=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sandbox = Sandbox("pool", workers=1)
+    with sandbox:
+        assert sandbox.isolation.startswith("fallback: disabled by CORRGRPO_SANDBOX_BWRAP=0")
+        assert any("UNSANDBOXED" in str(warning.message) for warning in caught)
+        result = sandbox.run("import os\nprint(sorted(os.listdir('.')))\nos.write(3, b'c')", files={"f": b""})
+        assert (result.stdout, result.channel, result.isolation) == (b"['f']\n", b"c", sandbox.isolation)
+        looping = sandbox.run("while True:\n    pass", limits=Limits(cpu_s=0.5, wall_s=0.8))
+        assert looping.timed_out and looping.exit_code is None
+
+
+def test_closed_sandbox_refuses_runs() -> None:
+    sandbox = Sandbox("pool", workers=1)
+    sandbox.close()
+    with pytest.raises(RuntimeError):
+        sandbox.run("pass")
