@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -163,6 +164,56 @@ def test_work_is_bounded() -> None:
     assert sum(score(deep, GT, limits=Limits(max_chars=200_000)).components.values()) == pytest.approx(-3.0)
 
 
+def toolrl_format(response: str, ground_truth: str, rules: FormatRules) -> float:
+    """ToolRL's format check as its source writes it (regex over the whole response, then tag counts)."""
+    think = r"^(?:<think>)?" if rules.optional_think_open else r"^<think>"
+    gap = r"\s*" if rules.lenient_separators else r"\n"
+    calls, reply = r"<tool_call>\n.*?\n</tool_call>", r"<response>.*?</response>"
+    wants = ("<tool_call>" in ground_truth, "<response>" in ground_truth)
+    tail = {(True, False): gap + calls, (False, True): gap + reply, (True, True): gap + calls + gap + reply, (False, False): ""}
+    tags = {(True, False): ["<tool_call>", "</tool_call>"], (False, True): ["<response>", "</response>"], (False, False): []}
+    tags[True, True] = tags[True, False] + tags[False, True]
+    matched = re.search(f"{think}.*?</think>{tail[wants]}$", response, re.DOTALL)
+    return 1.0 if matched and all(response.count(tag) == 1 for tag in tags[wants]) else 0.0
+
+
+LAYOUTS = [
+    "<think>a</think>",
+    "<think>a</think>\n<response>b</response>",
+    "<think>a</think>\n<tool_call>\n{}\n</tool_call>",
+    "<think>a</think>\n<tool_call>\n{}\n</tool_call>\n<response>b</response>",
+]
+PIECES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<response>", "</response>", "\n", " ", "x", ""]
+
+
+@st.composite
+def near_layouts(draw: st.DrawFn) -> str:
+    """A well-formed layout with up to three edits (delete a few characters, insert a tag or character)."""
+    text = draw(st.sampled_from(LAYOUTS))
+    for _ in range(draw(st.integers(0, 3))):
+        at, cut = draw(st.integers(0, len(text))), draw(st.integers(0, 3))
+        text = text[:at] + draw(st.sampled_from(PIECES)) + text[at + cut :]
+    return text
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    response=near_layouts(),
+    truth=st.sampled_from(LAYOUTS),
+    lenient=st.booleans(),
+    open_think=st.booleans(),
+)
+def test_format_agrees_with_toolrl_regex(response: str, truth: str, lenient: bool, open_think: bool) -> None:
+    rules = FormatRules(lenient, open_think)
+    assert format_score(response, truth, rules) == toolrl_format(response, truth, rules)
+
+
+def test_each_layout_passes_exactly_for_its_own_kind_of_ground_truth() -> None:
+    verdicts = [[format_score(layout, truth) for truth in LAYOUTS] for layout in LAYOUTS]
+    assert verdicts == [[1.0 if i == j else 0.0 for j in range(4)] for i in range(4)]
+    assert verdicts == [[toolrl_format(layout, truth, FormatRules()) for truth in LAYOUTS] for layout in LAYOUTS]
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(["a", "b", "1"]),
     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from("xy"), inner, max_size=2),
@@ -175,7 +226,7 @@ tool_calls = st.builds(
 )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(truth=st.lists(tool_calls, min_size=1, max_size=3), predicted=st.lists(tool_calls, min_size=1, max_size=4))
 def test_component_ranges_and_sum(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
     result = score(response(*predicted), response(*truth))

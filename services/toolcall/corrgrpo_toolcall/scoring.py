@@ -98,30 +98,42 @@ def extract_response(text: str) -> str:
 
 
 @lru_cache(maxsize=8)
-def _format_patterns(rules: FormatRules) -> dict[tuple[bool, bool], re.Pattern[str]]:
-    """ToolRL's patterns keyed by (ground truth has `<tool_call>`, ground truth has `<response>`)."""
-    think = r"^(?:<think>)?" if rules.optional_think_open else r"^<think>"
+def _format_tails(rules: FormatRules) -> dict[tuple[bool, bool], re.Pattern[str]]:
+    """What must follow `</think>` in ToolRL's patterns, keyed by (ground truth has `<tool_call>`, has `<response>`)."""
     gap = r"\s*" if rules.lenient_separators else r"\n"
     calls = r"<tool_call>\n.*?\n</tool_call>"
     reply = r"<response>.*?</response>"
-    bodies = {
+    tails = {
         (True, False): f"{gap}{calls}",
         (False, True): f"{gap}{reply}",
         (True, True): f"{gap}{calls}{gap}{reply}",
         (False, False): "",
     }
-    return {key: re.compile(f"{think}.*?</think>{body}$", re.DOTALL) for key, body in bodies.items()}
+    return {key: re.compile(f"{tail}$", re.DOTALL) for key, tail in tails.items()}
 
 
 def format_score(response: str, ground_truth: str, rules: FormatRules = FormatRules()) -> float:
-    """1.0 when `response` has the tag layout the ground truth's tags call for, else 0.0."""
+    """1.0 when `response` has the tag layout the ground truth's tags call for, else 0.0.
+
+    Same verdict as ToolRL's `re.search(r"^<think>.*?</think>TAIL$", response, re.DOTALL)` plus its
+    tag counts, but the think text is skipped with `str.find` instead of the regex engine's lazy
+    `.*?`, which costs ~0.1 µs a character (tests/toolcall checks the two agree).
+    """
     wants_calls, wants_reply = "<tool_call>" in ground_truth, "<response>" in ground_truth
-    # ToolRL's count checks: exactly one block of each kind the ground truth uses. Checked before
-    # the regex, they also keep its backtracking linear.
     tags = (["<tool_call>", "</tool_call>"] if wants_calls else []) + (["<response>", "</response>"] if wants_reply else [])
     if any(response.count(tag) != 1 for tag in tags):
         return 0.0
-    return 1.0 if _format_patterns(rules)[wants_calls, wants_reply].search(response) else 0.0
+    if not (rules.optional_think_open or response.startswith("<think>")):
+        return 0.0
+    tail = _format_tails(rules)[wants_calls, wants_reply]
+    # `.*?</think>` may end at any `</think>`: try each. The tails start with a tag that occurs once,
+    # so at most one try gets past its first characters and the work stays linear.
+    end = response.find("</think>")
+    while end >= 0:
+        if tail.match(response, end + len("</think>")):
+            return 1.0
+        end = response.find("</think>", end + 1)
+    return 0.0
 
 
 def parse_calls(text: str, max_calls: int | None = Limits.max_calls) -> list[ToolCall]:
@@ -155,11 +167,22 @@ def multiset_jaccard(left: Iterable[Any], right: Iterable[Any]) -> float:
     return shared / (sum(a.values()) + sum(b.values()) - shared)
 
 
+def key_jaccard(left: Iterable[str], right: Iterable[str]) -> float:
+    """`multiset_jaccard` for the keys of two objects, which cannot repeat: plain sets, much faster."""
+    a, b = set(left), set(right)
+    if not a and not b:
+        return 1.0
+    shared = len(a & b)
+    return shared / (len(a) + len(b) - shared)
+
+
 def json_equal(left: Any, right: Any) -> bool:
     """Equality of decoded JSON values where booleans equal only booleans (Python has `True == 1`).
 
     Iterative, so the deepest value `json.loads` accepts cannot overflow the stack here.
     """
+    if type(left) is type(right) and type(left) in (str, int, float):
+        return left == right  # the common case, without the loop
     pending = [(left, right)]
     while pending:
         a, b = pending.pop()
@@ -193,7 +216,7 @@ def match(truth: list[ToolCall], predicted: list[ToolCall]) -> Matching:
         for index, candidate in enumerate(predicted):
             if index in used or candidate.name != gt.name:
                 continue
-            names = multiset_jaccard(gt.parameters.keys(), candidate.parameters.keys())
+            names = key_jaccard(gt.parameters, candidate.parameters)
             given = candidate.parameters
             values = sum(1 for key, value in gt.parameters.items() if key in given and json_equal(given[key], value))
             if names + values > (best[0] + best[1] if best else 0.0):
@@ -224,7 +247,7 @@ def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules()
 
     Raises `Unparseable` when the ground truth has a `<tool_call>` block that does not parse.
     """
-    truth = parse_calls(ground_truth, max_calls=None) if "<tool_call>" in ground_truth else None
+    truth = _truth_calls(ground_truth) if "<tool_call>" in ground_truth else None
     if len(completion) > limits.max_chars:
         return _unmatched(0.0, truth, f"completion over {limits.max_chars} characters")
     response = extract_response(completion)
@@ -237,6 +260,12 @@ def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules()
         return _unmatched(fmt, truth, str(error))
     matching = match(truth, predicted)
     return Score(fmt, matching.components(), matching)
+
+
+@lru_cache(maxsize=4096)
+def _truth_calls(ground_truth: str) -> list[ToolCall]:
+    """Parsed once per distinct ground truth (a group's completions share theirs); callers must not mutate."""
+    return parse_calls(ground_truth, max_calls=None)
 
 
 def _unmatched(fmt: float, truth: list[ToolCall] | None, reason: str) -> Score:

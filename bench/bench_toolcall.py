@@ -1,0 +1,81 @@
+"""Tool-call scoring throughput: the pure function on one core, and `POST /v1/score` of one server process.
+
+Workload: the 80 RLLA-4K test rows, each scored against five completions: its ground truth, one
+value changed, the last call dropped, a prose-only answer, and a chat-template-wrapped copy
+(400 completions; mostly partial matches, as during training). Scoring is CPU-bound and holds
+the GIL, so one process is one core; run more replicas (or uvicorn workers) for more cores.
+
+Run: `.venv/bin/python bench/bench_toolcall.py` (part of `make bench`; under a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from corrgrpo_toolcall.datasets import Example, load_rlla4k
+from corrgrpo_toolcall.scoring import score
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from servers import start_service  # the test helper: starts a service exactly as its container does
+
+
+def variants(example: Example) -> list[str]:
+    truth = example.ground_truth
+    out = [truth, "<think>I can answer directly.</think>\n<response>Sure.</response>"]
+    out.append(f"<|im_start|>assistant\n{truth}<|im_end|>")
+    if "<tool_call>" in truth:
+        head, rest = truth.split("<tool_call>\n", 1)
+        block, tail = rest.split("\n</tool_call>", 1)
+        calls = [json.loads(line) for line in block.split("\n")]
+        changed = [{**calls[0], "parameters": {k: "changed" for k in calls[0]["parameters"]}}, *calls[1:]]
+        for edited in (changed, calls[:-1] or calls):
+            out.append(head + "<tool_call>\n" + "\n".join(json.dumps(c) for c in edited) + "\n</tool_call>" + tail)
+    return out
+
+
+def pure_rate(pairs: list[tuple[str, str]], seconds: float = 3.0) -> float:
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for completion, truth in pairs:
+            score(completion, truth)
+        done += len(pairs)
+    return done / (time.perf_counter() - start)
+
+
+def http_rate(url: str, pairs: list[tuple[str, str]], batch: int, seconds: float = 4.0) -> float:
+    items = [{"completion": c, "ground_truth": t} for c, t in pairs]
+    bodies = [{"items": (items * (batch // len(items) + 1))[i : i + batch]} for i in range(0, len(items), batch)]
+    done, start = 0, time.perf_counter()
+    with httpx.Client(timeout=30) as client:
+        while time.perf_counter() - start < seconds:
+            for body in bodies:
+                response = client.post(f"{url}/v1/score", json=body)
+                response.raise_for_status()
+                done += len(body["items"])
+    return done / (time.perf_counter() - start)
+
+
+def main() -> int:
+    examples = load_rlla4k()
+    pairs = [(completion, e.ground_truth) for e in examples for completion in variants(e)]
+    rows = [("pure function, 1 process", f"{len(pairs)} mixed", pure_rate(pairs))]
+    long_think = [("<think>" + "word " * 20_000 + t.split("</think>", 1)[1], t) for _, t in pairs[:50] if "</think>" in t]
+    rows.append(("pure function, 100 kB think", str(len(long_think)), pure_rate(long_think, 2.0)))
+    with start_service("toolcall") as service:
+        for batch in (1, 64, 400):
+            rows.append((f"HTTP, 1 server process, batch {batch}", f"{len(pairs)} mixed", http_rate(service.url, pairs, batch)))
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end\n")
+    print("| path | completions | scores/s |\n| --- | --- | --- |")
+    for path, workload, rate in rows:
+        print(f"| {path} | {workload} | {rate:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
