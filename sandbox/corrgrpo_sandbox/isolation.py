@@ -86,6 +86,10 @@ def resolve_launcher(python: str, allow_fallback: bool) -> Launcher:
     if problem is None:
         bwrap = shutil.which("bwrap")
         assert bwrap is not None
+        if os.geteuid() == 0:
+            log.warning(
+                "corrgrpo_sandbox runs as uid 0: the kernel ignores RLIMIT_NPROC, fork bombs are bounded by the wall timeout only"
+            )
         return Launcher("bwrap", bwrap_prefix(bwrap, python), True, ("/tmp", "/dev/shm"))
     if not allow_fallback:
         raise RuntimeError(f"bubblewrap sandbox unavailable ({problem}) and allow_fallback=False")
