@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -202,7 +202,7 @@ def json_equal(left: Any, right: Any) -> bool:
     return True
 
 
-def match(truth: list[ToolCall], predicted: list[ToolCall]) -> Matching:
+def match(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> Matching:
     """ToolRL's matching: name Jaccard, then per ground-truth call the best unused same-name prediction.
 
     "Best" is the largest parameter-name Jaccard plus count of equal values (first one on ties);
@@ -239,7 +239,8 @@ class Score:
         return {"format": self.format, **self.components}
 
 
-ZERO = {"name": 0.0, "param_names": 0.0, "param_values": 0.0}
+def _zero() -> dict[str, float]:
+    return {"name": 0.0, "param_names": 0.0, "param_values": 0.0}
 
 
 def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules(), limits: Limits = Limits()) -> Score:
@@ -253,7 +254,7 @@ def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules()
     response = extract_response(completion)
     fmt = format_score(response, ground_truth, rules)
     if truth is None:  # ToolRL: a ground truth without tool calls gives correctness 0
-        return Score(fmt, ZERO, None)
+        return Score(fmt, _zero(), None)
     try:
         predicted = parse_calls(response, limits.max_calls)
     except Unparseable as error:
@@ -262,15 +263,24 @@ def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules()
     return Score(fmt, matching.components(), matching)
 
 
-@lru_cache(maxsize=4096)
-def _truth_calls(ground_truth: str) -> list[ToolCall]:
+CACHED_TRUTH_CHARS = 65_536  # so 4096 cached ground truths hold at most a few hundred MB
+
+
+def _truth_calls(ground_truth: str) -> tuple[ToolCall, ...]:
     """Parsed once per distinct ground truth (a group's completions share theirs); callers must not mutate."""
-    return parse_calls(ground_truth, max_calls=None)
+    if len(ground_truth) > CACHED_TRUTH_CHARS:
+        return tuple(parse_calls(ground_truth, max_calls=None))
+    return _cached_truth_calls(ground_truth)
 
 
-def _unmatched(fmt: float, truth: list[ToolCall] | None, reason: str) -> Score:
+@lru_cache(maxsize=4096)
+def _cached_truth_calls(ground_truth: str) -> tuple[ToolCall, ...]:
+    return tuple(parse_calls(ground_truth, max_calls=None))
+
+
+def _unmatched(fmt: float, truth: Sequence[ToolCall] | None, reason: str) -> Score:
     """Nothing matched: every component at its minimum (their sum is −3), or 0 without ground-truth calls."""
     if truth is None:
-        return Score(fmt, ZERO, None, reason)
+        return Score(fmt, _zero(), None, reason)
     nothing = Matching(0.0, 0.0, 0.0, len(truth), sum(len(c.parameters) for c in truth))
     return Score(fmt, nothing.components(), nothing, reason)
