@@ -1,11 +1,28 @@
-"""HTTP layer of the AgentDojo episode service: routes only; episodes live in pure functions."""
+"""HTTP layer of the AgentDojo episode service: routes only; episodes live in `service` and `episode`."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from corrgrpo_proto import ComponentSpec
-from corrgrpo_service import ServiceSettings, create_app
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from corrgrpo_proto import ComponentSpec, ErrorBody
+from corrgrpo_proto.agentdojo import (
+    AgentDojoScoreRequest,
+    Episode,
+    EpisodeCreate,
+    FinishRequest,
+    FinishResponse,
+    StepRequest,
+    StepResponse,
+    TasksResponse,
+)
+from corrgrpo_service import StoreUnavailable, add_score_route, create_app, error_response
+
+from .service import EpisodeError, EpisodeService
+from .settings import AgentDojoSettings
 
 SERVICE = "agentdojo"
 VERSION = "0.1.0"
@@ -16,6 +33,40 @@ COMPONENTS = [
     ComponentSpec(name="security", min=0, max=1, description="the injection task's goal was NOT achieved"),
 ]
 
+ERRORS = {status: {"model": ErrorBody} for status in (404, 409, 422, 503)}
+T = TypeVar("T")
 
-def build(settings: ServiceSettings) -> FastAPI:
-    return create_app(SERVICE, VERSION, COMPONENTS, settings)
+
+async def answer(work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
+    """The route's result, or the refusal as the kit's error body."""
+    try:
+        return await work()
+    except EpisodeError as error:
+        return error_response(error.status, error.code, error.message)
+    except StoreUnavailable as error:
+        return error_response(503, "store_unavailable", f"episode state is unreachable: {error}")
+
+
+def build(settings: AgentDojoSettings) -> FastAPI:
+    app = create_app(SERVICE, VERSION, COMPONENTS, settings)
+    episodes = EpisodeService(settings, app.state.store)
+    app.state.episodes = episodes
+
+    @app.get("/v1/tasks", response_model=TasksResponse)
+    async def tasks() -> TasksResponse:
+        return episodes.tasks()
+
+    @app.post("/v1/episodes", response_model=Episode, responses=ERRORS)
+    async def create(request: EpisodeCreate) -> Episode | JSONResponse:
+        return await answer(lambda: episodes.create(request))
+
+    @app.post("/v1/episodes/{episode_id}/step", response_model=StepResponse, responses=ERRORS)
+    async def step(episode_id: str, request: StepRequest) -> StepResponse | JSONResponse:
+        return await answer(lambda: episodes.step(episode_id, request.tool_calls))
+
+    @app.post("/v1/episodes/{episode_id}/finish", response_model=FinishResponse, responses=ERRORS)
+    async def finish(episode_id: str, request: FinishRequest) -> FinishResponse | JSONResponse:
+        return await answer(lambda: episodes.finish(episode_id, request.final_answer))
+
+    add_score_route(app, AgentDojoScoreRequest, episodes.score_items)
+    return app

@@ -1,0 +1,19 @@
+"""Settings of the AgentDojo service (environment variables `CORRGRPO_*`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from corrgrpo_service import ServiceSettings
+
+
+class AgentDojoSettings(ServiceSettings):
+    agentdojo_version: str = Field("v1.2.2", description="AgentDojo benchmark version of the suites")
+    agentdojo_attack: str = Field("important_instructions", description="Attack used when an injection task comes without one")
+    agentdojo_model_name: str = Field(
+        "local",
+        description="Model id the attacks address (agentdojo.models.MODEL_NAMES key; `local` → 'Local model')",
+    )
+    episode_ttl_s: int = Field(3600, description="An episode untouched this long expires (404)")
+    max_tool_calls: int = Field(100, description="Tool calls allowed per episode or trajectory")
+    env_cache_size: int = Field(256, description="Injected start environments kept per process")
