@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -226,7 +227,7 @@ tool_calls = st.builds(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(truth=st.lists(tool_calls, min_size=1, max_size=3), predicted=st.lists(tool_calls, min_size=1, max_size=4))
 def test_component_ranges_and_sum(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
     result = score(response(*predicted), response(*truth))
@@ -239,3 +240,49 @@ def test_component_ranges_and_sum(truth: list[dict[str, Any]], predicted: list[d
     assert -3 - 1e-12 <= total <= 3 + 1e-12
     assert (total == pytest.approx(3.0)) == m.exact
     assert sum(score(response(*truth), response(*truth)).components.values()) == pytest.approx(3.0)
+
+
+def toolrl_correctness(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> float:
+    """ToolRL's `compute_tool_call_reward` (max 3, min −3) restated as an independent oracle: one summed score."""
+    if truth == predicted:
+        return 3.0
+
+    def jaccard(a: list[Any], b: list[Any]) -> float:
+        if a == b:
+            return 1.0
+        if not a or not b:
+            return 0.0
+        shared = sum((Counter(a) & Counter(b)).values())
+        return shared / (len(a) + len(b) - shared)
+
+    total, s_max, used = jaccard([c["name"] for c in truth], [c["name"] for c in predicted]), 1.0, set()
+    for gt in truth:
+        s_max += 1 + len(gt["parameters"])
+        best, best_index = 0.0, -1
+        for i, pd in enumerate(predicted):
+            if i in used or pd["name"] != gt["name"]:
+                continue
+            value = jaccard(list(gt["parameters"]), list(pd["parameters"]))
+            value += sum(1.0 for k, v in gt["parameters"].items() if k in pd["parameters"] and pd["parameters"][k] == v)
+            if value > best:
+                best, best_index = value, i
+        if best_index >= 0:
+            used.add(best_index)
+            total += best
+    return 6 * total / s_max - 3
+
+
+# No booleans here: the one place we differ from ToolRL on purpose is `true == 1`.
+plain_values = st.none() | st.integers(-2, 2) | st.sampled_from(["a", "1"]) | st.lists(st.integers(0, 1), max_size=2)
+plain_calls = st.builds(
+    lambda name, parameters: {"name": name, "parameters": parameters},
+    st.sampled_from(["f", "g"]),
+    st.dictionaries(st.sampled_from(["p", "q", "r"]), plain_values, max_size=3),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(truth=st.lists(plain_calls, min_size=1, max_size=3), predicted=st.lists(plain_calls, min_size=1, max_size=4))
+def test_sum_of_components_is_toolrl_correctness(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
+    total = sum(score(response(*predicted), response(*truth)).components.values())
+    assert total == pytest.approx(toolrl_correctness(truth, predicted), abs=1e-9)
