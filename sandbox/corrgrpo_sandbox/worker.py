@@ -33,6 +33,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PROTOCOL_FD_BASE = 200  # the worker's own pipes live here; the child closes every fd >= 4
 READ_CHUNK = 65536
+DRAIN_READS = 32  # a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
 STRAGGLER_ROUNDS = 200
 
 
@@ -130,6 +131,9 @@ def become_candidate(source: str, workdir: str, limits: dict, fds: tuple[int, in
         except BaseException as error:
             traceback.print_exception(type(error), error, error.__traceback__.tb_next if error.__traceback__ else None)
             status = 1
+        threading = sys.modules.get("threading")
+        if threading is not None:  # like interpreter shutdown: wait for the candidate's non-daemon threads
+            threading._shutdown()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
@@ -155,7 +159,7 @@ def collect(pipes: dict[int, str], pidfd: int, deadline: float, cap: int) -> tup
         for fd in open_fds.copy() if exited else ready:
             if fd == pidfd:
                 continue
-            while True:  # after exit, drain what the child left in the pipe
+            for _ in range(DRAIN_READS if exited else 1):  # after exit, drain what the child left in the pipe
                 try:
                     chunk = os.read(fd, READ_CHUNK)
                 except BlockingIOError:
@@ -167,8 +171,6 @@ def collect(pipes: dict[int, str], pidfd: int, deadline: float, cap: int) -> tup
                 keep = max(0, cap - len(buffer))
                 buffer += chunk[:keep]
                 truncated |= len(chunk) > keep
-                if not exited:
-                    break
     return {name: bytes(value) for name, value in data.items()}, truncated, exited
 
 

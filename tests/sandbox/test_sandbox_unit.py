@@ -144,3 +144,9 @@ def test_closed_sandbox_refuses_runs() -> None:
     sandbox.close()
     with pytest.raises(RuntimeError):
         sandbox.run("pass")
+
+
+def test_non_daemon_threads_finish_before_exit(pool_sandbox: Sandbox) -> None:
+    source = "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.1), print('late'))).start()\nprint('main')"
+    result = pool_sandbox.run(source)
+    assert (result.exit_code, result.stdout) == (0, b"main\nlate\n")
