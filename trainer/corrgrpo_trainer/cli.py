@@ -190,8 +190,11 @@ def component_table(log_history: list[dict[str, Any]], names: Sequence[str]) -> 
     return "\n".join(lines)
 
 
-def train(config: dict[str, Any], progress: bool = True) -> Any:
-    """Build the policy, the reward columns and a CorrGRPOTrainer from `config`, train, and return the trainer."""
+def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, progress: bool = True) -> Any:
+    """Build the policy, the reward columns and a CorrGRPOTrainer from `config`, train, and return the trainer.
+
+    `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given.
+    """
     from datasets import Dataset
     from transformers import TrainerCallback
 
@@ -202,6 +205,9 @@ def train(config: dict[str, Any], progress: bool = True) -> Any:
     services, weights = service_rewards(config)
     columns = reward_columns(services)
     model, tokenizer = load_policy(config.get("model", TINY), trl_args["output_dir"])
+    if config.get("model", TINY) == TINY:
+        # Its matrices are tiny: with more threads, synchronisation dominates (17x slower generation on 2 loaded cores).
+        torch.set_num_threads(1)
     args = CorrGRPOConfig(
         advantage_estimator=config.get("estimator", "corrgrpo"),
         advantage_floor=config.get("advantage_floor"),
@@ -221,7 +227,7 @@ def train(config: dict[str, Any], progress: bool = True) -> Any:
         processing_class=tokenizer,
         reward_funcs=columns,
         args=args,
-        train_dataset=Dataset.from_list(load_rows(config)),
+        train_dataset=Dataset.from_list(rows if rows is not None else load_rows(config)),
         callbacks=[Progress()],
     )
     trainer.train()
