@@ -1,0 +1,198 @@
+"""Properties of the GRPO / CorrGRPO / GDPO estimators against the definitions, TRL 1.16 and the per-group loop."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from trl.trainer.utils import nanstd as trl_nanstd
+
+from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics, gdpo, group_moments, grpo
+
+_spec = importlib.util.spec_from_file_location("bench_advantages", Path(__file__).parents[2] / "bench" / "bench_advantages.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+FAST = settings(max_examples=40, deadline=None)
+
+
+@st.composite
+def reward_tensors(draw: st.DrawFn, max_components: int = 5, missing: bool = False) -> torch.Tensor:
+    """[B, G, K] float32: continuous components of scales ~1e-2..1e2, binary ones, some constant within a group.
+
+    Binary values and the constant 0.25 are exact in float32, so float32 and float64 agree on which
+    components are constant; test_zero_variance_components_drop_out covers the inexact 0.3.
+    """
+    groups, size, components = draw(st.integers(1, 4)), draw(st.integers(2, 8)), draw(st.integers(1, max_components))
+    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    scales = torch.tensor(draw(st.lists(st.floats(-2, 2), min_size=components, max_size=components))).exp2() ** 3.3
+    r = torch.randn(groups, size, components, generator=generator) * scales
+    binary = torch.rand(components, generator=generator) < 0.3
+    r = torch.where(binary, (r > 0).float(), r)
+    constant = torch.rand(groups, 1, components, generator=generator) < 0.2
+    r = torch.where(constant, torch.full_like(r, 0.25), r)
+    if missing:
+        r = r.masked_fill(torch.rand(r.shape, generator=generator) < 0.2, float("nan"))
+        r[:, 0] = float("nan")  # every group has one all-missing rollout
+    return r
+
+
+@FAST
+@given(reward_tensors())
+def test_variance_of_the_sum_is_the_sum_of_covariances(r: torch.Tensor) -> None:
+    x = r.double()
+    centered = x - x.mean(dim=1, keepdim=True)
+    cov = torch.einsum("bgk,bgl->bkl", centered, centered) / (x.shape[1] - 1)
+    var_total = x.sum(dim=-1).var(dim=1)  # unbiased, the convention of every estimator here
+    torch.testing.assert_close(var_total, cov.sum(dim=(1, 2)))
+
+
+@FAST
+@given(reward_tensors(max_components=1))
+def test_corrgrpo_with_one_component_is_grpo_rescaled_by_its_std(r: torch.Tensor) -> None:
+    """K = 1: ρ = [[1]] (or [[0]] if constant), so CorrGRPO = (R − mean R) / (1 + ε) = GRPO · (std R + ε) / (1 + ε).
+
+    The two agree exactly only when std R = 1, i.e. for a standardised reward, checked below.
+    """
+    varying = group_moments(r).varying.squeeze(-1)  # [B]
+    std = r.double().squeeze(-1).std(dim=1, keepdim=True)
+    expected = grpo(r.double()) * (std + 1e-4) / (1 + 1e-4)
+    torch.testing.assert_close(corrgrpo(r)[varying].double(), expected[varying], atol=1e-5, rtol=1e-5)
+    assert (corrgrpo(r)[~varying].abs() < 1e-3).all()  # constant group: float32 noise / ε
+    if varying.any():
+        standardised = (r[varying] - r[varying].mean(dim=1, keepdim=True)) / r[varying].std(dim=1, keepdim=True)
+        torch.testing.assert_close(corrgrpo(standardised), grpo(standardised), atol=1e-5, rtol=1e-5)
+
+
+@FAST
+@given(reward_tensors(), st.data())
+def test_corrgrpo_denominator_is_invariant_to_rescaling_a_component(r: torch.Tensor, data: st.DataObject) -> None:
+    k = data.draw(st.integers(0, r.shape[-1] - 1))
+    factor = data.draw(st.floats(1e-3, 1e3))
+    rescaled = r.double().clone()
+    rescaled[..., k] *= factor
+    torch.testing.assert_close(group_moments(rescaled).sum_rho, group_moments(r.double()).sum_rho, atol=1e-9, rtol=1e-9)
+
+
+def _denominators(r: torch.Tensor, name: str) -> torch.Tensor:
+    """What each estimator divides by, in float64: near 0, float32 rounding of the numerator is amplified."""
+    if name == "gdpo":
+        scores = torch.stack([bench._gdpo_group_scores(group, 1e-4) for group in r.double()])
+        return scores.std().reshape(1)
+    moments = group_moments(r.double())
+    return moments.std_total if name == "grpo" else moments.sum_rho.sqrt()
+
+
+@FAST
+@given(reward_tensors(missing=False), st.sampled_from(sorted(ESTIMATORS)))
+def test_vectorised_estimators_match_the_float64_per_group_loop(r: torch.Tensor, name: str) -> None:
+    """Exact in float64 (1e-9); float32 within 1e-5 wherever the denominator is not near 0 (G = 2 often cancels exactly)."""
+    reference = bench.reference_loop(r, name)
+    torch.testing.assert_close(ESTIMATORS[name](r.double()), reference, atol=1e-9, rtol=1e-9)
+    denominators = _denominators(r, name)
+    assume(((denominators == 0) | (denominators > 1e-2)).all() and r.shape[1] > 2)
+    torch.testing.assert_close(ESTIMATORS[name](r).double(), reference, atol=1e-5, rtol=1e-5)
+
+
+@FAST
+@given(reward_tensors(missing=True), st.sampled_from(sorted(ESTIMATORS)))
+def test_missing_values_follow_trl(r: torch.Tensor, name: str) -> None:
+    """A missing component counts as 0, an all-missing rollout is left out of its group and gets advantage 0."""
+    advantages = ESTIMATORS[name](r.double())
+    assert torch.isfinite(advantages).all()
+    assert (advantages[:, 0] == 0).all()
+    torch.testing.assert_close(advantages, bench.reference_loop(r, name), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(advantages[:, 1:], ESTIMATORS[name](r[:, 1:].double()), atol=1e-9, rtol=1e-9)
+    if name != "gdpo":  # GRPO and CorrGRPO read a missing component of a scorable rollout as 0
+        scorable = ~torch.isnan(r).all(dim=-1, keepdim=True)
+        filled = torch.where(scorable, r.nan_to_num(nan=0.0), float("nan"))
+        torch.testing.assert_close(advantages, ESTIMATORS[name](filled.double()), atol=1e-9, rtol=1e-9)
+
+
+def trl_sum_then_normalize(rewards_per_func: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """TRL 1.16 grpo_trainer.py lines 2756-2788 and 2815 (scale_rewards="group", weights 1), inline there, copied here."""
+    unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
+    rewards = rewards_per_func.nansum(dim=1)
+    rewards[unscorable_mask] = torch.nan
+    mean_grouped = torch.nanmean(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations, dim=0)
+    std_rewards = trl_nanstd(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations, dim=0)
+    return torch.nan_to_num((rewards - mean_grouped) / (std_rewards + 1e-4), nan=0.0)
+
+
+def trl_normalize_then_sum(rewards_per_func: torch.Tensor, num_generations: int, weights: torch.Tensor) -> torch.Tensor:
+    """TRL 1.16 grpo_trainer.py lines 2756-2757, 2790-2800 and 2815 (GDPO), inline there, copied here."""
+    unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
+    grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
+    mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+    std_k = trl_nanstd(grouped, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean_k)
+    reward_k = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, rewards_per_func.shape[1])
+    rewards = (reward_k * weights.unsqueeze(0)).nansum(dim=1)
+    rewards[unscorable_mask] = torch.nan
+    std_rewards = trl_nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    return torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std_rewards + 1e-4), nan=0.0)
+
+
+@FAST
+@given(reward_tensors(missing=True), st.booleans(), st.data())
+def test_grpo_and_gdpo_equal_trl(r: torch.Tensor, drop_missing: bool, data: st.DataObject) -> None:
+    r = r[:, 1:] if drop_missing else r
+    flat = r.reshape(-1, r.shape[-1])
+    weights = torch.tensor(data.draw(st.lists(st.floats(-2, 2), min_size=r.shape[-1], max_size=r.shape[-1])))
+    torch.testing.assert_close(grpo(r).flatten(), trl_sum_then_normalize(flat.clone(), r.shape[1]), atol=0, rtol=0)
+    expected = trl_normalize_then_sum(flat.clone(), r.shape[1], weights)
+    torch.testing.assert_close(gdpo(r, weights=weights).flatten(), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_zero_variance_components_drop_out_of_the_correlation_sum() -> None:
+    varying = torch.tensor([[1.0], [2.0], [4.0], [3.0]])
+    constant = torch.full((4, 1), 0.3)  # float32 std of this is ~3e-8, not 0
+    r = torch.cat([varying, constant, constant * 7], dim=1).unsqueeze(0)
+    moments = group_moments(r)
+    assert moments.varying.tolist() == [[True, False, False]]
+    torch.testing.assert_close(moments.sum_rho, torch.tensor([1.0]))
+    torch.testing.assert_close(corrgrpo(r), corrgrpo(r[..., :1]))
+    everything_constant = torch.full((1, 4, 3), 0.3)
+    assert group_moments(everything_constant).sum_rho.item() == 0.0
+    assert torch.isfinite(corrgrpo(everything_constant)).all()
+    assert corrgrpo(everything_constant).abs().max() < 1e-3
+    assert diagnostics(torch.cat([r, everything_constant]))["corrgrpo/zero_var_frac"] == pytest.approx(5 / 6)
+
+
+def test_floor_bounds_the_anti_correlation_hazard() -> None:
+    x = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    r = torch.stack([x, -x + 1e-3 * torch.tensor([1.0, -1.0, -1.0, 1.0])], dim=-1).unsqueeze(0).double()
+    unfloored, floored = corrgrpo(r), corrgrpo(r, floor=0.5)
+    assert unfloored.abs().max() > 10 * floored.abs().max()
+    torch.testing.assert_close(floored, (r.sum(-1) - r.sum(-1).mean()) / (0.5 + 1e-4))
+    assert diagnostics(r)["corrgrpo/low_sum_rho_frac"] == 1.0
+    assert diagnostics(r.abs())["corrgrpo/low_sum_rho_frac"] == 0.0
+
+
+def test_figure_2_example_scale_dominates_grpo_and_correlation_dominates_corrgrpo() -> None:
+    """Four trajectories, three rewards: r1, r2 small-scale and strongly correlated, r3 large-scale and weakly correlated."""
+    r = torch.tensor([[0.1, 0.1, 2.0], [0.2, 0.25, -1.0], [0.3, 0.3, -1.0], [0.4, 0.45, 2.0]]).unsqueeze(0)
+    rho = torch.corrcoef(r[0].T)
+    assert rho[0, 1] > 0.95 and rho[0, 2].abs() < 0.1 and rho[1, 2].abs() < 0.2
+    stats = diagnostics(r, names=["r1", "r2", "r3"])
+    assert stats["grpo/var_share/r3"] > 0.95  # r3's variance and covariances make up almost all of Var R
+    assert stats["grpo/var_share/r1"] + stats["grpo/var_share/r2"] < 0.05
+    assert stats["corrgrpo/share/r1"] + stats["corrgrpo/share/r2"] > 0.75  # the correlated pair dominates Σρ
+    assert stats["corrgrpo/share/r3"] < 0.25
+    shares = [stats[f"{kind}/{name}"] for kind in ("grpo/var_share", "corrgrpo/share") for name in ("r1", "r2", "r3")]
+    assert sum(shares[:3]) == pytest.approx(1) and sum(shares[3:]) == pytest.approx(1)
+    torch.testing.assert_close(group_moments(r).sum_rho, rho.sum().unsqueeze(0))
+    assert stats["corrgrpo/offdiag_corr_mean"] == pytest.approx((rho.sum() - 3).item() / 6, abs=1e-5)
+    assert stats["corrgrpo/scale_mean"] == pytest.approx(1 / (rho.sum().sqrt().item() + 1e-4), rel=1e-5)
+    assert stats["grpo/scale_mean"] == pytest.approx(1 / (r.sum(-1).std().item() + 1e-4), rel=1e-5)
+
+
+def test_estimators_keep_device_and_shape_and_reject_bad_shapes() -> None:
+    r = torch.rand(3, 4, 2)
+    for estimator in ESTIMATORS.values():
+        assert estimator(r).shape == (3, 4) and estimator(r).device == r.device
+        with pytest.raises(ValueError, match=r"\[B, G, K\]"):
+            estimator(r[0])

@@ -1,0 +1,190 @@
+r"""Group-relative advantages for multi-reward RL: GRPO, CorrGRPO and GDPO.
+
+Every estimator takes rewards ``r`` of shape [B, G, K] (B prompt groups, G rollouts per prompt,
+K reward components, weights already folded in) and returns advantages of shape [B, G] on r's
+device. Statistics are within a group and use one convention everywhere: torch's unbiased
+(Bessel-corrected) std, as TRL does. Notation for one group, rollouts g = 1..G:
+
+    R_g = Σ_k r_gk                                  total reward
+    Var(R) = Σ_k Σ_l Cov(r_k, r_l)                  variance of a sum (paper §2)
+    z_gk = (r_gk − mean_k) / std_k                  standardised component
+
+    GRPO      A_g = (R_g − mean R) / (std R + ε)
+    CorrGRPO  A_g = (R_g − mean R) / (sqrt(Σ_k Σ_l ρ_kl) + ε)          ρ = Pearson correlation
+    GDPO      A_g = batchnorm(Σ_k w_k (r_gk − mean_k) / (std_k + ε))
+
+CorrGRPO needs no K×K matrix: ρ_kl = Σ_g z_gk z_gl / (G − 1) with the unbiased std, hence
+
+    Σ_k Σ_l ρ_kl = Σ_g (Σ_k z_gk)² / (G − 1),
+
+O(G·K) per group. A component whose within-group std is (numerically) zero gets z = 0, which sets
+its row and column of ρ, diagonal included, to 0 (the paper's rule; ρ stays positive
+semidefinite, so Σρ ≥ 0). Known hazard: Σρ → 0 while R still varies (anti-correlated components)
+makes advantages explode; `diagnostics` counts such groups and `floor` bounds the denominator.
+
+Missing values (NaN, e.g. a reward function that returned None) follow TRL 1.16: a missing
+component counts as 0 in R (TRL's nansum), a rollout with every component missing is left out of
+its group's statistics and gets advantage 0. CorrGRPO fills missing components with 0 before its
+component statistics too, so Σρ describes the same R as the numerator. GDPO follows TRL's
+``normalize_then_sum`` exactly, which skips missing values in the per-component statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import torch
+
+Estimator = Callable[..., torch.Tensor]
+
+ZERO_VAR_TOL = 1e-6
+"""A component is zero-variance in a group when std <= ZERO_VAR_TOL · max(1, |mean|): float32 std of a constant 0.3 is ~3e-8."""
+
+LOW_SUM_RHO = 0.1
+"""Σρ below this (with at least one varying component) counts as the anti-correlation hazard in `diagnostics`."""
+
+
+def nanstd(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """Unbiased std ignoring NaNs, computed as TRL's `trl.trainer.utils.nanstd` (NaN when fewer than 2 values)."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True).to(x.dtype)
+    correction = torch.where(count > 1, count / (count - 1), torch.full_like(variance, float("nan")))
+    std = torch.sqrt(variance * correction)
+    return std if keepdim else std.squeeze(dim)
+
+
+def _check(r: torch.Tensor) -> None:
+    if r.ndim != 3 or not r.is_floating_point():
+        raise ValueError(f"rewards must be a float tensor of shape [B, G, K], got {tuple(r.shape)} {r.dtype}")
+
+
+def _totals(r: torch.Tensor) -> torch.Tensor:
+    """R = nansum_k r_k per rollout, NaN for rollouts with every component missing (TRL's `unscorable_mask`)."""
+    totals = r.nansum(dim=-1)
+    return totals.masked_fill(torch.isnan(r).all(dim=-1), float("nan"))
+
+
+class GroupMoments(NamedTuple):
+    """Within-group statistics shared by CorrGRPO and the diagnostics, all over the scorable rollouts."""
+
+    centered: torch.Tensor  # [B, G] R − mean R (NaN for unscorable rollouts)
+    mean_total: torch.Tensor  # [B] mean R
+    std_total: torch.Tensor  # [B] std R (NaN when fewer than 2 scorable rollouts)
+    filled: torch.Tensor  # [B, G, K] r with missing components = 0 and unscorable rollouts = NaN
+    z: torch.Tensor  # [B, G, K] standardised components, 0 where zero-variance or unscorable
+    varying: torch.Tensor  # [B, K] bool, the component's std is above the tolerance
+    dof: torch.Tensor  # [B] n − 1, n = scorable rollouts in the group (at least 1 to divide by)
+    sum_rho: torch.Tensor  # [B] Σ_k Σ_l ρ_kl
+
+
+def group_moments(r: torch.Tensor, zero_var_tol: float = ZERO_VAR_TOL) -> GroupMoments:
+    """Means, stds and standardised components of each group in one O(B·G·K) pass."""
+    _check(r)
+    scorable = ~torch.isnan(r).all(dim=-1, keepdim=True)  # [B, G, 1]
+    filled = torch.where(scorable, torch.nan_to_num(r, nan=0.0), float("nan"))
+    totals = filled.sum(dim=-1)
+    mean_total = torch.nanmean(totals, dim=1)
+    centered = totals - mean_total.unsqueeze(1)
+    mean_k = torch.nanmean(filled, dim=1, keepdim=True)
+    std_k = nanstd(filled, dim=1, keepdim=True)
+    varying = std_k > zero_var_tol * mean_k.abs().clamp(min=1.0)  # False where std is NaN (n < 2)
+    z = torch.where(varying, (filled - mean_k) / std_k, 0.0).nan_to_num(nan=0.0)
+    dof = (scorable.sum(dim=1).squeeze(-1) - 1).clamp(min=1).to(r.dtype)
+    sum_rho = z.sum(dim=-1).square().sum(dim=1) / dof
+    return GroupMoments(centered, mean_total, nanstd(totals, dim=1), filled, z, varying.squeeze(1), dof, sum_rho)
+
+
+def grpo(r: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """GRPO: A_g = (R_g − mean R) / (std R + ε), R = Σ_k r_k; TRL's `sum_then_normalize` with scale_rewards="group"."""
+    _check(r)
+    totals = _totals(r)
+    advantages = (totals - torch.nanmean(totals, dim=1, keepdim=True)) / (nanstd(totals, dim=1, keepdim=True) + eps)
+    return advantages.nan_to_num(nan=0.0)
+
+
+def corrgrpo(r: torch.Tensor, eps: float = 1e-4, zero_var_tol: float = ZERO_VAR_TOL, floor: float | None = None) -> torch.Tensor:
+    """CorrGRPO: A_g = (R_g − mean R) / (sqrt(Σ_k Σ_l ρ_kl) + ε), computed as Σρ = Σ_g (Σ_k z_gk)² / (G − 1).
+
+    `floor` (off by default, as in the paper) replaces sqrt(Σρ) by max(sqrt(Σρ), floor): it bounds the
+    advantages of groups whose components cancel (Σρ → 0 while R varies).
+    """
+    moments = group_moments(r, zero_var_tol)
+    denominator = moments.sum_rho.sqrt()
+    if floor is not None:
+        denominator = denominator.clamp(min=floor)
+    return (moments.centered / (denominator.unsqueeze(1) + eps)).nan_to_num(nan=0.0)
+
+
+def gdpo(r: torch.Tensor, eps: float = 1e-4, weights: Sequence[float] | torch.Tensor | None = None) -> torch.Tensor:
+    """GDPO, exactly TRL 1.16's `multi_objective_aggregation="normalize_then_sum"`.
+
+        s_g = Σ_k w_k (r_gk − mean_k) / (std_k + ε)          per group, missing values skipped
+        A_g = (s_g − mean s) / (std s + ε)                   mean and std over the whole batch
+
+    TRL applies the weights w to the z-scores. With weights folded into r, a positive weight cancels
+    in the z-score (up to ε) and a negative one flips its sign; pass the raw components and `weights`
+    to weight them as TRL does.
+    """
+    _check(r)
+    num_generations = r.shape[1]
+    mean_k = torch.nanmean(r, dim=1, keepdim=True)
+    std_k = nanstd(r, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean_k)
+    scores = (r - mean_k) / (std_k + eps)
+    if weights is not None:
+        scores = scores * torch.as_tensor(weights, dtype=r.dtype, device=r.device)
+    summed = scores.nansum(dim=-1).masked_fill(torch.isnan(r).all(dim=-1), float("nan"))
+    std = nanstd(summed.flatten(), dim=0) if summed.numel() > 1 else torch.zeros((), dtype=r.dtype, device=r.device)
+    return ((summed - torch.nanmean(summed)) / (std + eps)).nan_to_num(nan=0.0)
+
+
+ESTIMATORS: dict[str, Estimator] = {"grpo": grpo, "corrgrpo": corrgrpo, "gdpo": gdpo}
+
+
+def _mean_where(values: torch.Tensor, keep: torch.Tensor) -> float:
+    """Mean of values[keep] (NaN when nothing is kept), as a Python float for logging."""
+    kept = values[keep]
+    return kept.mean().item() if kept.numel() else float("nan")
+
+
+def diagnostics(
+    r: torch.Tensor,
+    eps: float = 1e-4,
+    zero_var_tol: float = ZERO_VAR_TOL,
+    names: Sequence[str] | None = None,
+    low_sum_rho: float = LOW_SUM_RHO,
+) -> dict[str, float]:
+    """Per-step statistics of the batch (means over groups where each is defined).
+
+    - ``grpo/scale_mean``: mean 1 / (std R + ε), GRPO's shared scaling coefficient.
+    - ``corrgrpo/scale_mean``: mean 1 / (sqrt(Σρ) + ε).
+    - ``corrgrpo/offdiag_corr_mean``: mean ρ_kl over k ≠ l among varying components, (Σρ − m) / (m(m − 1)) for m of them.
+    - ``grpo/var_share/<k>``: Σ_l Cov(r_k, r_l) / Var R = Cov(r_k, R) / Var R, component k's share of GRPO's variance.
+    - ``corrgrpo/share/<k>``: Σ_l ρ_kl / Σρ, its share of CorrGRPO's Σρ (both sets of shares sum to 1).
+    - ``corrgrpo/zero_var_frac``: fraction of (group, component) pairs with zero within-group variance.
+    - ``corrgrpo/low_sum_rho_frac``: fraction of groups with a varying component and Σρ < `low_sum_rho`.
+    """
+    moments = group_moments(r, zero_var_tol)
+    names = list(names) if names is not None else [str(k) for k in range(r.shape[-1])]
+    has_pair = ~torch.isnan(moments.std_total)  # at least 2 scorable rollouts
+    var_total = moments.std_total.square()
+    centered_k = moments.filled - torch.nanmean(moments.filled, dim=1, keepdim=True)
+    cov_with_total = (centered_k * moments.centered.unsqueeze(-1)).nansum(dim=1) / moments.dof.unsqueeze(-1)  # [B, K]
+    rho_with_total = (moments.z * moments.z.sum(dim=-1, keepdim=True)).sum(dim=1) / moments.dof.unsqueeze(-1)  # [B, K]
+    varying = moments.varying.sum(dim=-1).to(r.dtype)
+    stats = {
+        "grpo/scale_mean": _mean_where(1 / (moments.std_total + eps), has_pair),
+        "corrgrpo/scale_mean": _mean_where(1 / (moments.sum_rho.sqrt() + eps), has_pair),
+        "corrgrpo/offdiag_corr_mean": _mean_where(
+            (moments.sum_rho - varying) / (varying * (varying - 1)).clamp(min=1), varying >= 2
+        ),
+        "corrgrpo/zero_var_frac": _mean_where((~moments.varying).to(r.dtype), has_pair.unsqueeze(-1).expand_as(moments.varying)),
+        "corrgrpo/low_sum_rho_frac": _mean_where(((moments.sum_rho < low_sum_rho) & (varying > 0)).to(r.dtype), has_pair),
+    }
+    has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(min=1.0)
+    has_rho = moments.sum_rho > zero_var_tol
+    for k, name in enumerate(names):
+        stats[f"grpo/var_share/{name}"] = _mean_where(cov_with_total[:, k] / var_total, has_variance)
+        stats[f"corrgrpo/share/{name}"] = _mean_where(rho_with_total[:, k] / moments.sum_rho, has_rho)
+    return stats
