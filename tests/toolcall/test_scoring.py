@@ -142,6 +142,15 @@ def test_relaxed_format_rules() -> None:
     assert format_score(spaced, GT) == format_score(opened, GT) == 0.0
 
 
+def test_calls_are_cut_where_toolrl_cuts_them() -> None:
+    # the first block ends at the next <tool_call> when its own closing tag is missing
+    unclosed = "<think>x</think>\n<tool_call>\n" + json.dumps(WEATHER) + "\n<tool_call>\n" + json.dumps(TIME) + "\n</tool_call>"
+    assert score(unclosed, GT).matching == score(response(WEATHER), GT).matching
+    assert score(unclosed, GT).format == 0.0
+    # only the first block counts
+    assert correctness(response(WEATHER) + "\n" + calls_block(TIME), GT) == pytest.approx(0.5)
+
+
 def test_a_call_must_be_an_object_with_name_and_parameters() -> None:
     for line in (
         '["get_weather"]',

@@ -137,12 +137,16 @@ def format_score(response: str, ground_truth: str, rules: FormatRules = FormatRu
 
 
 def parse_calls(text: str, max_calls: int | None = Limits.max_calls) -> list[ToolCall]:
-    """The calls of the first `<tool_call>` block, one JSON object per line; raises `Unparseable`."""
+    """The calls after the first `<tool_call>`, one JSON object per line; raises `Unparseable`.
+
+    Cut as ToolRL cuts: at the next `<tool_call>` or the first `</tool_call>`, whichever comes first,
+    provided the text has a `</tool_call>` at all.
+    """
     start = text.find("<tool_call>")
-    end = text.find("</tool_call>", start)
-    if start < 0 or end < 0:
+    if start < 0 or "</tool_call>" not in text:
         raise Unparseable("no <tool_call>…</tool_call> block")
-    lines = text[start + len("<tool_call>") : end].strip().split("\n")
+    block = text[start + len("<tool_call>") :].split("<tool_call>", 1)[0].split("</tool_call>", 1)[0]
+    lines = block.strip().split("\n")
     if max_calls is not None and len(lines) > max_calls:
         raise Unparseable(f"more than {max_calls} calls")
     return [_parse_call(line) for line in lines]
