@@ -1,0 +1,47 @@
+"""The demo's parts (the whole `make demo` takes minutes and runs as its own target)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+from servers import start_service
+
+from corrgrpo_trainer import demo
+
+
+def test_code_groups_hold_the_canonical_solution_and_one_perturbation_per_stage() -> None:
+    groups = demo.code_groups()
+    assert len(groups) == len(demo.HUMANEVAL_TASKS)
+    for group in groups:
+        assert group.labels == ["canonical", "unfenced", "wrong", "crash", "syntax"]
+        canonical = group.items[0]
+        assert canonical["completion"] == f"```python\n{canonical['problem']['reference']}```"
+        assert len({item["completion"] for item in group.items}) == len(group.items)
+
+
+def test_toolcall_variants_break_different_components() -> None:
+    variants = demo.tool_variants([{"name": "f", "parameters": {"a": 1, "b": 2}}])
+    assert variants["exact"].startswith("<think>") and not variants["no_think"].startswith("<think>")
+    assert '"a": "somewhere else"' in variants["wrong_value"] and '"parameters": {}' in variants["no_params"]
+    assert not variants["bad_json"].endswith("</tool_call>")
+
+
+@pytest.mark.slow
+def test_toolcall_groups_scored_by_the_live_service_rank_right_above_wrong(tmp_path: Path) -> None:
+    with start_service("toolcall") as service:
+        scored = asyncio.run(demo.score_groups(service.url, demo.toolcall_groups()))
+    assert scored.names == ["format", "name", "param_names", "param_values"]
+    assert scored.rewards.shape == (len(demo.TOOL_CASES), 6, 4) and not scored.rewards.isnan().any()
+    correctness = scored.rewards[..., 1:].sum(-1)  # ToolRL's correctness: exact → 3, wrong tool or bad JSON → −3
+    labels = scored.groups[0].labels
+    assert torch.allclose(correctness[:, labels.index("exact")], torch.tensor(3.0, dtype=torch.float64))
+    assert torch.allclose(correctness[:, labels.index("wrong_tool")], torch.tensor(-3.0, dtype=torch.float64))
+    advantages = demo.estimator_advantages(scored)
+    assert set(advantages) == {"GRPO", "GDPO", "CorrGRPO"}
+    for values in advantages.values():
+        assert values.shape == (3, 6) and (values[:, labels.index("exact")] > values[:, labels.index("bad_json")]).all()
+    demo.plot(tmp_path / "demo.png", None, {"toolcall": scored}, {"toolcall": advantages})
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
