@@ -65,3 +65,8 @@ def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture
     path.write_text(json.dumps(lines[0]) + "\n")
     with pytest.raises(SystemExit, match="1 completions for 67 rows"):
         evaluate.main(["--dataset", "api-bank-2", "--completions", str(path)])
+
+
+def test_unknown_dataset_is_named_in_the_error() -> None:
+    with pytest.raises(ValueError, match="unknown dataset 'api-bank-4'; known: rlla4k, api-bank-1"):
+        load("api-bank-4")
