@@ -1,9 +1,10 @@
 """Tool-call scoring throughput: the pure function on one core, and `POST /v1/score` of one server process.
 
-Workload: the 80 RLLA-4K test rows, each scored against five completions: its ground truth, one
-value changed, the last call dropped, a prose-only answer, and a chat-template-wrapped copy
-(400 completions; mostly partial matches, as during training). Scoring is CPU-bound and holds
-the GIL, so one process is one core; run more replicas (or uvicorn workers) for more cores.
+Workload: the 80 RLLA-4K test rows, each scored against up to five completions: its ground truth,
+a prose-only answer, a chat-template-wrapped copy, the first call with every value changed, and
+the last call dropped (the 9 response-only rows have no call to edit: 382 completions, mostly
+partial matches, as in training). Scoring is CPU-bound and holds the GIL, so one process is one
+core; run more replicas (or uvicorn workers) for more cores.
 
 Run: `.venv/bin/python bench/bench_toolcall.py` (part of `make bench`; under a minute).
 """
