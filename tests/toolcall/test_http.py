@@ -33,5 +33,7 @@ def test_score_endpoint() -> None:
         assert wrong_value["components"]["param_values"] == -1.0 and wrong_value["total"] == 1.0
         assert bad["error"]["code"] == "invalid_ground_truth"
         assert too_many["info"]["unparseable"] == "more than 8 calls" and too_many["total"] == -3.0
+        components = httpx.get(f"{service.url}/v1/components", timeout=10).json()["components"]
+        assert [c["name"] for c in components] == ["format", "name", "param_names", "param_values"]
         invalid = httpx.post(f"{service.url}/v1/score", json={"items": [{"completion": "x"}]}, timeout=10)
         assert invalid.status_code == 422 and "ground_truth" in invalid.json()["message"]
