@@ -43,6 +43,7 @@ def scoring_config(settings: CodeSettings) -> ScoringConfig:
         cache_prefix=settings.code_cache_prefix,
         reference_runs=settings.code_reference_runs,
         efficiency_cap=settings.code_efficiency_cap,
+        efficiency=settings.code_efficiency,
     )
 
 

@@ -43,6 +43,7 @@ class ScoringConfig:
     cache_prefix: str = "corrgrpo:code:"
     reference_runs: int = 4
     efficiency_cap: float = 2.0
+    efficiency: bool = True  # False: never measure t_ref; the component is 0
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class CodeScorer:
             "t_wall": result.exec.wall_s if result.exec else None,
         }
         efficiency = 0.0
-        if result.ok and result.exec is not None:
+        if config.efficiency and result.ok and result.exec is not None:
             reference = await self.reference_time(prepared)
             info.update({"t_ref": reference["t_ref"], "t_ref_source": reference["source"], "t_ref_error": reference.get("error")})
             if reference["t_ref"] is not None:

@@ -7,13 +7,19 @@ The call is sent to the child; the rest of the assertion becomes the parent-side
 call replaced by the decoded output, e.g. `assert abs(candidate(2.5) - 0.5) < 1e-6` → child:
 `candidate(2.5)`, parent: `abs(_out - 0.5) < 1e-6`. Anything else (loops, locals, helpers such as
 `is_same_tree`) is left to assert mode (`None`).
+
+LeetCode checks hold arguments and expected values of up to 10⁵ elements, so the splitter works on
+source segments and only descends into the AST where the parameter's name occurs in the text; any
+doubt (the name inside a string, say) sends the problem to assert mode, never to a wrong I/O test.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Callable
+import re
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from corrgrpo_sandbox.harness import IOTest
@@ -26,12 +32,57 @@ _SAFE_GLOBALS = {"__builtins__": {}, **SAFE_NAMES}
 _SAFE_MODULES = {"math"}
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+class _Source:
+    """Byte-exact source segments of AST nodes (col offsets are UTF-8 byte offsets)."""
+
+    def __init__(self, text: str) -> None:
+        self.data = text.encode()
+        self.line_starts = [0]
+        for line in self.data.splitlines(keepends=True):
+            self.line_starts.append(self.line_starts[-1] + len(line))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        start = self.line_starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
+        return start, self.line_starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+
+    def text(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.data[start:end].decode()
 
 
-def _predicate(expression: ast.expr) -> Callable[[Any], bool]:
-    code = compile(ast.Expression(expression), "<check>", "eval")
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+
+
+def _code_names(code: types.CodeType) -> Iterator[str]:
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _code_names(constant)
+
+
+def _candidate_calls(node: ast.AST, parameter: str, source: _Source) -> list[ast.Call]:
+    """Calls of `parameter`, descending only into subtrees whose text mentions it."""
+    found, stack = [], [node]
+    while stack:
+        for child in ast.iter_child_nodes(stack.pop()):
+            if not hasattr(child, "lineno") or parameter not in source.text(child):
+                continue
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id == parameter:
+                found.append(child)
+            else:
+                stack.append(child)
+    return found
+
+
+def _predicate(text: str) -> Callable[[Any], bool] | None:
+    try:
+        code = compile(f"({text}\n)", "<check>", "eval")
+    except SyntaxError:
+        return None
+    unknown = set(_code_names(code)) - set(SAFE_NAMES) - {_OUTPUT}
+    if any(_word(name).search(text) for name in unknown):  # a free name the parent lacks (not just an attribute)
+        return None
 
     def accept(output: Any) -> bool:
         return bool(eval(code, _SAFE_GLOBALS, {_OUTPUT: output}))  # trusted test expression on decoded plain data
@@ -39,30 +90,19 @@ def _predicate(expression: ast.expr) -> Callable[[Any], bool]:
     return accept
 
 
-class _CallToOutput(ast.NodeTransformer):
-    def __init__(self, call: ast.Call) -> None:
-        self.call = call
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        return ast.Name(_OUTPUT, ast.Load()) if node is self.call else self.generic_visit(node)
-
-
-def _io_test(assertion: ast.Assert, parameter: str, module_names: set[str]) -> IOTest | None:
-    calls = [
-        n for n in ast.walk(assertion.test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == parameter
-    ]
-    mentions = [n for n in ast.walk(assertion.test) if isinstance(n, ast.Name) and n.id == parameter]
-    if len(calls) != 1 or len(mentions) != 1:
+def _io_test(assertion: ast.Assert, parameter: str, module_names: re.Pattern[str] | None, source: _Source) -> IOTest | None:
+    test = ast.Expression(assertion.test)
+    calls = _candidate_calls(test, parameter, source)
+    if len(calls) != 1:
         return None
-    call = calls[0]
-    arguments = ast.Tuple([*call.args, *(k.value for k in call.keywords)], ast.Load())
-    if _names(arguments) & module_names:  # the child does not get the test module
-        return None
-    sent = ast.unparse(ast.Call(ast.Name("candidate", ast.Load()), call.args, call.keywords))
-    predicate = ast.fix_missing_locations(_CallToOutput(call).visit(assertion.test))  # the tree is ours to rewrite
-    if not _names(predicate) <= set(SAFE_NAMES) | {_OUTPUT}:
-        return None
-    return IOTest(call=sent, accept=_predicate(predicate))
+    (test_start, test_end), (call_start, call_end) = source.span(assertion.test), source.span(calls[0])
+    arguments = source.data[call_start:call_end].decode()[len(parameter) :]
+    rest = source.data[test_start:call_start].decode() + _OUTPUT + source.data[call_end:test_end].decode()
+    mention = _word(parameter)
+    if mention.search(arguments) or mention.search(rest) or (module_names and module_names.search(arguments)):
+        return None  # the candidate used twice, or an argument the child cannot evaluate (it never gets the test module)
+    accept = _predicate(rest)
+    return IOTest(call=f"candidate{arguments}", accept=accept) if accept else None
 
 
 def _skippable(statement: ast.stmt) -> bool:
@@ -73,23 +113,29 @@ def _skippable(statement: ast.stmt) -> bool:
     return isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Constant) and bool(statement.test.value)
 
 
+def _module_names(module: ast.Module, check: ast.FunctionDef) -> re.Pattern[str] | None:
+    names = {n.id for s in module.body if s is not check for n in ast.walk(s) if isinstance(n, ast.Name)}
+    imports = [a for s in module.body if isinstance(s, ast.Import | ast.ImportFrom) for a in s.names]
+    names |= {(a.asname or a.name).split(".")[0] for a in imports}
+    names |= {s.name for s in module.body if isinstance(s, ast.FunctionDef | ast.ClassDef) and s is not check}
+    return re.compile("|".join(rf"(?<![\w.]){re.escape(n)}\b" for n in sorted(names))) if names else None
+
+
 def split_check(test_source: str) -> list[IOTest] | None:
     """The I/O tests of `check(candidate)` in `test_source`, or None when it needs assert mode."""
     try:
         module = ast.parse(test_source)
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         return None
     checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1 or checks[0].decorator_list:
         return None
-    parameter = checks[0].args.args[0].arg
-    module_names = {n.id for s in module.body if s is not checks[0] for n in ast.walk(s) if isinstance(n, ast.Name)}
-    module_names |= {a.asname or a.name for s in module.body if isinstance(s, ast.Import | ast.ImportFrom) for a in s.names}
+    parameter, source, module_names = checks[0].args.args[0].arg, _Source(test_source), _module_names(module, checks[0])
     tests: list[IOTest] = []
     for statement in checks[0].body:
         if _skippable(statement):
             continue
-        test = _io_test(statement, parameter, module_names) if isinstance(statement, ast.Assert) else None
+        test = _io_test(statement, parameter, module_names, source) if isinstance(statement, ast.Assert) else None
         if test is None:
             return None
         tests.append(test)

@@ -1,0 +1,144 @@
+"""The pure scoring layer over the real sandbox: datasets against their own solutions, bugs, errors, anomalies."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from conftest import require_shared_data
+
+from corrgrpo_code.problems import humaneval_problems, load_problems
+from corrgrpo_code.scoring import CodeScorer, ScoringConfig
+from corrgrpo_proto import ItemError
+from corrgrpo_proto.code import CodeItem, CodeProblem
+from corrgrpo_sandbox import ExecResult, Limits, Sandbox
+from corrgrpo_service import MemoryStore, Scored
+
+LEETCODE = "leetcode/LeetCodeDataset-v0.3.1-test.jsonl.gz"
+CHAIN = ("syntax", "compile", "runtime", "correct")
+
+
+def fenced(code: str) -> str:
+    return f"Here is my solution.\n```python\n{code}\n```\n"
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    with Sandbox(workers=2) as box:
+        yield box
+
+
+def scorer_for(sandbox: Sandbox, problems: dict[str, CodeProblem], **config: object) -> CodeScorer:
+    return CodeScorer(sandbox, MemoryStore(), problems, replace(ScoringConfig(), **config), workers=2)
+
+
+def score(scorer: CodeScorer, items: list[CodeItem]) -> list[Scored | ItemError]:
+    return asyncio.run(scorer.score(items))
+
+
+def test_every_humaneval_canonical_solution_is_correct_and_identical(sandbox: Sandbox) -> None:
+    problems = {p.task_id: p for p in humaneval_problems()}
+    items = [CodeItem(task_id=task_id, completion=fenced(p.reference)) for task_id, p in problems.items()]
+    results = score(scorer_for(sandbox, problems), items)
+    pairs = zip(items, results, strict=True)
+    wrong = [i.task_id for i, r in pairs if not (isinstance(r, Scored) and r.components["correct"] == 1)]
+    assert not wrong
+    scored = [r for r in results if isinstance(r, Scored)]
+    assert all(r.components["ast_similarity"] == 1 and r.components["format"] == 1 for r in scored)
+    assert all(r.components["efficiency"] > 0 and r.info["t_ref"] > 0 for r in scored)
+    assert sum(r.info["mode"] == "io" for r in scored) == 156
+
+
+def test_planted_bug_runs_but_is_wrong(sandbox: Sandbox) -> None:
+    problem = next(p for p in humaneval_problems() if p.task_id == "HumanEval/0")
+    buggy = problem.reference.replace("distance < threshold", "distance > threshold")
+    assert buggy != problem.reference
+    (result,) = score(scorer_for(sandbox, {}), [CodeItem(problem=problem, completion=fenced(buggy))])
+    assert isinstance(result, Scored)
+    assert [result.components[k] for k in CHAIN] == [1, 1, 1, 0]
+    assert result.components["efficiency"] == 0 and 0 < result.components["ast_similarity"] < 1
+    assert result.info["stage"] == "assertion" and result.info["tests_passed"] < result.info["tests_total"]
+
+
+SQUARE = CodeProblem(
+    task_id="square",
+    entry_point="square",
+    test="def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n",
+    reference="def square(x):\n    return x * x\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("completion", "chain", "stage"),
+    [
+        ("no code at all", [0, 0, 0, 0], "syntax"),
+        (fenced("def square(x) return x"), [0, 0, 0, 0], "syntax"),
+        (fenced("import no_such_module\ndef square(x): return x * x"), [1, 0, 0, 0], "toplevel"),
+        (fenced("def square(x): return x / 0"), [1, 1, 0, 0], "test_error"),
+        (fenced("def square(x):\n    while True: pass"), [1, 1, 0, 0], "timeout"),
+        (fenced("def square(x): return x + x"), [1, 1, 1, 0], "assertion"),
+        (fenced("def square(v): return v * v"), [1, 1, 1, 1], "passed"),
+    ],
+)
+def test_dependency_chain(sandbox: Sandbox, completion: str, chain: list[int], stage: str) -> None:
+    scorer = scorer_for(sandbox, {}, limits=Limits(cpu_s=1, wall_s=2, output_bytes=1 << 20))
+    (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=completion)])
+    assert isinstance(result, Scored)
+    assert [result.components[k] for k in CHAIN] == chain and result.info["stage"] == stage
+    assert (result.components["efficiency"] > 0) == (stage == "passed")
+
+
+def test_unknown_task_is_a_per_item_error_and_order_is_kept(sandbox: Sandbox) -> None:
+    items = [
+        CodeItem(problem=SQUARE, completion=fenced("def square(x): return x * x")),
+        CodeItem(task_id="nope", completion="x"),
+        CodeItem(problem=SQUARE, completion=fenced("def square(x): return 0")),
+    ]
+    first, missing, last = score(scorer_for(sandbox, {}), items)
+    assert isinstance(missing, ItemError) and missing.code == "unknown_task"
+    assert isinstance(first, Scored) and first.components["correct"] == 1
+    assert isinstance(last, Scored) and last.components["correct"] == 0
+
+
+class AnomalousSandbox:
+    """Reports every execution untrustworthy, the way a worker that died mid-run would."""
+
+    isolation = "bwrap"
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, source: str, **_: object) -> ExecResult:
+        self.runs += 1
+        # a forged-looking pass on the channel must not matter: the anomaly wins
+        channel = b'{"toplevel": "ok"}\n{"i": 0, "out": 9}\n{"i": 1, "out": 4}\n{"done": true}\n'
+        return ExecResult(0, None, b"", b"", channel, False, False, 0.01, 0.01, 1, "bwrap", "worker died")
+
+
+def test_an_anomaly_is_retried_once_then_an_error_never_a_pass() -> None:
+    box = AnomalousSandbox()
+    scorer = CodeScorer(box, MemoryStore(), {}, ScoringConfig(), workers=1)  # type: ignore[arg-type]
+    (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=fenced("def square(x): return x * x"))])
+    assert isinstance(result, ItemError) and result.code == "sandbox_anomaly"
+    assert box.runs == 2
+
+
+def test_leetcode_records_pass_with_their_own_completion(sandbox: Sandbox) -> None:
+    """≥95% of the 228 v0.3.1 test records; the rest are reported (heavy solutions that can exceed the limits)."""
+    path = require_shared_data(LEETCODE)
+    problems = load_problems(f"leetcode:{path}")
+    with gzip.open(path, "rt") as handle:
+        completions = {r["task_id"]: r["completion"] for r in map(json.loads, handle)}
+    items = [CodeItem(task_id=task_id, completion=fenced(completions[task_id])) for task_id in problems]
+    scorer = scorer_for(sandbox, problems, efficiency=False, limits=Limits(cpu_s=20, wall_s=60, output_bytes=1 << 20))
+    results = score(scorer, items)
+    scored = [r for r in results if isinstance(r, Scored)]
+    assert len(scored) == len(items) == 228
+    assert all(r.info["mode"] == "io" for r in scored)
+    failures = {i.task_id: r.info["error"] for i, r in zip(items, scored, strict=True) if r.components["correct"] != 1}
+    print(f"LeetCodeDataset v0.3.1: {228 - len(failures)}/228 correct; exceptions: {failures}")
+    assert len(failures) <= 0.05 * 228, failures

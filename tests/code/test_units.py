@@ -1,0 +1,93 @@
+"""Pure pieces of the code service: extraction, format, AST similarity, the I/O-mode splitter, datasets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from corrgrpo_code.extract import extract_code, format_score
+from corrgrpo_code.problems import humaneval_problems, load_problems, problem_hash
+from corrgrpo_code.similarity import ast_similarity
+from corrgrpo_code.split import split_check
+
+TWO_BLOCKS = "Draft:\n```python\ndef f(): return 1\n```\nFinal:\n```py\ndef f(): return 2\n```\n"
+
+
+def test_extraction_modes_and_format() -> None:
+    assert extract_code(TWO_BLOCKS) == "def f(): return 2\n"
+    assert extract_code(TWO_BLOCKS, "first") == "def f(): return 1\n"
+    assert extract_code(TWO_BLOCKS, "only") is None
+    assert extract_code("```python\nx = 1\n```", "only") == "x = 1\n"
+    assert extract_code("no code here") is None
+    assert extract_code("```js\nlet x\n```") is None
+    assert (format_score(TWO_BLOCKS), format_score("```python\nx = 1\n```"), format_score("x = 1")) == (0.0, 1.0, 0.0)
+
+
+def test_ast_similarity_abstracts_names_and_literals() -> None:
+    reference = "def add(a, b):\n    total = a + b\n    return total * 2\n"
+    renamed = "def plus(x, y):\n    s = x + y\n    return s * 7\n"
+    different = "def add(a, b):\n    for i in range(a):\n        b -= 1\n    return b\n"
+    assert ast_similarity(renamed, reference) == 1.0
+    assert 0.0 < ast_similarity(different, reference) < 1.0
+    assert ast_similarity(different, reference) == ast_similarity(different, reference)
+    assert ast_similarity("def broken(:", reference) == 0.0
+
+
+def test_ast_similarity_is_cheap_per_item() -> None:
+    problems = list(humaneval_problems())
+    start = time.perf_counter()
+    for problem in problems:
+        assert ast_similarity(problem.reference, problem.reference) == 1.0
+    assert (time.perf_counter() - start) / len(problems) < 0.05  # generous: ~0.3 ms measured; only catches a blow-up
+
+
+def test_split_check_extracts_calls_and_keeps_expected_values_in_the_parent() -> None:
+    tests = split_check(
+        "def check(candidate):\n"
+        '    """doc"""\n'
+        "    import math\n"
+        "    assert candidate(n = 7, q = [[0, 5]]) == [2, 2], 'message'\n"
+        "    assert abs(candidate(2.5) - 0.5) < 1e-6\n"
+        "    assert True\n"
+        "    assert not candidate('')\n"
+        "    assert candidate(1) == -inf\n"
+    )
+    assert tests is not None
+    assert [t.call for t in tests] == ["candidate(n = 7, q = [[0, 5]])", "candidate(2.5)", "candidate('')", "candidate(1)"]
+    assert "[2, 2]" not in tests[0].call
+    assert tests[0].accept([2, 2]) and not tests[0].accept((2, 2)) and not tests[0].accept([2, 3])
+    assert tests[1].accept(0.5000001) and not tests[1].accept(0.6)
+    assert tests[2].accept([]) and not tests[2].accept("x")
+    assert tests[3].accept(float("-inf"))
+
+
+@pytest.mark.parametrize(
+    "test_source",
+    [
+        "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i\n",
+        "def check(candidate):\n    x = candidate(1)\n    assert x == 1\n",
+        "def check(candidate):\n    assert is_same_tree(candidate(1), tree_node([1]))\n",
+        "def check(candidate):\n    assert candidate(candidate(1)) == 1\n",
+        "K = 3\ndef check(candidate):\n    assert candidate(K) == 3\n",
+        "def helper(c):\n    assert c(1) == 1\n",
+    ],
+)
+def test_other_test_shapes_go_to_assert_mode(test_source: str) -> None:
+    assert split_check(test_source) is None
+
+
+def test_mode_share_of_humaneval() -> None:
+    humaneval = list(humaneval_problems())
+    assert sum(split_check(p.test) is not None for p in humaneval) == 156  # of 164; 8 use loops/helpers → assert mode
+
+
+def test_problem_hash_follows_content_not_id() -> None:
+    problem = next(humaneval_problems())
+    assert problem_hash(problem) == problem_hash(problem.model_copy(update={"task_id": "other"}))
+    assert problem_hash(problem) != problem_hash(problem.model_copy(update={"test": problem.test + "\n"}))
+
+
+def test_unknown_dataset_source_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown dataset source"):
+        load_problems("mbpp")

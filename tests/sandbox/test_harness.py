@@ -1,0 +1,171 @@
+"""The test harness: honest stages, and abuse that must never turn a wrong program into a pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from corrgrpo_sandbox import Limits, Sandbox
+from corrgrpo_sandbox.harness import HarnessResult, IOTest, decode, run_assert, run_io
+
+LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
+SECRET = 918273645  # the expected answer; never computable from the input
+IO_TESTS = [IOTest("candidate(3)", lambda out: out == 9), IOTest("candidate(4)", lambda out: out == SECRET)]
+ASSERT_TEST = f"def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(4) == {SECRET}\n"
+RIGHT = f"def f(x):\n    return {SECRET} if x == 4 else x * x\n"
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    with Sandbox(workers=2, limits=LIMITS) as box:
+        yield box
+
+
+def both_modes(sandbox: Sandbox, solution: str) -> list[HarnessResult]:
+    return [
+        run_io(sandbox, "", solution, "f", IO_TESTS, LIMITS),
+        run_assert(sandbox, "", solution, "f", ASSERT_TEST, LIMITS),
+    ]
+
+
+def test_a_right_program_passes_in_both_modes(sandbox: Sandbox) -> None:
+    io, asserted = both_modes(sandbox, RIGHT)
+    assert (io.stage, io.passed, io.total, io.mode) == ("passed", 2, 2, "io")
+    assert (asserted.stage, asserted.mode) == ("passed", "assert")
+    assert io.exec is not None and io.exec.cpu_s > 0
+
+
+@pytest.mark.parametrize(
+    ("solution", "stage"),
+    [
+        ("def f(x) return x", "syntax"),
+        ("", "syntax"),
+        ("raise ImportError('no such module')\ndef f(x): return x * x", "toplevel"),
+        ("def f(x):\n    return 1 / 0", "test_error"),
+        ("def f(x):\n    return x * x", "assertion"),
+        ("def f(x):\n    while True: pass", "timeout"),
+    ],
+)
+def test_each_failure_reports_its_stage(sandbox: Sandbox, solution: str, stage: str) -> None:
+    for result in both_modes(sandbox, solution):
+        assert result.stage == stage, (result.mode, result.error)
+
+
+def test_io_counts_tests_and_reports_the_first_failure(sandbox: Sandbox) -> None:
+    result = run_io(sandbox, "", "def f(x):\n    return x * x", "f", IO_TESTS, LIMITS)
+    assert (result.stage, result.passed, result.total) == ("assertion", 1, 2)
+    assert result.error is not None and "test 1" in result.error
+
+
+def test_an_assertion_before_an_error_is_an_assertion_like_in_check(sandbox: Sandbox) -> None:
+    solution = "def f(x):\n    if x == 4:\n        raise ValueError\n    return 0"
+    result = run_io(sandbox, "", solution, "f", IO_TESTS, LIMITS)
+    assert result.stage == "assertion"
+
+
+ALWAYS_EQUAL = """
+class Anything(int):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = int.__hash__
+def f(x):
+    return Anything(0)
+"""
+
+PATCHED_BUILTINS = """
+import builtins, json, sys
+builtins.AssertionError = type("Swallowed", (Exception,), {})
+builtins.isinstance = lambda *a: True
+builtins.type = lambda *a: int
+json.dumps = lambda *a, **k: '{"i": 1, "out": 0}'
+main = sys.modules["__main__"]
+main._encode = lambda x: 0
+def f(x):
+    return 0
+"""
+
+EXIT_BEFORE_TESTS = ["import sys\nsys.exit(0)\ndef f(x): return 0", "import os\nos._exit(0)\ndef f(x): return 0"]
+EXIT_IN_CALL = ["def f(x):\n    import sys\n    sys.exit(0)", "def f(x):\n    import os\n    os._exit(0)"]
+
+READ_THE_TESTS = """
+import gc, os, sys, re
+def find():
+    found = set()
+    for path in os.listdir("."):
+        found.update(re.findall(r"\\d{9}", open(path, errors="ignore").read()))
+    main = sys.modules["__main__"]
+    for value in list(vars(main).values()) + gc.get_objects():
+        if isinstance(value, str):
+            found.update(re.findall(r"\\d{9}", value))
+        elif isinstance(value, int) and value > 10**8:
+            found.add(str(int(value)))
+    for path in ("/proc/self/cmdline", "/proc/self/environ", "/proc/1/cmdline", "/proc/1/environ"):
+        try:
+            found.update(re.findall(r"\\d{9}", open(path, errors="ignore").read()))
+        except OSError:
+            pass
+    return found
+def f(x):
+    return x * x if x != 4 else int(max(find() - {"123456789"}, default="0"))
+"""
+
+
+@pytest.mark.parametrize(
+    "solution",
+    [ALWAYS_EQUAL, PATCHED_BUILTINS, *EXIT_BEFORE_TESTS, *EXIT_IN_CALL],
+    ids=["always-equal", "patched-builtins", "sys-exit", "os-exit", "sys-exit-in-call", "os-exit-in-call"],
+)
+def test_abuse_never_passes_in_either_mode(sandbox: Sandbox, solution: str) -> None:
+    for result in both_modes(sandbox, solution):
+        assert result.stage != "passed", result.mode
+        assert result.passed < result.total
+
+
+def test_reading_the_tests_finds_no_answer_in_io_mode(sandbox: Sandbox) -> None:
+    """The expected value never enters the child in I/O mode (assert mode runs the test source, so it cannot hide it)."""
+    result = run_io(sandbox, "", READ_THE_TESTS, "f", IO_TESTS, LIMITS)
+    assert result.stage == "assertion", result.error
+    assert result.passed == 1
+
+
+def test_forged_channel_messages_do_not_pass_in_io_mode(sandbox: Sandbox) -> None:
+    forger = (
+        "import os\n"
+        'os.write(3, b\'{"toplevel": "ok"}\\n{"i": 0, "out": 9}\\n{"i": 1, "out": 0}\\n{"done": true}\\n\')\n'
+        "os._exit(0)\n"
+    )
+    assert run_io(sandbox, "", forger, "f", IO_TESTS, LIMITS).stage == "assertion"
+    garbage = "import os\nos.write(3, b'not json\\n')\ndef f(x): return 0"
+    assert run_io(sandbox, "", garbage, "f", IO_TESTS, LIMITS).stage == "test_error"
+
+
+def test_patched_time_does_not_hide_cpu_time(sandbox: Sandbox) -> None:
+    burner = (
+        "import time\n"
+        "start = time.process_time()\n"
+        "while time.process_time() - start < 0.3: pass\n"
+        "for name in ('time', 'perf_counter', 'process_time', 'monotonic', 'thread_time'):\n"
+        "    setattr(time, name, lambda: 0.0)\n"
+        "def f(x):\n    return 0\n"
+    )
+    result = run_io(sandbox, "", burner, "f", IO_TESTS, LIMITS)
+    assert result.exec is not None and result.exec.cpu_s >= 0.25
+    assert result.stage == "assertion"
+
+
+def test_outputs_are_type_strict_data() -> None:
+    tagged = {"__t": "tuple", "v": [1, {"__t": "set", "v": [2]}, {"__t": "dict", "v": [[1, "a"]]}]}
+    assert decode(tagged) == (1, {2}, {1: "a"})
+    assert decode([1, 2]) != (1, 2)
+    assert decode({"__t": "unencodable", "v": "Anything"}) != 0
+    with pytest.raises(ValueError):
+        decode({"__t": "object", "v": {}})
+
+
+def test_prelude_classes_may_be_returned_in_assert_mode(sandbox: Sandbox) -> None:
+    prelude = "class Node:\n    def __init__(self, v): self.v = v\n"
+    test = "def check(candidate):\n    assert candidate(2).v == 2\n"
+    assert run_assert(sandbox, prelude, "def f(x): return Node(x)", "f", test, LIMITS).stage == "passed"
+    own_class = "class Mine:\n    v = 2\ndef f(x): return Mine()"
+    assert run_assert(sandbox, prelude, own_class, "f", test, LIMITS).stage == "test_error"
