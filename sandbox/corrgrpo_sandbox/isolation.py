@@ -16,6 +16,7 @@ log = logging.getLogger("corrgrpo_sandbox")
 PACKAGE_DIR = Path(__file__).resolve().parent
 INSIDE_PACKAGE_DIR = "/opt/corrgrpo_sandbox"
 TMP_SIZE_BYTES = 256 * 1024 * 1024  # the sandbox's /tmp is a tmpfs (RAM): cap it
+SHM_SIZE_BYTES = 64 * 1024 * 1024  # /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 
@@ -54,7 +55,8 @@ def bwrap_prefix(bwrap: str, python: str) -> tuple[str, ...]:
     if not any(prefix.is_relative_to(directory) for directory in SYSTEM_DIRS):
         args += ["--ro-bind", str(prefix), str(prefix)]
     args += ["--ro-bind", str(PACKAGE_DIR), INSIDE_PACKAGE_DIR]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp", "--remount-ro", "/"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp"]
+    args += ["--size", str(SHM_SIZE_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
     args += ["--chdir", "/tmp", os.path.realpath(python), "-I", f"{INSIDE_PACKAGE_DIR}/worker.py"]
     return tuple(args)
 

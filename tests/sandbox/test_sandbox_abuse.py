@@ -53,7 +53,14 @@ os.write(3, json.dumps([outcomes, [name for _, name in socket.if_nameindex()]]).
 
 
 def test_no_writes_outside_the_private_tmp(sandbox: Sandbox) -> None:
-    targets = ["/etc/corrgrpo-x", "/usr/corrgrpo-x", "/corrgrpo-x", "/opt/corrgrpo_sandbox/x", "/proc/corrgrpo-x"]
+    targets = [
+        "/etc/corrgrpo-x",
+        "/usr/corrgrpo-x",
+        "/corrgrpo-x",
+        "/opt/corrgrpo_sandbox/x",
+        "/proc/corrgrpo-x",
+        "/dev/corrgrpo-x",
+    ]
     source = f"""
 import json, os
 refused = []
@@ -127,7 +134,8 @@ def test_infinite_loop_is_stopped_by_the_cpu_limit(sandbox: Sandbox) -> None:
 def test_ignoring_sigxcpu_still_ends_in_sigkill(pool_sandbox: Sandbox) -> None:
     source = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass"
     result = pool_sandbox.run(source, limits=Limits(cpu_s=1, wall_s=20))
-    assert result.timed_out and result.signal == signal.SIGKILL and result.cpu_s >= 1.9  # the hard limit, one second later
+    assert result.timed_out and result.signal == signal.SIGKILL
+    assert result.cpu_s >= 1.9 or result.wall_s >= 20  # the hard limit one second later (or, very loaded, the wall)
 
 
 def test_sleeping_past_the_wall_timeout(sandbox: Sandbox) -> None:

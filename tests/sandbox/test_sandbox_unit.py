@@ -31,9 +31,9 @@ def test_runs_as_main_in_private_cwd_with_files(sandbox: Sandbox) -> None:
 
 def test_cwd_is_empty_again_on_the_next_run(pool_sandbox: Sandbox) -> None:
     for _ in range(3):  # enough runs to land on both workers
-        pool_sandbox.run("import os\nopen('left.txt', 'w').write('x')\nopen('/tmp/top.txt', 'w').write('x')")
-    result = pool_sandbox.run("import os\nprint(os.listdir('.'), os.listdir('/tmp'))")
-    assert result.stdout == b"[] ['work']\n"
+        pool_sandbox.run("for path in ('left.txt', '/tmp/top.txt', '/dev/shm/shared'):\n    open(path, 'w').write('x')")
+    result = pool_sandbox.run("import os\nprint(os.listdir('.'), os.listdir('/tmp'), os.listdir('/dev/shm'))")
+    assert result.stdout == b"[] ['work'] []\n"
 
 
 def test_uncaught_exception_reports_traceback_without_worker_frames(sandbox: Sandbox) -> None:
