@@ -67,9 +67,11 @@ def write_message(fd: int, message: dict) -> None:
         view = view[os.write(fd, view) :]
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
 def prctl(option: int, value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
+    if LIBC.prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
