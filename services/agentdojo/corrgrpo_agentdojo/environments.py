@@ -21,9 +21,10 @@ import json
 import pickle
 import threading
 from collections import OrderedDict
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
+import pydantic.networks
 import yaml
 from agentdojo.agent_pipeline.ground_truth_pipeline import GroundTruthPipeline
 from agentdojo.attacks.base_attacks import BaseAttack
@@ -36,6 +37,17 @@ if TYPE_CHECKING:
     from .catalog import Resolved
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _memoize_email_validation() -> None:
+    """pydantic checks every `EmailStr` with email_validator: a pure function of the string, yet half
+    the cost of building a workspace environment (~200 addresses, the same ones every time).
+    Memoized for this process; the equality test against agentdojo's loader covers it."""
+    if not hasattr(pydantic.networks.validate_email, "cache_info"):
+        pydantic.networks.validate_email = lru_cache(maxsize=65536)(pydantic.networks.validate_email)
+
+
+_memoize_email_validation()
 
 
 @cache

@@ -1,0 +1,46 @@
+"""Fixtures of the AgentDojo service tests: one catalog and service per session (agentdojo import is ~2 s)."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+
+import pytest
+from agentdojo.functions_runtime import FunctionCall
+
+from corrgrpo_agentdojo.catalog import Resolved
+from corrgrpo_agentdojo.service import EpisodeService
+from corrgrpo_agentdojo.settings import AgentDojoSettings
+from corrgrpo_proto.agentdojo import ToolCall, TrajectoryItem
+from corrgrpo_service import MemoryStore
+
+
+@pytest.fixture(scope="session")
+def service() -> EpisodeService:
+    return EpisodeService(AgentDojoSettings(), MemoryStore())
+
+
+def calls_of(ground_truth: list[FunctionCall]) -> list[ToolCall]:
+    return [ToolCall(function=call.function, args=dict(call.args)) for call in ground_truth]
+
+
+@pytest.fixture(scope="session")
+def ground_truth(service: EpisodeService) -> Callable[[Resolved, bool], TrajectoryItem]:
+    """`ground_truth(resolved, of_injection)`: the user task's (or the injection task's) ground-truth
+    trajectory, computed on the episode's own start environment, with the task's expected answer."""
+
+    def trajectory(resolved: Resolved, of_injection: bool = False) -> TrajectoryItem:
+        start = pickle.loads(service.starts.start_bytes(resolved))
+        task = resolved.injection_task if of_injection else resolved.user_task
+        assert task is not None
+        suite, user, injection, attack = resolved.key
+        return TrajectoryItem(
+            suite=suite,
+            user_task=user,
+            injection_task=injection,
+            attack=attack,
+            tool_calls=calls_of(task.ground_truth(start)),
+            final_answer=task.GROUND_TRUTH_OUTPUT,
+        )
+
+    return trajectory

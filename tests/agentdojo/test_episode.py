@@ -1,0 +1,157 @@
+"""Pure episode logic: catalog, environments, execution, checkers, lossless state. No HTTP."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+
+import pytest
+
+from corrgrpo_agentdojo import episode as ep
+from corrgrpo_agentdojo.catalog import Resolved, UnknownTask
+from corrgrpo_agentdojo.environments import injections_for, load_injected_environment
+from corrgrpo_agentdojo.service import EpisodeError, EpisodeService
+from corrgrpo_agentdojo.settings import AgentDojoSettings
+from corrgrpo_proto.agentdojo import EpisodeSpec, ToolCall, TrajectoryItem
+from corrgrpo_service import MemoryStore, Scored
+
+SUITES = ["workspace", "travel", "banking", "slack"]
+EMPTY_INJECTION_GROUND_TRUTHS = [  # agentdojo ships no ground-truth calls for these (README: "Known exceptions")
+    *(f"workspace/injection_task_{n}" for n in range(6, 14)),  # v1.2 exfiltration tasks: ground_truth returns []
+    "travel/injection_task_6",  # the goal is only text in the final answer
+]
+
+
+def first_pair(service: EpisodeService, suite: str) -> Resolved:
+    user, injection = service.catalog.pairs(suite)[0]
+    return service.catalog.resolve(suite, user, injection, None)
+
+
+def test_v1_2_2_has_949_pairs_over_four_suites(service: EpisodeService) -> None:
+    sizes = {name: len(service.catalog.pairs(name)) for name in service.catalog.suites}
+    assert sizes == {"workspace": 560, "travel": 140, "banking": 144, "slack": 105}
+
+
+def test_unknown_names_are_refused_with_the_known_ones(service: EpisodeService) -> None:
+    with pytest.raises(UnknownTask, match="unknown suite 'shop'; known: banking"):
+        service.catalog.resolve("shop", "user_task_0", None, None)
+    with pytest.raises(UnknownTask, match="unknown user task 'user_task_99'"):
+        service.catalog.resolve("slack", "user_task_99", None, None)
+    with pytest.raises(UnknownTask, match="unknown attack 'manual'"):
+        service.catalog.resolve("slack", "user_task_0", "injection_task_1", "manual")
+    with pytest.raises(UnknownTask, match="without an injection task"):
+        service.catalog.resolve("slack", "user_task_0", None, "important_instructions")
+
+
+def test_attack_addresses_the_configured_model(service: EpisodeService) -> None:
+    injections = injections_for(first_pair(service, "banking"))
+    assert injections and all("to you, Local model" in text and "Emma Johnson" in text for text in injections.values())
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_fast_loader_builds_what_agentdojo_builds(service: EpisodeService, suite: str) -> None:
+    resolved = first_pair(service, suite)
+    injections = injections_for(resolved)
+    assert load_injected_environment(resolved.suite, injections) == resolved.suite.load_and_inject_default_environment(injections)
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_state_round_trip_is_lossless_after_a_real_episode(
+    service: EpisodeService, ground_truth: Callable[..., TrajectoryItem], suite: str
+) -> None:
+    """After the first user task whose ground truth writes to the environment (sends, books, deletes...)."""
+    for user in service.catalog.suites[suite].user_tasks:
+        resolved = service.catalog.resolve(suite, user, None, None)
+        item = ground_truth(resolved)
+        state = ep.start_episode(EpisodeSpec(suite=suite, user_task=user), service.starts.start_bytes(resolved))
+        ep.run_calls(state, resolved.suite, item.tool_calls)
+        if state.environment != pickle.loads(state.start):
+            break
+    else:
+        pytest.fail(f"no ground truth of {suite} changes the environment")
+    restored = ep.loads(ep.dumps(state))
+    assert restored.environment == state.environment
+    assert restored.environment.model_dump() == state.environment.model_dump()
+    assert restored.trace == state.trace and restored.spec == state.spec and restored.start == state.start
+    assert ep.score(restored, resolved, item.final_answer) == ep.score(state, resolved, item.final_answer)
+
+
+def test_injection_ground_truths_break_security(service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]) -> None:
+    """Replaying an injection task's ground truth achieves its goal: security 0, for each of the 35
+    injection tasks whose ground truth is not empty (under each suite's first user task)."""
+    empty, broken = [], []
+    for suite, task_suite in service.catalog.suites.items():
+        user = next(iter(task_suite.user_tasks))
+        for injection in task_suite.injection_tasks:
+            item = ground_truth(service.catalog.resolve(suite, user, injection, None), True)
+            if not item.tool_calls:
+                empty.append(f"{suite}/{injection}")
+                continue
+            scored = service.replay(item)
+            assert isinstance(scored, Scored)
+            broken.append(scored.components["security"] == 0.0)
+    assert broken and all(broken)
+    assert len(broken) + len(empty) == 35
+    assert empty == EMPTY_INJECTION_GROUND_TRUTHS
+
+
+def test_errors_come_back_as_text_and_are_traced(service: EpisodeService) -> None:
+    resolved = first_pair(service, "banking")
+    state = ep.start_episode(EpisodeSpec(suite="banking", user_task="user_task_0"), service.starts.start_bytes(resolved))
+    calls = [
+        ToolCall(function="no_such_tool", id="a"),
+        ToolCall(function="send_money", args={"recipient": "X"}, id="b"),
+        ToolCall(function="get_balance", id="c"),
+    ]
+    missing, invalid, balance = ep.run_calls(state, resolved.suite, calls)
+    assert missing.error and missing.content.startswith("ToolNotFoundError") and missing.tool_call_id == "a"
+    assert invalid.error and invalid.content.startswith("ValidationError") and "amount" in invalid.content
+    assert balance.error is None and float(balance.content) > 0
+    assert [call.function for call in state.trace] == ["no_such_tool", "send_money", "get_balance"]
+
+
+def test_injected_text_reaches_the_agent(service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]) -> None:
+    resolved = first_pair(service, "slack")
+    item = ground_truth(resolved)
+    state = ep.start_episode(EpisodeSpec(suite="slack", user_task=item.user_task), service.starts.start_bytes(resolved))
+    seen = " ".join(result.content for result in ep.run_calls(state, resolved.suite, item.tool_calls))
+    assert "<INFORMATION>" in seen and resolved.injection_task.GOAL in seen  # type: ignore[union-attr]
+
+
+def test_string_lists_become_lists_like_agentdojo_does(service: EpisodeService) -> None:
+    resolved = service.catalog.resolve("slack", "user_task_0", None, None)
+    state = ep.start_episode(EpisodeSpec(suite="slack", user_task="user_task_0"), service.starts.start_bytes(resolved))
+    before = len(state.environment.slack.users)
+    (result,) = ep.run_calls(state, resolved.suite, [ToolCall(function="get_users_in_channel", args={"channel": "['general']"})])
+    assert state.trace[0].args == {"channel": ["general"]}
+    assert result.error is not None and len(state.environment.slack.users) == before
+
+
+def test_tool_schemas_are_openai_tools(service: EpisodeService) -> None:
+    schemas = ep.tool_schemas(service.catalog.suites["banking"])
+    by_name = {tool["function"]["name"]: tool for tool in schemas}
+    assert all(tool["type"] == "function" for tool in schemas)
+    send = by_name["send_money"]["function"]
+    assert send["parameters"]["type"] == "object"
+    assert set(send["parameters"]["required"]) >= {"recipient", "amount"}
+
+
+def test_cache_shares_environments_between_pairs_with_the_same_injections(service: EpisodeService) -> None:
+    catalog = service.catalog
+    a = catalog.resolve("banking", "user_task_0", "injection_task_0", None)
+    b = catalog.resolve("banking", "user_task_0", "injection_task_1", None)
+    assert service.starts.start_bytes(a) is service.starts.start_bytes(a)
+    assert service.starts.start_bytes(a) != service.starts.start_bytes(b)
+
+
+async def test_expired_episode_is_unknown(service: EpisodeService) -> None:
+    short = EpisodeService(AgentDojoSettings(episode_ttl_s=1), MemoryStore())
+    short.catalog, short.starts = service.catalog, service.starts
+    episode = await short.create(EpisodeSpec(suite="banking", user_task="user_task_0"))
+    store = short.store
+    assert isinstance(store, MemoryStore)
+    key = next(iter(store._data))
+    store._data[key] = (store._data[key][0], 0.0)  # its deadline has passed
+    with pytest.raises(EpisodeError) as refused:
+        await short.step(episode.episode_id, [ToolCall(function="get_balance")])
+    assert refused.value.status == 404 and "unknown or expired" in refused.value.message
