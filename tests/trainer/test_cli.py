@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import require_shared_data
+from servers import start_service
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
 from corrgrpo_trainer.cli import component_table, compute_advantages, main
@@ -67,3 +69,24 @@ def test_configs_name_their_domain_service_and_a_known_estimator(domain: str) ->
     config = yaml.safe_load((CONFIGS / f"{domain}.yaml").read_text())
     assert config["domain"] == domain and domain in config["services"]
     assert config["estimator"] in ESTIMATORS and config["trl"]["output_dir"]
+
+
+@pytest.mark.slow
+def test_train_command_runs_the_tiny_policy_against_the_live_toolcall_service(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = require_shared_data("rlla_4k/test.parquet")
+    config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
+    config["dataset"] = {"path": str(data), "limit": 4}
+    config["trl"] |= {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2, "num_generations": 2}
+    config["trl"] |= {"max_completion_length": 8, "gradient_checkpointing": False, "use_cpu": True}
+    with start_service("toolcall") as service:
+        config["services"]["toolcall"]["url"] = service.url
+        (tmp_path / "toolcall.yaml").write_text(yaml.safe_dump(config))
+        assert main(["train", "--config", str(tmp_path / "toolcall.yaml"), "--max-steps", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    progress = [line for line in lines if line.startswith("[train] step")]
+    assert [line.split()[2] for line in progress] == ["1/1"]
+    assert all(f"{name}=" in progress[0] for name in ("format", "name", "param_names", "param_values"))
+    assert lines[-2].split() == ["step", "format", "name", "param_names", "param_values", "reward"]
+    assert lines[-1].split()[0] == "1" and len(lines[-1].split()) == 6

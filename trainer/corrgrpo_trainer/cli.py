@@ -196,7 +196,7 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
     `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given.
     """
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
 
     from .trl_trainer import CorrGRPOConfig, CorrGRPOTrainer
 
@@ -230,6 +230,8 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         train_dataset=Dataset.from_list(rows if rows is not None else load_rows(config)),
         callbacks=[Progress()],
     )
+    if progress:
+        trainer.remove_callback(PrinterCallback)  # its raw log dicts would drown the progress lines
     trainer.train()
     if progress:
         print(component_table(trainer.state.log_history, [c.__name__ for c in columns]))

@@ -271,6 +271,7 @@ def train_tiny(url: str) -> list[dict[str, Any]] | None:
             "report_to": "none",
             "use_cpu": not torch.cuda.is_available(),
             "disable_tqdm": True,
+            "gradient_checkpointing": False,
         },
     }
     return train(config, rows=toolcall_rows() * 4).state.log_history
