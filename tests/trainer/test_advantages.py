@@ -114,7 +114,7 @@ def test_missing_values_follow_trl(r: torch.Tensor, name: str) -> None:
 
 
 def trl_sum_then_normalize(rewards_per_func: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """TRL 1.16 grpo_trainer.py lines 2756-2788 and 2815 (scale_rewards="group", weights 1), inline there, copied here."""
+    """TRL 1.16 grpo_trainer.py lines 2756-2788 and 2810 (scale_rewards="group", weights 1), inline there, copied here."""
     unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
     rewards = rewards_per_func.nansum(dim=1)
     rewards[unscorable_mask] = torch.nan
@@ -124,7 +124,7 @@ def trl_sum_then_normalize(rewards_per_func: torch.Tensor, num_generations: int)
 
 
 def trl_normalize_then_sum(rewards_per_func: torch.Tensor, num_generations: int, weights: torch.Tensor) -> torch.Tensor:
-    """TRL 1.16 grpo_trainer.py lines 2756-2757, 2790-2800 and 2815 (GDPO), inline there, copied here."""
+    """TRL 1.16 grpo_trainer.py lines 2756-2759, 2790-2800 and 2810 (GDPO), inline there, copied here."""
     unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
     grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
     mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
