@@ -16,8 +16,7 @@ from servers import ServiceProcess
 BODY_LIMIT = 4 * 1024 * 1024
 """Small enough that a 5 MB body is refused, large enough that multi-megabyte completions are scored."""
 
-SCORING_SERVICES = ["toolcall", "code", "agentdojo", "service.demo"]
-"""`service.demo` is `python -m corrgrpo_service.demo`: the kit with a toy scorer."""
+SCORING_SERVICES = ["toolcall", "code", "agentdojo"]
 Services = Callable[[str], ServiceProcess]
 """The `services` fixture: name → the running service."""
 
@@ -42,7 +41,7 @@ def valid_item(service: ServiceProcess, http: httpx.Client, completion: str | No
         suites = http.get(f"{service.url}/v1/tasks").json()["suites"]
         suite = sorted(suites)[0]
         return {"suite": suite, "user_task": suites[suite]["user_tasks"][0], "final_answer": completion or ""}
-    return {"text": "hello" if completion is None else completion}
+    raise ValueError(f"no item shape known for {name}")
 
 
 def assert_healthy(service: ServiceProcess, http: httpx.Client) -> None:

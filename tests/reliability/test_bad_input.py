@@ -70,7 +70,7 @@ def garbage_completions() -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("name", ["toolcall", "code", "service.demo"])
+@pytest.mark.parametrize("name", ["toolcall", "code"])
 def test_garbage_and_huge_completions_get_per_item_results(name: str, services: Services, http: httpx.Client) -> None:
     service = services(name)
     completions = garbage_completions()
