@@ -1,0 +1,106 @@
+"""The paper's evaluation metrics over a file of completions.
+
+    python -m corrgrpo_code.evaluate --dataset humaneval --completions completions.jsonl
+
+`completions.jsonl` holds one `{"task_id", "completion"}` per line (several per task are fine).
+- Executable: share of completions whose tests run without a runtime error (`runtime` = 1).
+- Pass@1: share of completions that pass every test (`correct` = 1).
+- Efficiency: over the correct completions (eligible pairs), `--rounds` paired rounds (default 8);
+  in each, candidate and reference run back to back on one CPU core (`os.sched_setaffinity`; the
+  sandbox workers are started after pinning so they inherit it), the order alternating between
+  rounds; a pair counts when the candidate's child CPU time is strictly below the reference's. The
+  metric is the mean of the per-round percentages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from corrgrpo_proto.code import CodeItem
+from corrgrpo_sandbox import Sandbox
+from corrgrpo_service import MemoryStore, Scored
+
+from .extract import extract_code
+from .problems import load_problems, read_jsonl
+from .scoring import CodeScorer, PreparedProblem, ScoringConfig, run_tests
+
+
+def paired_rounds(
+    sandbox: Sandbox, pairs: Sequence[tuple[PreparedProblem, str]], rounds: int, config: ScoringConfig
+) -> list[float]:
+    """Per-round percentage of pairs whose candidate is strictly faster than the reference."""
+    percentages = []
+    for round_index in range(rounds):
+        faster = 0
+        for prepared, code in pairs:
+            order = [code, prepared.problem.reference]
+            runs = [
+                run_tests(sandbox, prepared, source, config.limits) for source in (order if round_index % 2 == 0 else order[::-1])
+            ]
+            candidate, reference = runs if round_index % 2 == 0 else runs[::-1]
+            if candidate.ok and reference.ok and candidate.exec and reference.exec:
+                faster += candidate.exec.cpu_s < reference.exec.cpu_s
+        percentages.append(100.0 * faster / len(pairs))
+    return percentages
+
+
+def evaluate(dataset: str, completions: Path, rounds: int, workers: int, core: int | None) -> dict[str, float | int]:
+    problems = load_problems(dataset)
+    rows = list(read_jsonl(completions))
+    items = [CodeItem(task_id=str(row["task_id"]), completion=str(row["completion"])) for row in rows]
+    config = replace(ScoringConfig(), efficiency=False)
+    with Sandbox(workers=workers) as sandbox:
+        scorer = CodeScorer(sandbox, MemoryStore(), problems, config, workers)
+        results = asyncio.run(scorer.score(items))
+        scorer.close()
+    scored = [(item, r) for item, r in zip(items, results, strict=True) if isinstance(r, Scored)]
+    eligible = [
+        (PreparedProblem.of(problems[item.task_id or ""]), extract_code(item.completion, config.extract, config.languages) or "")
+        for item, r in scored
+        if r.components["correct"] == 1
+    ]
+    os.sched_setaffinity(0, {core if core is not None else min(os.sched_getaffinity(0))})
+    percentages = []
+    if eligible:
+        with Sandbox(workers=1) as pinned:
+            percentages = paired_rounds(pinned, eligible, rounds, config)
+    total = len(items)
+    return {
+        "completions": total,
+        "errors": total - len(scored),
+        "executable": 100.0 * sum(r.components["runtime"] for _, r in scored) / total,
+        "pass@1": 100.0 * sum(r.components["correct"] for _, r in scored) / total,
+        "efficiency": sum(percentages) / len(percentages) if percentages else 0.0,
+        "eligible_pairs": len(eligible),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_code.evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="humaneval", help="as CORRGRPO_CODE_DATASETS: humaneval, leetcode:<path or hub id>")
+    parser.add_argument("--completions", type=Path, required=True, help="jsonl of {task_id, completion}")
+    parser.add_argument("--rounds", type=int, default=8, help="paired timing rounds (default 8)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="sandbox workers for scoring")
+    parser.add_argument("--core", type=int, default=None, help="CPU core for the paired rounds (default: the lowest allowed)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    args = parser.parse_args(argv)
+    metrics = evaluate(args.dataset, args.completions, args.rounds, args.workers, args.core)
+    if args.json:
+        print(json.dumps(metrics))
+        return
+    print(f"Executable: {metrics['executable']:.1f}%")
+    print(f"Pass@1: {metrics['pass@1']:.1f}%")
+    print(f"Efficiency: {metrics['efficiency']:.1f}% ({metrics['eligible_pairs']} eligible pairs, {args.rounds} rounds)")
+    if metrics["errors"]:
+        print(f"{metrics['errors']} completions could not be scored (unknown task_id or sandbox anomaly)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
