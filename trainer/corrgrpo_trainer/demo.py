@@ -314,11 +314,11 @@ def main() -> int:
         for domain, result in scored.items():
             print_domain(domain, result, advantages[domain])
         history = None
-        if "toolcall" in urls:
+        if "toolcall" in scored:  # it is up and scores
             print(f"\n[demo] training the tiny policy {TRAIN_STEPS} CorrGRPO steps against the toolcall service")
             history = train_tiny(urls["toolcall"])
         else:
-            print("[demo] training skipped: the toolcall service is not up")
+            print("[demo] training skipped: the toolcall service is not up or does not score")
     plot(OUT / "demo.png", history, scored, advantages)
     print(f"[demo] wrote {OUT / 'demo.png'}; {time.monotonic() - started:.0f} s in all")
     return 0 if scored else 1
