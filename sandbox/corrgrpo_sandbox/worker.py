@@ -116,12 +116,10 @@ def become_candidate(source: str, workdir: str, limits: dict, fds: tuple[int, in
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the worker's pipes included
-        prctl(PR_SET_DUMPABLE, 1)  # the child is the candidate's own; the worker stays non-dumpable
         os.chdir(workdir)
         apply_limits(limits)
-        sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)  # noqa: SIM115
+        # sys.stdin/stdout/stderr are the worker's own, never used, so their buffers are empty: after dup2 they are
+        # exactly what a fresh interpreter on these fds would have, at no cost
         sys.argv = ["<candidate>"]
         main = types.ModuleType("__main__")
         sys.modules["__main__"] = main
