@@ -10,9 +10,10 @@ import httpx
 import pytest
 from servers import free_port, start_service
 
-from corrgrpo_proto import RewardServiceUnavailable
+from corrgrpo_proto import AsyncRewardClient, RewardServiceUnavailable
+from corrgrpo_proto.agentdojo import EpisodeSpec
 from corrgrpo_trainer.rewards import ServiceRewards, agentdojo_item, code_item, reward_columns, score_all
-from corrgrpo_trainer.rollouts import parse_tool_calls
+from corrgrpo_trainer.rollouts import parse_tool_calls, run_episode
 
 GROUND_TRUTH = (
     '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
@@ -126,3 +127,34 @@ def test_columns_against_the_real_toolcall_service() -> None:
     assert by_name["format"] == [1.0, 1.0]
     exact, wrong = (sum(by_name[c][i] for c in TOOLCALL_COMPONENTS[1:]) for i in range(2))
     assert exact == pytest.approx(3.0) and wrong == pytest.approx(-3.0)  # ToolRL: exact → 3, wrong tool → −3
+
+
+async def test_run_episode_steps_tool_calls_feeds_results_back_and_finishes_with_the_answer() -> None:
+    calls: list[tuple[str, Any]] = []
+
+    def episode_api(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        calls.append((request.url.path, body))
+        if request.url.path == "/v1/episodes":
+            messages = [{"role": "user", "content": "pay the bill"}]
+            return httpx.Response(200, json={"episode_id": "e1", **body, "messages": messages, "tools": [{"name": "pay"}]})
+        if request.url.path.endswith("/step"):
+            results = [{"function": c["function"], "content": f"paid {c['args']['amount']}"} for c in body["tool_calls"]]
+            return httpx.Response(200, json={"episode_id": "e1", "results": results, "tool_calls_so_far": 1})
+        return httpx.Response(200, json={"episode_id": "e1", "components": {"utility": 1.0, "security": 1.0}, "total": 2.0})
+
+    seen: list[list[dict[str, Any]]] = []
+
+    async def policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        seen.append(list(messages))
+        if len(seen) == 1:
+            return '<tool_call>\n{"name": "pay", "arguments": {"amount": 5}}\n</tool_call>'
+        return "<response>Paid.</response>"
+
+    async with AsyncRewardClient("http://episodes", transport=httpx.MockTransport(episode_api)) as client:
+        result = await run_episode(client, EpisodeSpec(suite="banking", user_task="user_task_0"), policy)
+    assert result.components == {"utility": 1.0, "security": 1.0}
+    assert [path for path, _ in calls] == ["/v1/episodes", "/v1/episodes/e1/step", "/v1/episodes/e1/finish"]
+    assert calls[1][1] == {"tool_calls": [{"function": "pay", "args": {"amount": 5}}]}
+    assert seen[1][-1] == {"role": "tool", "name": "pay", "content": "paid 5"}
+    assert calls[2][1] == {"final_answer": "Paid."}
