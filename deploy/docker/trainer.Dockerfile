@@ -1,11 +1,12 @@
 # syntax=docker/dockerfile:1
 # Trainer (GPU). Build from the repository root:
 #   docker build -f deploy/docker/trainer.Dockerfile -t corrgrpo/trainer:0.1.0 .
-# torch==2.13.0 from PyPI is the CUDA build (it brings its own CUDA runtime as nvidia-* wheels);
-# the image needs only the driver, which the NVIDIA container toolkit mounts at run time.
+# torch==2.13.0 from PyPI is the CUDA 13.0 build (it brings its own CUDA libraries as cuda-toolkit /
+# nvidia-* wheels); the image needs only the driver (R580 or newer for CUDA 13), which the NVIDIA
+# container toolkit mounts at run time. The base image matches that CUDA major version.
 # constraints.txt pins torch==2.13.0+cpu (the CPU wheel used in development): that local-version
 # suffix is dropped here so the same pins select the CUDA wheel.
-ARG CUDA_IMAGE=nvidia/cuda:12.8.1-base-ubuntu24.04
+ARG CUDA_IMAGE=nvidia/cuda:13.0.0-base-ubuntu24.04
 
 FROM ${CUDA_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
