@@ -384,7 +384,9 @@ def test_kubernetes_code_autoscaler_and_no_bwrap_overlay() -> None:
 
 def test_readme_commands_name_real_files() -> None:
     readme = (REPO / "deploy" / "README.md").read_text()
-    for command in re.findall(r"^\s*(docker (?:build|compose)[^\n#]*|kubectl apply -k \S+)", readme, flags=re.M):
+    commands = re.findall(r"^\s*(docker (?:build|compose)[^\n#]*|kubectl apply -k \S+)", readme, flags=re.M)
+    assert any("--scale code=" in c for c in commands) and any(c.startswith("kubectl apply -k") for c in commands)
+    for command in commands:
         for word in shlex.split(command):
             if word.startswith(("deploy/", "./deploy/")):
                 assert (REPO / word).exists(), f"README names {word}"
