@@ -252,7 +252,7 @@ def run_io(
         outputs = {m["i"]: m for m in messages if "i" in m}
         done = any(m.get("done") is True for m in messages)
         return _judge_io(tests, outputs, done, result)
-    except (ValueError, KeyError, TypeError) as error:  # a forged, broken or truncated channel never passes
+    except (ValueError, KeyError, TypeError, RecursionError) as error:  # a forged, broken or truncated channel never passes
         cause = "outputs over the output cap" if result.truncated else f"protocol: {error}"
         return HarnessResult("test_error", "io", 0, total, cause, result)
 
@@ -297,7 +297,7 @@ def run_assert(
     result = sandbox.run(program, limits=limits)
     try:
         messages = _messages(result.channel)
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:
         return HarnessResult("test_error", "assert", 0, 1, f"protocol: {error}", result)
     early = _early_stage(result, messages)
     if early:

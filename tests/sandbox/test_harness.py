@@ -136,8 +136,10 @@ def test_forged_channel_messages_do_not_pass_in_io_mode(sandbox: Sandbox) -> Non
         "os._exit(0)\n"
     )
     assert run_io(sandbox, "", forger, "f", IO_TESTS, LIMITS).stage == "assertion"
-    garbage = "import os\nos.write(3, b'not json\\n')\ndef f(x): return 0"
-    assert run_io(sandbox, "", garbage, "f", IO_TESTS, LIMITS).stage == "test_error"
+    for payload in ("b'not json\\n'", "b'[' * 100000 + b'\\n'", 'b\'{"i": [1], "out": 9}\\n\''):
+        garbage = f"import os\nos.write(3, {payload})\ndef f(x): return 0"
+        assert run_io(sandbox, "", garbage, "f", IO_TESTS, LIMITS).stage == "test_error", payload
+        assert run_assert(sandbox, "", garbage, "f", ASSERT_TEST, LIMITS).stage != "passed", payload
 
 
 def test_patched_time_does_not_hide_cpu_time(sandbox: Sandbox) -> None:
