@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ from corrgrpo_proto import AsyncRewardClient, RewardServiceError, RewardServiceU
 from .advantages import corrgrpo, gdpo, grpo
 
 OUT = Path("demo_out")
-SERVICES = {"code": 18101, "toolcall": 18102, "agentdojo": 18103}
+SERVICES = ("code", "toolcall", "agentdojo")
 HUMANEVAL_TASKS = ("HumanEval/0", "HumanEval/2", "HumanEval/7", "HumanEval/28")
 TRAIN_STEPS = 5
 
@@ -63,15 +64,16 @@ class Scored:
 def local_services(log_dir: Path) -> Iterator[dict[str, str]]:
     """Start every service at once; yield {name: url} of those that answer /healthz; stop them all after."""
     env = {k: v for k, v in os.environ.items() if k != "CORRGRPO_REDIS_URL"}  # the embedded default: in-memory store
-    processes = {}
-    for name, port in SERVICES.items():
+    processes, ports = {}, {}
+    for name in SERVICES:
         log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 (the process writes it until it stops)
-        command = [sys.executable, "-m", f"corrgrpo_{name}", "--host", "127.0.0.1", "--port", str(port)]
+        ports[name] = free_port()
+        command = [sys.executable, "-m", f"corrgrpo_{name}", "--host", "127.0.0.1", "--port", str(ports[name])]
         processes[name] = (subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), log)
     try:
         urls = {}
         for name, (process, _) in processes.items():
-            url = f"http://127.0.0.1:{SERVICES[name]}"
+            url = f"http://127.0.0.1:{ports[name]}"
             if problem := wait_healthy(url, process, timeout_s=90):
                 print(f"[demo] {name:9s} did not start: {problem} (log: {log_dir / f'{name}.log'})")
             else:
@@ -89,6 +91,13 @@ def local_services(log_dir: Path) -> Iterator[dict[str, str]]:
                 process.wait()
             log.close()
         print("[demo] services stopped")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (a fresh one per service: no clash with a stale demo or a running stack)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> str | None:
@@ -309,7 +318,9 @@ def main() -> int:
     started = time.monotonic()
     OUT.mkdir(exist_ok=True)
     with local_services(OUT) as urls:
+        print(f"[demo] services up after {time.monotonic() - started:.0f} s")
         scored = asyncio.run(score_domains(urls))
+        print(f"[demo] scored after {time.monotonic() - started:.0f} s")
         advantages = {domain: estimator_advantages(result) for domain, result in scored.items()}
         for domain, result in scored.items():
             print_domain(domain, result, advantages[domain])
