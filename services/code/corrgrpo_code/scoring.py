@@ -116,19 +116,24 @@ class CodeScorer:
         if problem is None:
             return ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
         try:
-            return await self._score(self.prepare(problem), item.completion)
+            return await self._score(problem, item.completion)
         except SandboxAnomaly as error:
             return ItemError(code="sandbox_anomaly", message=f"execution untrustworthy twice: {error}")
         except Exception as error:  # one item's failure never fails the batch
             log.exception("scoring failed", extra={"task_id": problem.task_id})
             return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
 
-    async def _score(self, prepared: PreparedProblem, completion: str) -> Scored:
+    def _execute(self, problem: CodeProblem, code: str | None) -> tuple[PreparedProblem, HarnessResult, float]:
+        """The blocking part (splitting a big LeetCode check, the run, AST similarity), kept off the event loop."""
+        prepared = self.prepare(problem)
+        result = run_tests(self.sandbox, prepared, code or "", self.config.limits)
+        return prepared, result, ast_similarity(code, problem.reference) if code is not None else 0.0
+
+    async def _score(self, problem: CodeProblem, completion: str) -> Scored:
         config = self.config
         code = extract_code(completion, config.extract, config.languages)
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self.pool, run_tests, self.sandbox, prepared, code or "", config.limits)
-        similarity = ast_similarity(code, prepared.problem.reference) if code is not None else 0.0
+        prepared, result, similarity = await loop.run_in_executor(self.pool, self._execute, problem, code)
         info: dict[str, Any] = {
             "stage": result.stage,
             "error": result.error,
