@@ -33,7 +33,8 @@ def _group_reference(x: torch.Tensor, estimator: str, eps: float, zero_var_tol: 
     rho = cov / torch.outer(std, std)
     rho[~varying, :] = 0.0
     rho[:, ~varying] = 0.0
-    return (totals - totals.mean()) / (rho.sum().sqrt() + eps)
+    # Σρ ≥ 0 (ρ is positive semidefinite) but rounding can take it just below 0 when components cancel.
+    return (totals - totals.mean()) / (rho.sum().clamp(min=0).sqrt() + eps)
 
 
 def _gdpo_group_scores(x: torch.Tensor, eps: float) -> torch.Tensor:

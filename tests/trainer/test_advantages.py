@@ -78,23 +78,31 @@ def test_corrgrpo_denominator_is_invariant_to_rescaling_a_component(r: torch.Ten
     torch.testing.assert_close(group_moments(rescaled).sum_rho, group_moments(r.double()).sum_rho, atol=1e-9, rtol=1e-9)
 
 
-def _denominators(r: torch.Tensor, name: str) -> torch.Tensor:
-    """What each estimator divides by, in float64: near 0, float32 rounding of the numerator is amplified."""
+def assume_well_conditioned(r: torch.Tensor, name: str, threshold: float) -> None:
+    """Skip examples where the estimator divides by ~0 (but not exactly 0): rounding noise of the numerator is amplified.
+
+    Σρ ≈ 0 while R varies is the anti-correlation hazard itself (with G = 2 any two varying components have ρ = ±1).
+    """
     if name == "gdpo":
         scores = torch.stack([bench._gdpo_group_scores(group, 1e-4) for group in r.double()])
-        return scores.std().reshape(1)
-    moments = group_moments(r.double())
-    return moments.std_total if name == "grpo" else moments.sum_rho.sqrt()
+        present = scores[~torch.isnan(scores)]
+        denominators = present.std().reshape(1) if present.numel() > 1 else torch.full((1,), float("nan"))
+        constant = denominators == 0
+    else:
+        moments = group_moments(r.double())
+        denominators = moments.std_total if name == "grpo" else moments.sum_rho.sqrt()
+        constant = moments.std_total == 0  # R constant: the numerator is exactly 0 whatever the denominator
+    assume(((denominators > threshold) | constant | torch.isnan(denominators)).all())
 
 
 @FAST
 @given(reward_tensors(missing=False), st.sampled_from(sorted(ESTIMATORS)))
 def test_vectorised_estimators_match_the_float64_per_group_loop(r: torch.Tensor, name: str) -> None:
-    """Exact in float64 (1e-9); float32 within 1e-5 wherever the denominator is not near 0 (G = 2 often cancels exactly)."""
+    """Within 1e-9 in float64 and 1e-5 in float32 wherever the denominator is not ~0 (1e-6 and 1e-2 respectively)."""
     reference = bench.reference_loop(r, name)
+    assume_well_conditioned(r, name, 1e-6)
     torch.testing.assert_close(ESTIMATORS[name](r.double()), reference, atol=1e-9, rtol=1e-9)
-    denominators = _denominators(r, name)
-    assume(((denominators == 0) | (denominators > 1e-2)).all() and r.shape[1] > 2)
+    assume_well_conditioned(r, name, 1e-2)
     torch.testing.assert_close(ESTIMATORS[name](r).double(), reference, atol=1e-5, rtol=1e-5)
 
 
@@ -105,6 +113,7 @@ def test_missing_values_follow_trl(r: torch.Tensor, name: str) -> None:
     advantages = ESTIMATORS[name](r.double())
     assert torch.isfinite(advantages).all()
     assert (advantages[:, 0] == 0).all()
+    assume_well_conditioned(r, name, 1e-6)
     torch.testing.assert_close(advantages, bench.reference_loop(r, name), atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(advantages[:, 1:], ESTIMATORS[name](r[:, 1:].double()), atol=1e-9, rtol=1e-9)
     if name != "gdpo":  # GRPO and CorrGRPO read a missing component of a scorable rollout as 0
