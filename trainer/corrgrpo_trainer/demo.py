@@ -60,30 +60,35 @@ class Scored:
 # ---------------------------------------------------------------- services
 
 
-@contextmanager
-def local_services(log_dir: Path) -> Iterator[dict[str, str]]:
-    """Start every service at once; yield {name: url} of those that answer /healthz; stop them all after."""
-    env = {k: v for k, v in os.environ.items() if k != "CORRGRPO_REDIS_URL"}  # the embedded default: in-memory store
-    processes, ports = {}, {}
-    for name in SERVICES:
-        log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 (the process writes it until it stops)
-        ports[name] = free_port()
-        command = [sys.executable, "-m", f"corrgrpo_{name}", "--host", "127.0.0.1", "--port", str(ports[name])]
-        processes[name] = (subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), log)
-    try:
-        urls = {}
-        for name, (process, _) in processes.items():
-            url = f"http://127.0.0.1:{ports[name]}"
-            if problem := wait_healthy(url, process, timeout_s=90):
-                print(f"[demo] {name:9s} did not start: {problem} (log: {log_dir / f'{name}.log'})")
+class LocalServices:
+    """The started service processes; `url(name)` waits for that one's /healthz, so slow starters don't hold up the rest."""
+
+    def __init__(self, log_dir: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "CORRGRPO_REDIS_URL"}  # the embedded default: in-memory store
+        self.log_dir, self.processes, self.ports = log_dir, {}, {}
+        self._answer: dict[str, str | None] = {}
+        for name in SERVICES:
+            log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 (the process writes it until it stops)
+            self.ports[name] = free_port()
+            command = [sys.executable, "-m", f"corrgrpo_{name}", "--host", "127.0.0.1", "--port", str(self.ports[name])]
+            self.processes[name] = (subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+
+    def url(self, name: str) -> str | None:
+        """The service's URL once it answers, None (reported) when it did not start."""
+        if name not in self._answer:
+            url = f"http://127.0.0.1:{self.ports[name]}"
+            if problem := wait_healthy(url, self.processes[name][0], timeout_s=150):
+                print(f"[demo] {name:9s} did not start: {problem} (log: {self.log_dir / f'{name}.log'})")
+                self._answer[name] = None
             else:
-                urls[name] = url
                 print(f"[demo] {name:9s} up at {url}")
-        yield urls
-    finally:
-        for process, _ in processes.values():
+                self._answer[name] = url
+        return self._answer[name]
+
+    def stop(self) -> None:
+        for process, _ in self.processes.values():
             process.terminate()
-        for process, log in processes.values():
+        for process, log in self.processes.values():
             try:
                 process.wait(10)
             except subprocess.TimeoutExpired:
@@ -91,6 +96,16 @@ def local_services(log_dir: Path) -> Iterator[dict[str, str]]:
                 process.wait()
             log.close()
         print("[demo] services stopped")
+
+
+@contextmanager
+def local_services(log_dir: Path) -> Iterator[LocalServices]:
+    """Start every service at once; stop them all after."""
+    services = LocalServices(log_dir)
+    try:
+        yield services
+    finally:
+        services.stop()
 
 
 def free_port() -> int:
@@ -214,6 +229,15 @@ async def score_groups(url: str, groups: list[Group]) -> Scored:
     return Scored(groups, rewards, names, [spec.weight for spec in specs])
 
 
+async def score_agentdojo(url: str) -> None:
+    """One AgentDojo trajectory replayed by /v1/score: no tool calls, so the user task fails and the injection too."""
+    item = {"suite": "banking", "user_task": "user_task_0", "injection_task": "injection_task_0", "tool_calls": []}
+    async with AsyncRewardClient(url, retries=2, timeout=120) as client:
+        [result] = await client.score([item])
+    outcome = result.components if result.error is None else result.error.message
+    print(f"[demo] agentdojo banking/user_task_0 + injection_task_0, no tool calls: {outcome}")
+
+
 async def score_domains(urls: dict[str, str]) -> dict[str, Scored]:
     """Code and toolcall at the same time; a domain whose service is down or refuses is reported and left out."""
     wanted = {"code": code_groups, "toolcall": toolcall_groups}
@@ -317,7 +341,8 @@ def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Sco
 def main() -> int:
     started = time.monotonic()
     OUT.mkdir(exist_ok=True)
-    with local_services(OUT) as urls:
+    with local_services(OUT) as services:
+        urls = {name: url for name in ("code", "toolcall") if (url := services.url(name))}
         print(f"[demo] services up after {time.monotonic() - started:.0f} s")
         scored = asyncio.run(score_domains(urls))
         print(f"[demo] scored after {time.monotonic() - started:.0f} s")
@@ -330,6 +355,11 @@ def main() -> int:
             history = train_tiny(urls["toolcall"])
         else:
             print("[demo] training skipped: the toolcall service is not up or does not score")
+        if url := services.url("agentdojo"):
+            try:
+                asyncio.run(score_agentdojo(url))
+            except (RewardServiceError, RewardServiceUnavailable) as error:
+                print(f"[demo] agentdojo: scoring failed: {error}")
     plot(OUT / "demo.png", history, scored, advantages)
     print(f"[demo] wrote {OUT / 'demo.png'}; {time.monotonic() - started:.0f} s in all")
     return 0 if scored else 1
