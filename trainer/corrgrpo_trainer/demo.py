@@ -5,7 +5,8 @@
    right and wrong tool calls (toolcall), one request per service, both services at once.
 3. Prints GRPO, GDPO and CorrGRPO advantages side by side for the same groups.
 4. Trains the tiny local policy a few CorrGRPO steps against the live toolcall service.
-5. Writes demo_out/demo.png (per-component reward curves, advantage comparison) and stops the services.
+5. Replays one AgentDojo trajectory through its /v1/score (AgentDojo starts slowest, so it is waited for last).
+6. Writes demo_out/demo.png (per-component reward curves, advantage comparison) and stops the services.
 
 A part whose service does not start or score is reported and skipped; the rest still runs.
 """
