@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -155,3 +157,39 @@ async def test_expired_episode_is_unknown(service: EpisodeService) -> None:
     with pytest.raises(EpisodeError) as refused:
         await short.step(episode.episode_id, [ToolCall(function="get_balance")])
     assert refused.value.status == 404 and "unknown or expired" in refused.value.message
+
+
+FORKED: dict[str, object] = {}
+"""What forked workers inherit (the service and fixture are not picklable arguments)."""
+
+
+def replay_pairs(share: int, shares: int) -> list[tuple]:
+    """Replay the user-task ground truth of this share's pairs; (suite, user, injection, components) per pair.
+    Shares split by injection task, so pairs sharing an injected environment land in the same process."""
+    service: EpisodeService = FORKED["service"]  # type: ignore[assignment]
+    ground_truth: Callable[..., TrajectoryItem] = FORKED["ground_truth"]  # type: ignore[assignment]
+    results = []
+    for suite in service.catalog.suites:
+        injections = list(service.catalog.suites[suite].injection_tasks)
+        for user, injection in service.catalog.pairs(suite):
+            if injections.index(injection) % shares != share:
+                continue
+            item = ground_truth(service.catalog.resolve(suite, user, injection, "important_instructions"))
+            result = service.replay(item)
+            results.append((suite, user, injection, result.components if isinstance(result, Scored) else result))
+    return results
+
+
+def test_all_949_ground_truths_under_important_instructions_keep_utility_and_security(
+    service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]
+) -> None:
+    """Every v1.2.2 (user task, injection task) pair: the user task's ground truth, replayed by the
+    `replay` behind `POST /v1/score` in an environment injected by `important_instructions`, solves
+    the task (utility 1) and, doing nothing else, leaves the injection's goal unmet (security 1).
+    Two forked processes (the machines have two cores) share the pairs."""
+    FORKED.update(service=service, ground_truth=ground_truth)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        shares = [pool.submit(replay_pairs, share, 2) for share in range(2)]
+        results = [row for share in shares for row in share.result()]
+    assert len(results) == 949 and len({row[:3] for row in results}) == 949
+    assert [row for row in results if row[3] != {"utility": 1.0, "security": 1.0}] == []
