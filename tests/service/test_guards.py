@@ -129,3 +129,16 @@ async def test_redis_password_never_in_errors() -> None:
         await store.ping()
     assert "pw123" not in str(caught.value) and "***" in str(caught.value)
     await store.close()
+
+
+async def test_full_budget_sheds_before_reading_the_body() -> None:
+    gate = asyncio.Event()
+    async with make(ServiceSettings(max_inflight_items=2), gate) as client:
+        held = asyncio.create_task(client.post("/v1/score", json={"items": [{"value": 1}, {"value": 2}]}))
+        while 'corrgrpo_inflight_items{service="toy"} 2.0' not in (await client.get("/metrics")).text:
+            await asyncio.sleep(0.01)
+        shed = await client.post("/v1/score", content=b"{not even json", headers=JSON)
+        assert (shed.status_code, shed.json()["error"]) == (429, "overloaded")  # refused before parsing
+        gate.set()
+        assert (await held).status_code == 200
+        assert (await client.post("/v1/score", content=b"{not even json", headers=JSON)).status_code == 422

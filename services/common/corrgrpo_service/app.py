@@ -23,7 +23,7 @@ from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .limits import BearerAuth, BodyLimit, InflightItems, JsonGuard
+from .limits import BearerAuth, BodyLimit, InflightItems, JsonGuard, ShedWhenFull
 from .settings import ServiceSettings
 from .store import Store, make_store
 
@@ -82,9 +82,15 @@ def create_app(
     app.state.service, app.state.components = service, components
     counters = app.state.metrics
     app.state.inflight = InflightItems(settings.max_inflight_items, counters.inflight_items.labels(service).set)
-    # added last = runs first: auth, then the body limit, then the JSON shape check
+    # added last = runs first: auth, load shedding, the body limit, then the JSON shape check
     app.add_middleware(JsonGuard, max_depth=settings.max_json_depth)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(
+        ShedWhenFull,
+        inflight=app.state.inflight,
+        retry_after_s=settings.retry_after_s,
+        on_reject=counters.rejections.labels(service, "overload").inc,
+    )
     if settings.api_token is not None:
         app.add_middleware(
             BearerAuth,

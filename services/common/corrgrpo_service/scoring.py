@@ -23,6 +23,7 @@ from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, Scor
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
+from .limits import overloaded
 from .store import Store, StoreUnavailable
 
 log = logging.getLogger("corrgrpo.scoring")
@@ -118,10 +119,7 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
         settings, metrics, inflight = app.state.settings, app.state.metrics, app.state.inflight
         if not inflight.try_acquire(len(request.items)):
             metrics.rejections.labels(service, "overload").inc()
-            message = f"{inflight.count} items in flight (limit {inflight.limit}); retry after {settings.retry_after_s}s"
-            response = error_response(429, "overloaded", message)
-            response.headers["Retry-After"] = str(settings.retry_after_s)
-            return response
+            return overloaded(inflight, settings.retry_after_s)
         try:
             results = await score_batch(service, request.items, weights, scorer, app.state.store, settings.cache_ttl_s)
         finally:

@@ -1,0 +1,175 @@
+"""Load test of a reward service over loopback: 1×, 4× and 10× its sustainable rate.
+
+`python bench/bench_load.py [--services toolcall demo] [--seconds 8]` starts each service as its
+container does (`python -m corrgrpo_<name>`), measures the sustainable rate with a closed loop of
+4 senders, then offers an open-loop load of 1×, 4× and 10× that rate (fixed arrival schedule,
+bounded at `--max-outstanding` requests in the generator itself, which counts arrivals beyond it as
+`dropped`; no client retries; requests unanswered 5 s after the last arrival count as errors), and
+prints a markdown table: answered throughput, p50/p99 latency of the answered requests, 429 and
+other error counts, and the peak RSS of the service process. The generator shares the machine.
+
+`demo` is the kit's toy service (`corrgrpo_service.demo`) whose items wait asynchronously
+(`CORRGRPO_DEMO_ITEM_MS`, like a sandbox run), so the in-flight budget applies; `toolcall` scores
+inline on the event loop (tens of µs per item), so overload queues in the socket backlog instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from servers import start_service
+
+BATCH = 32
+TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+ITEMS = {
+    "toolcall": [{"completion": TOOL_CALL, "ground_truth": TOOL_CALL}] * BATCH,
+    "service.demo": [{"text": "x" * 200}] * BATCH,
+}
+ENV = {
+    "toolcall": {"CORRGRPO_MAX_INFLIGHT_ITEMS": "512"},
+    "service.demo": {"CORRGRPO_MAX_INFLIGHT_ITEMS": "512", "CORRGRPO_DEMO_ITEM_MS": "20", "CORRGRPO_WORKERS": "64"},
+}
+
+
+@dataclass
+class Phase:
+    label: str
+    offered_rps: float
+    latencies: list[float] = field(default_factory=list)
+    rejected: int = 0
+    errors: int = 0
+    dropped: int = 0
+    peak_rss: int = 0
+    seconds: float = 0.0
+
+
+DRAIN_S = 5.0
+"""After the last arrival, requests still unanswered this long are cancelled and counted as errors."""
+
+
+async def post(port: int, body: bytes) -> int:
+    """POST /v1/score on a fresh connection; the status code. (httpx's pool degrades with hundreds queued.)"""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        head = f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
+        await writer.drain()
+        status_line = await reader.readline()
+        await reader.read()  # the rest, until the server closes
+        return int(status_line.split()[1])
+    finally:
+        writer.close()
+
+
+async def send(port: int, body: bytes, phase: Phase) -> None:
+    start = time.perf_counter()
+    try:
+        status = await post(port, body)
+    except (OSError, ValueError, IndexError):
+        phase.errors += 1
+        return
+    if status == 200:
+        phase.latencies.append(time.perf_counter() - start)
+    elif status == 429:
+        phase.rejected += 1
+    else:
+        phase.errors += 1
+
+
+async def watch_rss(process: psutil.Process, phase: Phase, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        phase.peak_rss = max(phase.peak_rss, process.memory_info().rss)
+        await asyncio.sleep(0.05)
+
+
+async def closed_loop(port: int, body: bytes, seconds: float) -> float:
+    """Requests per second 4 back-to-back senders get: the service's sustainable rate."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def sender() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            status = await post(port, body)
+            assert status == 200, status
+            done += 1
+
+    await asyncio.gather(*(sender() for _ in range(4)))
+    return done / seconds
+
+
+async def open_loop(port: int, body: bytes, phase: Phase, seconds: float, cap: int, process: psutil.Process) -> None:
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch_rss(process, phase, stop))
+    tasks: set[asyncio.Task[None]] = set()
+    start = time.perf_counter()
+    for n in range(int(phase.offered_rps * seconds)):
+        await asyncio.sleep(max(0.0, start + n / phase.offered_rps - time.perf_counter()))
+        if len(tasks) >= cap:
+            phase.dropped += 1  # the generator's own bound: never an unbounded client-side queue
+            continue
+        task = asyncio.create_task(send(port, body, phase))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        _, late = await asyncio.wait(set(tasks), timeout=DRAIN_S)
+        for task in late:
+            task.cancel()
+        phase.errors += len(late)
+    phase.seconds = time.perf_counter() - start
+    stop.set()
+    await watcher
+
+
+def row(service: str, phase: Phase) -> str:
+    ok = sorted(phase.latencies)
+    p50 = statistics.median(ok) * 1e3 if ok else float("nan")
+    p99 = ok[min(len(ok) - 1, int(0.99 * len(ok)))] * 1e3 if ok else float("nan")
+    rps = len(ok) / phase.seconds if phase.seconds else 0.0
+    return (
+        f"| {service} | {phase.label} | {phase.offered_rps:.0f} | {rps:.0f} | {rps * BATCH:.0f} | {p50:.1f} | {p99:.1f} "
+        f"| {phase.rejected} | {phase.errors} | {phase.dropped} | {phase.peak_rss / 2**20:.0f} |"
+    )
+
+
+async def bench(name: str, seconds: float, cap: int) -> list[str]:
+    body = json.dumps({"items": ITEMS[name]}).encode()
+    with start_service(name, env=ENV[name]) as service:
+        process = psutil.Process(service.process.pid)
+        port = int(service.url.rsplit(":", 1)[1])
+        await closed_loop(port, body, 1.0)  # warm-up
+        sustainable = await closed_loop(port, body, seconds / 2)
+        rows = []
+        for factor in (1, 4, 10):
+            phase = Phase(f"{factor}×", sustainable * factor)
+            await open_loop(port, body, phase, seconds, cap, process)
+            rows.append(row(name.removeprefix("service."), phase))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", nargs="+", default=["toolcall", "demo"], help="toolcall and/or demo")
+    parser.add_argument("--seconds", type=float, default=6.0, help="length of each load phase")
+    parser.add_argument("--max-outstanding", type=int, default=256, help="bound on requests in flight in the generator")
+    args = parser.parse_args()
+    print(f"Batches of {BATCH} items; in-flight budget 512 items; {args.seconds:.0f} s per phase; loopback; no retries.\n")
+    print("| service | load | offered req/s | answered req/s | items/s | p50 ms | p99 ms | 429 | errors | dropped | RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.services:
+        for line in asyncio.run(bench("service.demo" if name == "demo" else name, args.seconds, args.max_outstanding)):
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
