@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import error_response
 
 PROTECTED_PREFIX = "/v1"
+SCORING_PATHS = frozenset({"/v1/score", "/v1/openrlhf"})
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -217,7 +218,7 @@ def overloaded(inflight: InflightItems, retry_after_s: int) -> JSONResponse:
 
 
 class ShedWhenFull:
-    """429 for `POST /v1/score` while the item budget is already spent, before the body is read or parsed.
+    """429 for `POST /v1/score` and `/v1/openrlhf` while the item budget is already spent, before the body is read or parsed.
 
     Refusing after parsing would let rejected requests eat the CPU the admitted ones need; this
     makes a refusal cost a few microseconds. Batches that would only partly fit are refused by the
@@ -228,7 +229,7 @@ class ShedWhenFull:
         self.app, self.inflight, self.retry_after_s, self.on_reject = app, inflight, retry_after_s, on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/score" and self.inflight.full:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in SCORING_PATHS and self.inflight.full:
             self.on_reject()
             return await overloaded(self.inflight, self.retry_after_s)(scope, receive, send)
         await self.app(scope, receive, send)

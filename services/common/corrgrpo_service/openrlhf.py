@@ -16,13 +16,14 @@ A label that does not make a valid item is a 422 naming its index.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from corrgrpo_proto.common import ErrorDetail, WireModel
+from corrgrpo_proto.common import ErrorBody, ErrorDetail, WireModel
 
 from .errors import error_response
 
@@ -77,7 +78,9 @@ def build_items(request: OpenRLHFRequest, item_model: type[BaseModel]) -> list[B
     return items
 
 
-def add_openrlhf_route(app: FastAPI, item_model: type[BaseModel], score_items: Any) -> None:
+def add_openrlhf_route(
+    app: FastAPI, item_model: type[BaseModel], score_items: Callable[[list[BaseModel]], Awaitable[Any]]
+) -> None:
     """Register `POST /v1/openrlhf`; `score_items(items)` is the kit's scoring path (limits, cache, metrics)."""
     names = [spec.name for spec in app.state.components]
 
@@ -93,4 +96,9 @@ def add_openrlhf_route(app: FastAPI, item_model: type[BaseModel], score_items: A
         logs["corrgrpo_error"] = [float(r.error is not None) for r in results]
         return OpenRLHFResponse(rewards=totals, scores=totals, extra_logs=logs)
 
-    app.post("/v1/openrlhf", response_model=OpenRLHFResponse, summary="OpenRLHF remote reward-model protocol")(openrlhf)
+    app.post(
+        "/v1/openrlhf",
+        response_model=OpenRLHFResponse,
+        responses={status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429)},
+        summary="OpenRLHF remote reward-model protocol",
+    )(openrlhf)

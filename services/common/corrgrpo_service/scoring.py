@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -24,6 +24,7 @@ from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
 from .limits import overloaded
+from .openrlhf import add_openrlhf_route
 from .store import Store, StoreUnavailable
 
 log = logging.getLogger("corrgrpo.scoring")
@@ -105,9 +106,23 @@ async def score_batch(
 
 
 def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer: Scorer) -> None:
-    """Register `POST /v1/score` taking `request_model` and answering with `ScoreResponse`."""
+    """Register `POST /v1/score` taking `request_model`, and OpenRLHF's shape of it at `POST /v1/openrlhf`."""
     service: str = app.state.service
     specs: list[ComponentSpec] = app.state.components
+
+    async def score_items(items: list[Any], weights: dict[str, float]) -> list[ItemResult] | JSONResponse:
+        """The one scoring path of both routes: in-flight budget, idempotency cache, metrics."""
+        settings, metrics, inflight = app.state.settings, app.state.metrics, app.state.inflight
+        if not inflight.try_acquire(len(items)):
+            metrics.rejections.labels(service, "overload").inc()
+            return overloaded(inflight, settings.retry_after_s)
+        try:
+            results = await score_batch(service, items, weights, scorer, app.state.store, settings.cache_ttl_s)
+        finally:
+            inflight.release(len(items))
+        for result in results:
+            metrics.items.labels(service, "error" if result.error else "scored").inc()
+        return results
 
     async def score(request: ScoreRequest[Any]) -> ScoreResponse | JSONResponse:
         try:
@@ -116,17 +131,8 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
             names = ", ".join(s.name for s in specs)
             detail = ErrorDetail(loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}")
             return error_response(422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail])
-        settings, metrics, inflight = app.state.settings, app.state.metrics, app.state.inflight
-        if not inflight.try_acquire(len(request.items)):
-            metrics.rejections.labels(service, "overload").inc()
-            return overloaded(inflight, settings.retry_after_s)
-        try:
-            results = await score_batch(service, request.items, weights, scorer, app.state.store, settings.cache_ttl_s)
-        finally:
-            inflight.release(len(request.items))
-        for result in results:
-            metrics.items.labels(service, "error" if result.error else "scored").inc()
-        return ScoreResponse(service=service, results=results)
+        results = await score_items(request.items, weights)
+        return results if isinstance(results, JSONResponse) else ScoreResponse(service=service, results=results)
 
     score.__annotations__["request"] = request_model  # the concrete model FastAPI validates against
     app.post(
@@ -135,3 +141,5 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
         responses={status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429)},
         summary=f"Score a batch of {service} items",
     )(score)
+    (item_model,) = get_args(request_model.model_fields["items"].annotation)
+    add_openrlhf_route(app, item_model, lambda items: score_items(items, resolve_weights(specs, None)))
