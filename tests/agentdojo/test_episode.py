@@ -180,6 +180,7 @@ def replay_pairs(share: int, shares: int) -> list[tuple]:
     return results
 
 
+@pytest.mark.slow
 def test_all_949_ground_truths_under_important_instructions_keep_utility_and_security(
     service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]
 ) -> None:

@@ -51,7 +51,9 @@ def test_score_replays_ground_truths_under_important_instructions(
 ) -> None:
     """The HTTP path of the 949-pair check in test_episode.py (same `replay`), on the PAIRS sample."""
     items = ground_truth_items(service, ground_truth)
-    results = httpx.post(f"{server.url}/v1/score", json={"items": items}, timeout=300).json()["results"]
+    response = httpx.post(f"{server.url}/v1/score", json={"items": items}, timeout=300)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
     assert [r["components"] for r in results] == [{"utility": 1.0, "security": 1.0}] * len(PAIRS)
     assert all(r["info"]["attack"] == "important_instructions" and r["info"]["tool_errors"] == 0 for r in results)
 
