@@ -92,6 +92,15 @@ def test_dependency_chain(sandbox: Sandbox, completion: str, chain: list[int], s
     assert (result.components["efficiency"] > 0) == (stage == "passed")
 
 
+def test_code_over_the_limit_is_not_run(sandbox: Sandbox) -> None:
+    problem = next(p for p in humaneval_problems() if p.task_id == "HumanEval/0")
+    huge = problem.reference + "\nx = 1" * 300
+    (result,) = score(scorer_for(sandbox, {}, max_code_chars=1000), [CodeItem(problem=problem, completion=fenced(huge))])
+    assert isinstance(result, Scored)
+    assert result.components == {"format": 1.0, **dict.fromkeys((*CHAIN, "ast_similarity", "efficiency"), 0.0)}
+    assert result.info["stage"] == "too_long" and "over the limit of 1000" in result.info["error"]
+
+
 def test_unknown_task_is_a_per_item_error_and_order_is_kept(sandbox: Sandbox) -> None:
     items = [
         CodeItem(problem=SQUARE, completion=fenced("def square(x): return x * x")),

@@ -44,6 +44,7 @@ def scoring_config(settings: CodeSettings) -> ScoringConfig:
         reference_runs=settings.code_reference_runs,
         efficiency_cap=settings.code_efficiency_cap,
         efficiency=settings.code_efficiency,
+        max_code_chars=settings.code_max_chars,
     )
 
 

@@ -44,6 +44,7 @@ class ScoringConfig:
     reference_runs: int = 4
     efficiency_cap: float = 2.0
     efficiency: bool = True  # False: never measure t_ref; the component is 0
+    max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,10 @@ class CodeScorer:
     async def _score(self, problem: CodeProblem, completion: str) -> Scored:
         config = self.config
         code = extract_code(completion, config.extract, config.languages)
+        if code is not None and len(code) > config.max_code_chars:
+            error = f"code of {len(code)} characters is over the limit of {config.max_code_chars}; not run"
+            zeros = dict.fromkeys(("syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency"), 0.0)
+            return Scored({"format": format_score(completion, config.languages), **zeros}, {"stage": "too_long", "error": error})
         loop = asyncio.get_running_loop()
         prepared, result, similarity = await loop.run_in_executor(self.pool, self._execute, problem, code)
         info: dict[str, Any] = {

@@ -24,6 +24,7 @@ class CodeSettings(ServiceSettings):
     code_cache_prefix: str = Field("corrgrpo:code:", description="Store key prefix of the reference-time cache")
     code_reference_runs: int = Field(4, ge=1, description="Runs of the reference averaged into t_ref")
     code_efficiency: bool = Field(True, description="Measure efficiency (false: t_ref is never measured; the component is 0)")
+    code_max_chars: int = Field(100_000, gt=0, description="Extracted code longer than this scores 0 (stage too_long), unrun")
     code_efficiency_cap: float = Field(2.0, gt=0, description="efficiency = min(t_ref / t, cap)")
 
     def limits(self) -> Limits:
