@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -13,7 +14,8 @@ HERE = Path(__file__).resolve().parent
 def main() -> int:
     out = HERE / "out"
     out.mkdir(exist_ok=True)
-    sections = [f"# corrgrpo benchmarks — {time.strftime('%Y-%m-%d')}, {Path('/proc/cpuinfo').read_text().count('processor')} cores\n"]
+    cores = os.cpu_count()
+    sections = [f"# corrgrpo benchmarks — {time.strftime('%Y-%m-%d')}, {cores} cores\n"]
     failed = 0
     for script in sorted(HERE.glob("bench_*.py")):
         print(f"== {script.name}", flush=True)
