@@ -90,3 +90,22 @@ async def test_code_replica_sigkilled_mid_batch_client_retries_same_url(http: ht
             results = await asyncio.wait_for(batch, 120)
     assert [r.id for r in results] == [i["id"] for i in items]  # every item once, in order
     assert all(r.error is None and r.components is not None and r.components["correct"] == 1.0 for r in results), results
+
+
+def test_agentdojo_episode_after_redis_restart_is_a_clear_error(throwaway_redis: ThrowawayRedis, http: httpx.Client) -> None:
+    """Episode state lives only in Redis: down → 503, restarted empty → 404, never a reward from lost state."""
+    with start_service("agentdojo", env={"CORRGRPO_REDIS_URL": throwaway_redis.url}) as service:
+        spec = {"suite": "banking", "user_task": "user_task_0", "injection_task": "injection_task_0"}
+        created = http.post(f"{service.url}/v1/episodes", json=spec)
+        assert created.status_code == 200, created.text
+        episode = created.json()["episode_id"]
+        step = {"tool_calls": [{"function": "get_most_recent_transactions", "args": {"n": 5}}]}
+        assert http.post(f"{service.url}/v1/episodes/{episode}/step", json=step).status_code == 200
+        throwaway_redis.kill()
+        down = http.post(f"{service.url}/v1/episodes/{episode}/step", json=step)
+        assert down.status_code == 503 and down.json()["message"], down.text
+        throwaway_redis.start()  # same port, empty: the episode is gone
+        wait_for(lambda: http.get(f"{service.url}/readyz").status_code == 200)
+        gone = http.post(f"{service.url}/v1/episodes/{episode}/finish", json={"final_answer": "done"})
+        assert gone.status_code == 404 and episode in gone.json()["message"], gone.text
+        assert service.process.poll() is None
