@@ -1,7 +1,7 @@
 """GRPO, CorrGRPO and GDPO advantages: vectorised (corrgrpo_trainer.advantages) vs a per-group float64 loop.
 
-`reference_loop` is the plain reading of the definitions: one group at a time, float64, CorrGRPO with
-the explicit K×K correlation matrix. The tests check the vectorised estimators against it.
+The loop is the tests' oracle (`tests/advantages_oracle.py`): one group at a time, float64,
+CorrGRPO with the explicit K×K correlation matrix.
 
 Run: `.venv/bin/python bench/bench_advantages.py` (CPU with 1 thread; CUDA too when available).
 """
@@ -9,57 +9,18 @@ Run: `.venv/bin/python bench/bench_advantages.py` (CPU with 1 thread; CUDA too w
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import torch
 
-from corrgrpo_trainer.advantages import ESTIMATORS, ZERO_VAR_TOL
+from corrgrpo_trainer.advantages import ESTIMATORS
 
-
-def _group_reference(x: torch.Tensor, estimator: str, eps: float, zero_var_tol: float) -> torch.Tensor:
-    """GRPO or CorrGRPO advantages of one group's scorable rollouts x [n, K] (missing components already 0)."""
-    n = x.shape[0]
-    totals = x.sum(dim=1)
-    if n < 2:
-        return torch.zeros(n, dtype=x.dtype)
-    if estimator == "grpo":
-        return (totals - totals.mean()) / (totals.std() + eps)
-    centered = x - x.mean(dim=0)
-    cov = centered.T @ centered / (n - 1)  # the K×K matrix the vectorised version never builds
-    std = cov.diagonal().sqrt()
-    varying = std > zero_var_tol * x.mean(dim=0).abs().clamp(min=1.0)
-    rho = cov / torch.outer(std, std)
-    rho[~varying, :] = 0.0
-    rho[:, ~varying] = 0.0
-    # Σρ ≥ 0 (ρ is positive semidefinite) but rounding can take it just below 0 when components cancel.
-    return (totals - totals.mean()) / (rho.sum().clamp(min=0).sqrt() + eps)
-
-
-def _gdpo_group_scores(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Σ_k of per-component z-scores over the present values of one group x [G, K]; NaN for all-missing rollouts."""
-    count = (~torch.isnan(x)).sum(dim=0)
-    mean = torch.nanmean(x, dim=0)
-    std = ((x - mean).square().nansum(dim=0) / (count - 1)).sqrt()
-    scores = torch.where(count >= 2, (x - mean) / (std + eps), float("nan")).nansum(dim=1)
-    return scores.masked_fill(torch.isnan(x).all(dim=1), float("nan"))
-
-
-def reference_loop(r: torch.Tensor, estimator: str, eps: float = 1e-4, zero_var_tol: float = ZERO_VAR_TOL) -> torch.Tensor:
-    """Advantages [B, G] from a Python loop over groups, in float64, following TRL's NaN rules."""
-    r = r.detach().to("cpu", torch.float64)
-    advantages = torch.zeros(r.shape[:2], dtype=torch.float64)
-    if estimator == "gdpo":
-        scores = torch.stack([_gdpo_group_scores(group, eps) for group in r])
-        present = scores[~torch.isnan(scores)]
-        if present.numel() >= 2:
-            advantages = ((scores - present.mean()) / (present.std() + eps)).nan_to_num(nan=0.0)
-        return advantages
-    for b, group in enumerate(r):
-        scorable = ~torch.isnan(group).all(dim=1)
-        advantages[b, scorable] = _group_reference(group[scorable].nan_to_num(nan=0.0), estimator, eps, zero_var_tol)
-    return advantages
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from advantages_oracle import reference_loop
 
 
 def _time(fn: Callable[[], object], sync: Callable[[], None], repeats: int) -> float:

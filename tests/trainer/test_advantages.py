@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import math
 
 import pytest
 import torch
+from advantages_oracle import gdpo_group_scores, reference_loop
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import nanstd as trl_nanstd
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics, gdpo, group_moments, grpo
-
-_spec = importlib.util.spec_from_file_location("bench_advantages", Path(__file__).parents[2] / "bench" / "bench_advantages.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -84,7 +80,7 @@ def assume_well_conditioned(r: torch.Tensor, name: str, threshold: float) -> Non
     Σρ ≈ 0 while R varies is the anti-correlation hazard itself (with G = 2 any two varying components have ρ = ±1).
     """
     if name == "gdpo":
-        scores = torch.stack([bench._gdpo_group_scores(group, 1e-4) for group in r.double()])
+        scores = torch.stack([gdpo_group_scores(group, 1e-4) for group in r.double()])
         present = scores[~torch.isnan(scores)]
         denominators = present.std().reshape(1) if present.numel() > 1 else torch.full((1,), float("nan"))
         constant = denominators == 0
@@ -99,7 +95,7 @@ def assume_well_conditioned(r: torch.Tensor, name: str, threshold: float) -> Non
 @given(reward_tensors(missing=False), st.sampled_from(sorted(ESTIMATORS)))
 def test_vectorised_estimators_match_the_float64_per_group_loop(r: torch.Tensor, name: str) -> None:
     """Within 1e-9 in float64 and 1e-5 in float32 wherever the denominator is not ~0 (1e-6 and 1e-2 respectively)."""
-    reference = bench.reference_loop(r, name)
+    reference = reference_loop(r, name)
     assume_well_conditioned(r, name, 1e-6)
     torch.testing.assert_close(ESTIMATORS[name](r.double()), reference, atol=1e-9, rtol=1e-9)
     assume_well_conditioned(r, name, 1e-2)
@@ -114,7 +110,7 @@ def test_missing_values_follow_trl(r: torch.Tensor, name: str) -> None:
     assert torch.isfinite(advantages).all()
     assert (advantages[:, 0] == 0).all()
     assume_well_conditioned(r, name, 1e-6)
-    torch.testing.assert_close(advantages, bench.reference_loop(r, name), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(advantages, reference_loop(r, name), atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(advantages[:, 1:], ESTIMATORS[name](r[:, 1:].double()), atol=1e-9, rtol=1e-9)
     if name != "gdpo":  # GRPO and CorrGRPO read a missing component of a scorable rollout as 0
         scorable = ~torch.isnan(r).all(dim=-1, keepdim=True)
@@ -205,3 +201,43 @@ def test_estimators_keep_device_and_shape_and_reject_bad_shapes() -> None:
         assert estimator(r).shape == (3, 4) and estimator(r).device == r.device
         with pytest.raises(ValueError, match=r"\[B, G, K\]"):
             estimator(r[0])
+
+
+@FAST
+@given(reward_tensors(), st.data())
+def test_one_signature_weights_fold_into_r_for_grpo_and_corrgrpo(r: torch.Tensor, data: st.DataObject) -> None:
+    """estimator(r, weights) for every estimator; GRPO and CorrGRPO weight the rewards, GDPO (as TRL) the z-scores."""
+    weights = torch.tensor(data.draw(st.lists(st.floats(-2, 2), min_size=r.shape[-1], max_size=r.shape[-1])))
+    x = r.double()
+    for name in ("grpo", "corrgrpo"):
+        torch.testing.assert_close(ESTIMATORS[name](x, weights), ESTIMATORS[name](x * weights.double()), atol=0, rtol=0)
+    torch.testing.assert_close(gdpo(x, weights), gdpo(x, weights=weights))
+    with pytest.raises(ValueError, match="one value per component"):
+        grpo(x, torch.ones(r.shape[-1] + 1))
+
+
+@FAST
+@given(reward_tensors())
+def test_grpo_and_corrgrpo_differ_only_in_the_denominator(r: torch.Tensor) -> None:
+    """Figure 1: the same centered total, divided by sqrt(Σ Cov) for GRPO and sqrt(Σ ρ) for CorrGRPO."""
+    x = r.double()
+    moments = group_moments(x)
+    torch.testing.assert_close(moments.std_total.square(), x.sum(-1).var(dim=1))
+    numerator_grpo = grpo(x) * (moments.std_total.unsqueeze(1) + 1e-4)
+    numerator_corrgrpo = corrgrpo(x) * (moments.sum_rho.sqrt().unsqueeze(1) + 1e-4)
+    torch.testing.assert_close(numerator_grpo, moments.centered, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(numerator_corrgrpo, moments.centered, atol=1e-9, rtol=1e-9)
+
+
+def test_scale_diagnostics_leave_constant_groups_out_and_count_them() -> None:
+    varying = torch.tensor([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]]).unsqueeze(0)
+    constant = torch.full((3, 4, 2), 0.5)
+    stats = diagnostics(torch.cat([varying, constant]))
+    alone = diagnostics(varying)
+    assert stats["grpo/scale_mean"] == pytest.approx(alone["grpo/scale_mean"])
+    assert stats["corrgrpo/scale_mean"] == pytest.approx(alone["corrgrpo/scale_mean"])
+    assert stats["grpo/scale_mean"] < 10  # not 1/ε = 10000
+    assert stats["constant_group_frac"] == pytest.approx(3 / 4) and alone["constant_group_frac"] == 0.0
+    everything_constant = diagnostics(constant)
+    assert math.isnan(everything_constant["grpo/scale_mean"]) and math.isnan(everything_constant["corrgrpo/scale_mean"])
+    assert everything_constant["constant_group_frac"] == 1.0

@@ -96,10 +96,7 @@ def recorded_rewards(step: int) -> torch.Tensor:
 def expected_advantages(all_rewards: torch.Tensor, estimator: str) -> torch.Tensor:
     """The estimator on the gathered rewards [N, K], independent of the trainer's plumbing."""
     grouped = all_rewards.view(-1, NUM_GENERATIONS, all_rewards.shape[1])
-    weights = torch.tensor(REWARD_WEIGHTS)
-    if estimator == "gdpo":
-        return ESTIMATORS["gdpo"](grouped, weights=weights).flatten()
-    return ESTIMATORS[estimator](grouped * weights).flatten()
+    return ESTIMATORS[estimator](grouped, torch.tensor(REWARD_WEIGHTS)).flatten()
 
 
 def main(model_dir: str, output_dir: str, estimator: str = "corrgrpo") -> int:

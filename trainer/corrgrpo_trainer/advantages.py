@@ -1,17 +1,21 @@
 r"""Group-relative advantages for multi-reward RL: GRPO, CorrGRPO and GDPO.
 
-Every estimator takes rewards ``r`` of shape [B, G, K] (B prompt groups, G rollouts per prompt,
-K reward components, weights already folded in) and returns advantages of shape [B, G] on r's
-device. Statistics are within a group and use one convention everywhere: torch's unbiased
+Every estimator has one signature, ``estimator(r, weights=None, eps=1e-4, ...)``: rewards ``r`` of
+shape [B, G, K] (B prompt groups, G rollouts per prompt, K reward components, unweighted) and
+optional per-component weights w [K]; it returns advantages of shape [B, G] on r's device.
+Statistics are within a group and use one convention everywhere: torch's unbiased
 (Bessel-corrected) std, as TRL does. Notation for one group, rollouts g = 1..G:
 
-    R_g = Σ_k r_gk                                  total reward
-    Var(R) = Σ_k Σ_l Cov(r_k, r_l)                  variance of a sum (paper §2)
-    z_gk = (r_gk − mean_k) / std_k                  standardised component
+    R_g = Σ_k w_k r_gk                              total reward
+    Var(R) = Σ_k Σ_l Cov(w_k r_k, w_l r_l)          variance of a sum (paper §2)
+    z_gk = (w_k r_gk − mean_k) / std_k              standardised (weighted) component
 
-    GRPO      A_g = (R_g − mean R) / (std R + ε)
+    GRPO      A_g = (R_g − mean R) / (sqrt(Var R) + ε)
     CorrGRPO  A_g = (R_g − mean R) / (sqrt(Σ_k Σ_l ρ_kl) + ε)          ρ = Pearson correlation
     GDPO      A_g = batchnorm(Σ_k w_k (r_gk − mean_k) / (std_k + ε))
+
+GRPO and CorrGRPO share the numerator and differ only in the denominator (the paper's Figure 1):
+the sum of covariances against the sum of correlations, both from the same `group_moments`.
 
 CorrGRPO needs no K×K matrix: ρ_kl = Σ_g z_gk z_gl / (G − 1) with the unbiased std, hence
 
@@ -55,15 +59,25 @@ def nanstd(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
     return std if keepdim else std.squeeze(dim)
 
 
-def _check(r: torch.Tensor) -> None:
+Weights = Sequence[float] | torch.Tensor | None
+
+
+def _check(r: torch.Tensor, weights: Weights = None) -> torch.Tensor | None:
+    """Validates r and returns the weights as a [K] tensor on r's device (None when not given)."""
     if r.ndim != 3 or not r.is_floating_point():
         raise ValueError(f"rewards must be a float tensor of shape [B, G, K], got {tuple(r.shape)} {r.dtype}")
+    if weights is None:
+        return None
+    w = torch.as_tensor(weights, dtype=r.dtype, device=r.device)
+    if w.shape != (r.shape[-1],):
+        raise ValueError(f"weights must have one value per component (K = {r.shape[-1]}), got shape {tuple(w.shape)}")
+    return w
 
 
-def _totals(r: torch.Tensor) -> torch.Tensor:
-    """R = nansum_k r_k per rollout, NaN for rollouts with every component missing (TRL's `unscorable_mask`)."""
-    totals = r.nansum(dim=-1)
-    return totals.masked_fill(torch.isnan(r).all(dim=-1), float("nan"))
+def _fold(r: torch.Tensor, weights: Weights) -> torch.Tensor:
+    """w_k r_gk: the weighted components whose sum is R (NaN stays NaN)."""
+    w = _check(r, weights)
+    return r if w is None else r * w
 
 
 class GroupMoments(NamedTuple):
@@ -79,9 +93,9 @@ class GroupMoments(NamedTuple):
     sum_rho: torch.Tensor  # [B] Σ_k Σ_l ρ_kl
 
 
-def group_moments(r: torch.Tensor, zero_var_tol: float = ZERO_VAR_TOL) -> GroupMoments:
-    """Means, stds and standardised components of each group in one O(B·G·K) pass."""
-    _check(r)
+def group_moments(r: torch.Tensor, weights: Weights = None, zero_var_tol: float = ZERO_VAR_TOL) -> GroupMoments:
+    """Means, stds and standardised components of the weighted rewards of each group in one O(B·G·K) pass."""
+    r = _fold(r, weights)
     scorable = ~torch.isnan(r).all(dim=-1, keepdim=True)  # [B, G, 1]
     filled = torch.where(scorable, torch.nan_to_num(r, nan=0.0), float("nan"))
     totals = filled.sum(dim=-1)
@@ -96,44 +110,51 @@ def group_moments(r: torch.Tensor, zero_var_tol: float = ZERO_VAR_TOL) -> GroupM
     return GroupMoments(centered, mean_total, nanstd(totals, dim=1), filled, z, varying.squeeze(1), dof, sum_rho)
 
 
-def grpo(r: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
-    """GRPO: A_g = (R_g − mean R) / (std R + ε), R = Σ_k r_k; TRL's `sum_then_normalize` with scale_rewards="group"."""
-    _check(r)
-    totals = _totals(r)
-    advantages = (totals - torch.nanmean(totals, dim=1, keepdim=True)) / (nanstd(totals, dim=1, keepdim=True) + eps)
-    return advantages.nan_to_num(nan=0.0)
+def _normalised(moments: GroupMoments, denominator: torch.Tensor, eps: float) -> torch.Tensor:
+    """(R_g − mean R) / (denominator + ε), 0 for unscorable rollouts: the numerator both estimators share."""
+    return (moments.centered / (denominator.unsqueeze(1) + eps)).nan_to_num(nan=0.0)
 
 
-def corrgrpo(r: torch.Tensor, eps: float = 1e-4, zero_var_tol: float = ZERO_VAR_TOL, floor: float | None = None) -> torch.Tensor:
+def grpo(r: torch.Tensor, weights: Weights = None, eps: float = 1e-4) -> torch.Tensor:
+    """GRPO: A_g = (R_g − mean R) / (sqrt(Σ_k Σ_l Cov_kl) + ε) = (R_g − mean R) / (std R + ε).
+
+    Bit-equal to TRL 1.16's `multi_objective_aggregation="sum_then_normalize"` with scale_rewards="group".
+    """
+    moments = group_moments(r, weights)
+    return _normalised(moments, moments.std_total, eps)
+
+
+def corrgrpo(
+    r: torch.Tensor, weights: Weights = None, eps: float = 1e-4, zero_var_tol: float = ZERO_VAR_TOL, floor: float | None = None
+) -> torch.Tensor:
     """CorrGRPO: A_g = (R_g − mean R) / (sqrt(Σ_k Σ_l ρ_kl) + ε), computed as Σρ = Σ_g (Σ_k z_gk)² / (G − 1).
 
     `floor` (off by default, as in the paper) replaces sqrt(Σρ) by max(sqrt(Σρ), floor): it bounds the
     advantages of groups whose components cancel (Σρ → 0 while R varies).
     """
-    moments = group_moments(r, zero_var_tol)
+    moments = group_moments(r, weights, zero_var_tol)
     denominator = moments.sum_rho.sqrt()
     if floor is not None:
         denominator = denominator.clamp(min=floor)
-    return (moments.centered / (denominator.unsqueeze(1) + eps)).nan_to_num(nan=0.0)
+    return _normalised(moments, denominator, eps)
 
 
-def gdpo(r: torch.Tensor, eps: float = 1e-4, weights: Sequence[float] | torch.Tensor | None = None) -> torch.Tensor:
+def gdpo(r: torch.Tensor, weights: Weights = None, eps: float = 1e-4) -> torch.Tensor:
     """GDPO, exactly TRL 1.16's `multi_objective_aggregation="normalize_then_sum"`.
 
         s_g = Σ_k w_k (r_gk − mean_k) / (std_k + ε)          per group, missing values skipped
         A_g = (s_g − mean s) / (std s + ε)                   mean and std over the whole batch
 
-    TRL applies the weights w to the z-scores. With weights folded into r, a positive weight cancels
-    in the z-score (up to ε) and a negative one flips its sign; pass the raw components and `weights`
-    to weight them as TRL does.
+    Unlike GRPO and CorrGRPO, the weights multiply the z-scores (as TRL does), not the rewards:
+    a weight folded into r would cancel in its own z-score.
     """
-    _check(r)
+    w = _check(r, weights)
     num_generations = r.shape[1]
     mean_k = torch.nanmean(r, dim=1, keepdim=True)
     std_k = nanstd(r, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean_k)
     scores = (r - mean_k) / (std_k + eps)
-    if weights is not None:
-        scores = scores * torch.as_tensor(weights, dtype=r.dtype, device=r.device)
+    if w is not None:
+        scores = scores * w
     summed = scores.nansum(dim=-1).masked_fill(torch.isnan(r).all(dim=-1), float("nan"))
     std = nanstd(summed.flatten(), dim=0) if summed.numel() > 1 else torch.zeros((), dtype=r.dtype, device=r.device)
     return ((summed - torch.nanmean(summed)) / (std + eps)).nan_to_num(nan=0.0)
@@ -150,6 +171,7 @@ def _mean_where(values: torch.Tensor, keep: torch.Tensor) -> float:
 
 def diagnostics(
     r: torch.Tensor,
+    weights: Weights = None,
     eps: float = 1e-4,
     zero_var_tol: float = ZERO_VAR_TOL,
     names: Sequence[str] | None = None,
@@ -157,15 +179,18 @@ def diagnostics(
 ) -> dict[str, float]:
     """Per-step statistics of the batch (means over groups where each is defined).
 
-    - ``grpo/scale_mean``: mean 1 / (std R + ε), GRPO's shared scaling coefficient.
-    - ``corrgrpo/scale_mean``: mean 1 / (sqrt(Σρ) + ε).
+    - ``grpo/scale_mean``: mean 1 / (std R + ε), GRPO's scaling coefficient, over groups where R varies.
+    - ``corrgrpo/scale_mean``: mean 1 / (sqrt(Σρ) + ε), over groups with a varying component.
+      A constant group's scale is 1/ε, a number about ε and nothing about the rewards: such groups are
+      left out of both means and counted in ``constant_group_frac`` (both means are NaN when every group is).
     - ``corrgrpo/offdiag_corr_mean``: mean ρ_kl over k ≠ l among varying components, (Σρ − m) / (m(m − 1)) for m of them.
     - ``grpo/var_share/<k>``: Σ_l Cov(r_k, r_l) / Var R = Cov(r_k, R) / Var R, component k's share of GRPO's variance.
     - ``corrgrpo/share/<k>``: Σ_l ρ_kl / Σρ, its share of CorrGRPO's Σρ (both sets of shares sum to 1).
     - ``corrgrpo/zero_var_frac``: fraction of (group, component) pairs with zero within-group variance.
     - ``corrgrpo/low_sum_rho_frac``: fraction of groups with a varying component and Σρ < `low_sum_rho`.
+    - ``constant_group_frac``: fraction of groups (with at least 2 scorable rollouts) whose R does not vary.
     """
-    moments = group_moments(r, zero_var_tol)
+    moments = group_moments(r, weights, zero_var_tol)
     names = list(names) if names is not None else [str(k) for k in range(r.shape[-1])]
     has_pair = ~torch.isnan(moments.std_total)  # at least 2 scorable rollouts
     var_total = moments.std_total.square()
@@ -173,16 +198,17 @@ def diagnostics(
     cov_with_total = (centered_k * moments.centered.unsqueeze(-1)).nansum(dim=1) / moments.dof.unsqueeze(-1)  # [B, K]
     rho_with_total = (moments.z * moments.z.sum(dim=-1, keepdim=True)).sum(dim=1) / moments.dof.unsqueeze(-1)  # [B, K]
     varying = moments.varying.sum(dim=-1).to(r.dtype)
+    has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(min=1.0)  # False where NaN
     stats = {
-        "grpo/scale_mean": _mean_where(1 / (moments.std_total + eps), has_pair),
-        "corrgrpo/scale_mean": _mean_where(1 / (moments.sum_rho.sqrt() + eps), has_pair),
+        "grpo/scale_mean": _mean_where(1 / (moments.std_total + eps), has_variance),
+        "corrgrpo/scale_mean": _mean_where(1 / (moments.sum_rho.sqrt() + eps), has_pair & (varying > 0)),
         "corrgrpo/offdiag_corr_mean": _mean_where(
             (moments.sum_rho - varying) / (varying * (varying - 1)).clamp(min=1), varying >= 2
         ),
         "corrgrpo/zero_var_frac": _mean_where((~moments.varying).to(r.dtype), has_pair.unsqueeze(-1).expand_as(moments.varying)),
         "corrgrpo/low_sum_rho_frac": _mean_where(((moments.sum_rho < low_sum_rho) & (varying > 0)).to(r.dtype), has_pair),
+        "constant_group_frac": _mean_where((~has_variance).to(r.dtype), has_pair),
     }
-    has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(min=1.0)
     has_rho = moments.sum_rho > zero_var_tol
     for k, name in enumerate(names):
         stats[f"grpo/var_share/{name}"] = _mean_where(cov_with_total[:, k] / var_total, has_variance)

@@ -55,12 +55,8 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
 def compute_advantages(payload: Any, estimators: Sequence[str]) -> dict[str, Any]:
     """{"advantages": {estimator: [B][G]}, "diagnostics": {...}} with weights folded in (GDPO: applied to z-scores, as TRL)."""
     rewards, weights, names = load_rewards(payload)
-    folded = rewards * torch.tensor(weights, dtype=rewards.dtype) if weights is not None else rewards
-    advantages = {
-        name: (ESTIMATORS[name](rewards, weights=weights) if name == "gdpo" else ESTIMATORS[name](folded)).tolist()
-        for name in estimators
-    }
-    return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(folded, names=names)}
+    advantages = {name: ESTIMATORS[name](rewards, weights=weights).tolist() for name in estimators}
+    return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(rewards, weights, names=names)}
 
 
 def advantages_command(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ import trl
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
-from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics, gdpo
+from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics
 
 SUPPORTED_TRL = (Version("1.14"), Version("1.17"))  # the pyproject pin; tested with 1.16
 
@@ -84,11 +84,9 @@ class CorrGRPOTrainer(GRPOTrainer):
         """Advantages [N] of the gathered rewards [N, K] (unweighted, NaN = missing), grouped as TRL groups them."""
         grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
         weights = self.reward_weights.to(rewards_per_func.device)
-        if self.args.advantage_estimator == "gdpo":  # TRL's normalize_then_sum weighs the z-scores
-            return gdpo(grouped, weights=weights).flatten()
         if self.args.advantage_estimator == "corrgrpo":
-            return corrgrpo(grouped * weights, floor=self.args.advantage_floor).flatten()
-        return ESTIMATORS[self.args.advantage_estimator](grouped * weights).flatten()
+            return corrgrpo(grouped, weights, floor=self.args.advantage_floor).flatten()
+        return ESTIMATORS[self.args.advantage_estimator](grouped, weights).flatten()
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
@@ -104,7 +102,7 @@ class CorrGRPOTrainer(GRPOTrainer):
         for _ in range(min(len(advantages), len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
-        weighted = rewards.view(-1, num_generations, rewards.shape[1]) * self.reward_weights.to(rewards.device)
-        for name, value in diagnostics(weighted, names=self.reward_func_names).items():
+        grouped = rewards.view(-1, num_generations, rewards.shape[1])
+        for name, value in diagnostics(grouped, self.reward_weights.to(rewards.device), names=self.reward_func_names).items():
             self._metrics[mode][name].append(value)
         return out
