@@ -22,3 +22,5 @@ def test_metrics_over_a_small_completions_file(tmp_path: Path) -> None:
     assert metrics["pass@1"] == 50.0
     assert metrics["executable"] == 75.0  # HumanEval/2 returning None fails its first assertion: it ran
     assert metrics["efficiency"] in (0.0, 25.0, 50.0, 75.0, 100.0)  # mean of two rounds of 0/50/100 %
+    first = evaluate("humaneval", path, rounds=1, workers=2, core=None, limit=1)
+    assert first["completions"] == 1 and first["pass@1"] == 100.0 and first["eligible_pairs"] == 1

@@ -62,8 +62,17 @@ def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture
     row = capsys.readouterr().out.strip().splitlines()[2].strip("| ").split(" | ")
     half = f"{100 * (len(examples) // 2) / len(examples):.2f}"
     assert row == ["api-bank-2", "67", "67", half, half, half, half, half]
-    path.write_text(json.dumps(lines[0]) + "\n")
-    with pytest.raises(SystemExit, match="1 completions for 67 rows"):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines[:3]))  # a slice: the first three rows
+    evaluate.main(["--dataset", "api-bank-2", "--completions", str(path)])
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")  # rows 1 of 0, 1, 2 call
+    assert "scoring the first 3 of 67 rows" in captured.err
+    evaluate.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "3"])
+    assert capsys.readouterr().out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")
+    with pytest.raises(SystemExit, match="3 completions for 2 rows"):
+        evaluate.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "2"])
+    path.write_text("not json\n")
+    with pytest.raises(SystemExit, match="expected JSONL"):
         evaluate.main(["--dataset", "api-bank-2", "--completions", str(path)])
 
 

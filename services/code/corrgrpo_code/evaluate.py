@@ -51,9 +51,11 @@ def paired_rounds(
     return percentages
 
 
-def evaluate(dataset: str, completions: Path, rounds: int, workers: int, core: int | None) -> dict[str, float | int]:
+def evaluate(
+    dataset: str, completions: Path, rounds: int, workers: int, core: int | None, limit: int | None = None
+) -> dict[str, float | int]:
     problems = load_problems(dataset)
-    rows = list(read_jsonl(completions))
+    rows = list(read_jsonl(completions))[:limit]
     items = [CodeItem(task_id=str(row["task_id"]), completion=str(row["completion"])) for row in rows]
     config = replace(ScoringConfig(), efficiency=False)
     with Sandbox(workers=workers) as sandbox:
@@ -83,15 +85,24 @@ def evaluate(dataset: str, completions: Path, rounds: int, workers: int, core: i
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_code.evaluate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", default="humaneval", help="as CORRGRPO_CODE_DATASETS: humaneval, leetcode:<path or hub id>")
+    parser = argparse.ArgumentParser(
+        prog="python -m corrgrpo_code.evaluate",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--dataset", default="humaneval", help="the problems, as CORRGRPO_CODE_DATASETS: humaneval, leetcode:<path or hub id>"
+    )
     parser.add_argument("--completions", type=Path, required=True, help="jsonl of {task_id, completion}")
-    parser.add_argument("--rounds", type=int, default=8, help="paired timing rounds (default 8)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first LIMIT completions (default: all)")
+    parser.add_argument("--rounds", type=int, default=8, help="paired timing rounds")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="sandbox workers for scoring")
     parser.add_argument("--core", type=int, default=None, help="CPU core for the paired rounds (default: the lowest allowed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     args = parser.parse_args(argv)
-    metrics = evaluate(args.dataset, args.completions, args.rounds, args.workers, args.core)
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be at least 1")
+    metrics = evaluate(args.dataset, args.completions, args.rounds, args.workers, args.core, args.limit)
     if args.json:
         print(json.dumps(metrics))
         return

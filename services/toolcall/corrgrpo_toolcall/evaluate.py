@@ -62,12 +62,15 @@ def report(dataset: str, scores: Sequence[Score]) -> Report:
     )
 
 
-def read_completions(path: Path, expected: int) -> list[str]:
-    """JSONL, one `{"completion": "..."}` per line in the dataset's row order."""
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    if len(lines) != expected:
-        raise SystemExit(f"{path}: {len(lines)} completions for {expected} rows")
-    completions = [json.loads(line)["completion"] for line in lines]
+def read_completions(path: Path, rows: int) -> list[str]:
+    """JSONL, one `{"completion": "..."}` per line for the first rows of the dataset, in row order (at most `rows`)."""
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        completions = [json.loads(line)["completion"] for line in lines]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f'{path}: expected JSONL of {{"completion": "..."}} ({type(error).__name__}: {error})') from None
+    if len(completions) > rows:
+        raise SystemExit(f"{path}: {len(completions)} completions for {rows} rows")
     if not all(isinstance(c, str) for c in completions):
         raise SystemExit(f'{path}: every line needs a string "completion"')
     return completions
@@ -83,15 +86,27 @@ def markdown(reports: Sequence[Report]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_toolcall.evaluate", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", choices=DATASETS, required=True)
-    parser.add_argument("--source", help="RLLA-4K parquet or hub id; API-Bank folder (default: ../shared/data)")
+    parser = argparse.ArgumentParser(
+        prog="python -m corrgrpo_toolcall.evaluate",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--dataset", choices=DATASETS, required=True, help="which dataset's rows the completions answer")
+    parser.add_argument("--source", help="RLLA-4K parquet or hub id; API-Bank folder (default: the dataset's configured path)")
+    parser.add_argument("--limit", type=int, help="evaluate only the first LIMIT rows (default: every row)")
     given = parser.add_mutually_exclusive_group(required=True)
-    given.add_argument("--completions", type=Path, help='JSONL of {"completion": ...}, one per row, in order')
+    given.add_argument(
+        "--completions", type=Path, help='JSONL of {"completion": ...} for the first rows, in row order (fewer lines: fewer rows)'
+    )
     given.add_argument("--self", action="store_true", help="score each ground truth against itself (a sanity check)")
     args = parser.parse_args(argv)
-    examples = load(args.dataset, args.source)
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be at least 1")
+    examples = load(args.dataset, args.source)[: args.limit]
     completions = [e.ground_truth for e in examples] if args.self else read_completions(args.completions, len(examples))
+    if len(completions) < len(examples):
+        print(f"scoring the first {len(completions)} of {len(examples)} rows", file=sys.stderr)
+        examples = examples[: len(completions)]
     print(markdown([evaluate(args.dataset, examples, completions)]))
     return 0
 
