@@ -13,11 +13,12 @@ install: $(STAMP)
 $(STAMP): constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c constraints.txt $(foreach p,$(PARTS),-e $(p)[dev])
+	$(VENV)/bin/pip install -q -c constraints.txt --config-settings editable_mode=compat $(foreach p,$(PARTS),-e $(p)[dev])
 	touch $@
 
+# Redis: the one at CORRGRPO_TEST_REDIS_URL (default 127.0.0.1:6379), else a throwaway redis-server.
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	bash tests/with_redis.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: install
 	$(PY) -m corrgrpo_trainer.demo
