@@ -68,7 +68,7 @@ def create_app(
     store: Store | None = None,
 ) -> FastAPI:
     """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`, `inflight`."""
-    store = store or make_store(settings.redis_url)
+    store = store or make_store(settings.redis_url, settings.store_ttl_s, settings.memory_store_max_bytes)
     checks: dict[str, ReadinessCheck] = {"store": store.ping, **(readiness or {})}
 
     @asynccontextmanager

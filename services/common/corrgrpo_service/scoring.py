@@ -99,7 +99,7 @@ async def score_batch(
             fresh[keys[index]] = results[index].model_dump_json().encode()  # type: ignore[union-attr]
     if fresh:
         try:
-            await store.set_many(fresh, ttl_s)
+            await store.set_many(fresh, ttl_s, evictable=True)
         except StoreUnavailable as error:
             log.warning("idempotency cache unavailable; results not remembered", extra={"error": str(error)})
     return [r for r in results if r is not None]

@@ -26,6 +26,19 @@ class ServiceSettings(BaseSettings):
         4096, description="Items being scored at once per process; a batch beyond it gets 429 (0 = no limit)"
     )
     retry_after_s: int = Field(1, description="`Retry-After` seconds sent with a 429")
+    max_request_inflight_items: int = Field(
+        1024, gt=0, description="Budget items one request holds at once; a larger batch is scored in chunks of this size"
+    )
+    max_json_nodes: int = Field(1_000_000, gt=0, description="JSON values in one request body; more get 413")
+    store_ttl_s: float = Field(7 * 24 * 3600, gt=0, description="TTL of a store key written without one: none lives forever")
+    memory_store_max_bytes: int = Field(
+        256 * 1024 * 1024, gt=0, description="In-memory store cap: caches evicted past it, new state refused (503)"
+    )
+    header_timeout_s: float = Field(10, gt=0, description="A connection that has not sent its request headers by then is closed")
+    body_timeout_s: float = Field(60, gt=0, description="A body still incomplete this long after its headers: connection closed")
+    idle_timeout_s: int = Field(5, gt=0, description="An idle keep-alive connection is closed after this")
+    max_connections: int = Field(1024, gt=0, description="Open connections per process; one more is closed at once")
+    shutdown_grace_s: int = Field(10, ge=0, description="On SIGTERM, in-flight requests get this long, then are cancelled")
     log_level: str = "INFO"
     log_json: bool = Field(True, description="One JSON object per log line (false: plain text)")
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, description="Concurrent scoring work")

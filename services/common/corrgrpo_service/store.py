@@ -1,16 +1,20 @@
 """Key-value store for idempotency caches and state shared between replicas.
 
-`MemoryStore` is the embedded default (one process, nothing shared); `RedisStore` is used when
-`CORRGRPO_REDIS_URL` is set, so replicas share caches and episode state. Both implement the same
-async `Store` interface and are tested with the same test body.
+`MemoryStore` is the embedded default (one process, nothing shared, capped in size); `RedisStore`
+is used when `CORRGRPO_REDIS_URL` is set, so replicas share caches and episode state. Both
+implement the same async `Store` interface and are tested with the same test body; every key
+either writes carries a TTL.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import heapq
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -20,10 +24,27 @@ class StoreUnavailable(RuntimeError):
     """The backing store did not answer (for Redis: connection refused, timeout)."""
 
 
+DEFAULT_TTL_S = 7 * 24 * 3600.0
+"""TTL of a key written without one: no key any service writes lives forever, in memory or in Redis."""
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class StoreFull(StoreUnavailable):
+    """The in-memory store is at its size cap with live state only; a new state key is refused (services answer 503)."""
+
+
 class Store(abc.ABC):
-    """Async bytes-to-bytes map with per-key expiry."""
+    """Async bytes-to-bytes map with per-key expiry; `ttl_s=None` means the store's `default_ttl_s`.
+
+    `evictable=True` marks a cache entry (idempotency results, measured timings): under memory
+    pressure it may be dropped. Everything else is state (episodes, locks) and is never evicted.
+    """
 
     kind: str
+    default_ttl_s: float = DEFAULT_TTL_S
+
+    def ttl(self, ttl_s: float | None) -> float:
+        return self.default_ttl_s if ttl_s is None else ttl_s
 
     @abc.abstractmethod
     async def get(self, key: str) -> bytes | None: ...
@@ -32,14 +53,14 @@ class Store(abc.ABC):
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
 
     @abc.abstractmethod
-    async def set(self, key: str, value: bytes, ttl_s: float | None = None) -> None: ...
+    async def set(self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False) -> None: ...
 
     @abc.abstractmethod
-    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None) -> None: ...
+    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False) -> None: ...
 
     @abc.abstractmethod
     async def add(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
-        """Set `key` only if it is absent; True when this call set it."""
+        """Set `key` only if it is absent; True when this call set it (locks: never refused for size)."""
 
     @abc.abstractmethod
     async def delete(self, key: str) -> bool:
@@ -53,26 +74,90 @@ class Store(abc.ABC):
         pass
 
 
+@dataclass(frozen=True)
+class _Entry:
+    value: bytes
+    deadline: float
+    evictable: bool
+    size: int
+
+
 class MemoryStore(Store):
-    """In-process store: a dict of (value, deadline)."""
+    """In-process store that frees what it no longer needs.
+
+    Expired keys are removed (a heap of deadlines, checked on every call), not just hidden. Past
+    `max_bytes` (keys + values + a fixed overhead per entry), cache entries are evicted least
+    recently used first; a *new* state key that still does not fit raises `StoreFull`, while
+    updates of existing state and `add` (locks) are admitted, so live episodes are never lost.
+    """
 
     kind = "memory"
+    ENTRY_OVERHEAD = 160  # dict slot, entry object, heap tuple: measured ~150 bytes per key
 
-    def __init__(self) -> None:
-        self._data: dict[str, tuple[bytes, float]] = {}
+    def __init__(self, default_ttl_s: float = DEFAULT_TTL_S, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.default_ttl_s, self.max_bytes = default_ttl_s, max_bytes
+        self._data: dict[str, _Entry] = {}
+        self._lru: OrderedDict[str, None] = OrderedDict()  # evictable keys, least recently used first
+        self._deadlines: list[tuple[float, str]] = []
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        self._expire()
+        return len(self._data)
+
+    def _remove(self, key: str) -> None:
+        entry = self._data.pop(key)
+        self.bytes -= entry.size
+        self._lru.pop(key, None)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, key = heapq.heappop(heap)
+            entry = self._data.get(key)
+            if entry is not None and entry.deadline == deadline:
+                self._remove(key)
+        if len(heap) > 2 * len(self._data) + 1024:  # rewritten keys leave stale deadlines behind
+            self._deadlines = [(entry.deadline, key) for key, entry in self._data.items()]
+            heapq.heapify(self._deadlines)
 
     def _live(self, key: str) -> bytes | None:
+        self._expire()
         entry = self._data.get(key)
         if entry is None:
             return None
-        if entry[1] <= time.monotonic():
-            del self._data[key]
-            return None
-        return entry[0]
+        if entry.evictable:
+            self._lru.move_to_end(key)
+        return entry.value
 
-    @staticmethod
-    def _deadline(ttl_s: float | None) -> float:
-        return float("inf") if ttl_s is None else time.monotonic() + ttl_s
+    def _evict_for(self, size: int, keep: str) -> None:
+        """Drop least recently used cache entries until `size` more bytes fit (never `keep`)."""
+        for key in list(self._lru):
+            if self.bytes + size <= self.max_bytes:
+                return
+            if key != keep:
+                self._remove(key)
+
+    def _put(self, key: str, value: bytes, ttl_s: float | None, evictable: bool, admit: bool = False) -> None:
+        self._expire()
+        size = len(key) + len(value) + self.ENTRY_OVERHEAD
+        old = self._data.get(key)
+        growth = size - (old.size if old else 0)
+        self._evict_for(growth, keep=key)
+        if self.bytes + growth > self.max_bytes:
+            if evictable:
+                return  # a cache entry that does not fit is simply not remembered
+            if old is None and not admit:
+                raise StoreFull(f"memory store full: {self.bytes} bytes of live state (limit {self.max_bytes})")
+        if old is not None:
+            self._remove(key)
+        deadline = time.monotonic() + self.ttl(ttl_s)
+        self._data[key] = _Entry(value, deadline, evictable, size)
+        self.bytes += size
+        heapq.heappush(self._deadlines, (deadline, key))
+        if evictable:
+            self._lru[key] = None
 
     async def get(self, key: str) -> bytes | None:
         return self._live(key)
@@ -80,28 +165,31 @@ class MemoryStore(Store):
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         return [self._live(k) for k in keys]
 
-    async def set(self, key: str, value: bytes, ttl_s: float | None = None) -> None:
-        self._data[key] = (value, self._deadline(ttl_s))
+    async def set(self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False) -> None:
+        self._put(key, value, ttl_s, evictable)
 
-    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None) -> None:
-        deadline = self._deadline(ttl_s)
-        self._data.update({k: (v, deadline) for k, v in pairs.items()})
+    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False) -> None:
+        for key, value in pairs.items():
+            self._put(key, value, ttl_s, evictable)
 
     async def add(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
         if self._live(key) is not None:
             return False
-        await self.set(key, value, ttl_s)
+        self._put(key, value, ttl_s, evictable=False, admit=True)
         return True
 
     async def delete(self, key: str) -> bool:
-        return self._live(key) is not None and self._data.pop(key, None) is not None
+        if self._live(key) is None:
+            return False
+        self._remove(key)
+        return True
 
     async def ping(self) -> None:
         return None
 
 
-def _ms(ttl_s: float | None) -> int | None:
-    return None if ttl_s is None else max(1, int(ttl_s * 1000))
+def _ms(ttl_s: float) -> int:
+    return max(1, int(ttl_s * 1000))
 
 
 def redacted(url: str) -> str:
@@ -119,8 +207,8 @@ class RedisStore(Store):
 
     kind = "redis"
 
-    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
-        self.url, self.shown_url = url, redacted(url)
+    def __init__(self, url: str, timeout_s: float = 2.0, default_ttl_s: float = DEFAULT_TTL_S) -> None:
+        self.url, self.shown_url, self.default_ttl_s = url, redacted(url), default_ttl_s
         self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
 
     async def _call(self, coro):  # type: ignore[no-untyped-def]
@@ -135,19 +223,20 @@ class RedisStore(Store):
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         return list(await self._call(self._redis.mget(list(keys)))) if keys else []
 
-    async def set(self, key: str, value: bytes, ttl_s: float | None = None) -> None:
-        await self._call(self._redis.set(key, value, px=_ms(ttl_s)))
+    # `evictable` has no Redis counterpart: Redis's own `maxmemory` policy decides (see the README)
+    async def set(self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False) -> None:
+        await self._call(self._redis.set(key, value, px=_ms(self.ttl(ttl_s))))
 
-    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None) -> None:
+    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False) -> None:
         if not pairs:
             return
         pipe = self._redis.pipeline(transaction=False)
         for key, value in pairs.items():
-            pipe.set(key, value, px=_ms(ttl_s))
+            pipe.set(key, value, px=_ms(self.ttl(ttl_s)))
         await self._call(pipe.execute())
 
     async def add(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
-        return bool(await self._call(self._redis.set(key, value, px=_ms(ttl_s), nx=True)))
+        return bool(await self._call(self._redis.set(key, value, px=_ms(self.ttl(ttl_s)), nx=True)))
 
     async def delete(self, key: str) -> bool:
         return bool(await self._call(self._redis.delete(key)))
@@ -159,6 +248,8 @@ class RedisStore(Store):
         await self._redis.aclose()
 
 
-def make_store(redis_url: str | None) -> Store:
-    """Redis when a URL is configured, else the in-memory store."""
-    return RedisStore(redis_url) if redis_url else MemoryStore()
+def make_store(redis_url: str | None, default_ttl_s: float = DEFAULT_TTL_S, max_bytes: int = DEFAULT_MAX_BYTES) -> Store:
+    """Redis when a URL is configured, else the in-memory store (capped at `max_bytes`)."""
+    if redis_url:
+        return RedisStore(redis_url, default_ttl_s=default_ttl_s)
+    return MemoryStore(default_ttl_s, max_bytes)
