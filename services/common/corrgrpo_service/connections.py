@@ -1,0 +1,100 @@
+"""Connection limits uvicorn lacks, and the one place the server is configured.
+
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits forever for a
+request's headers and body, so slowloris clients (a byte now and then) hold sockets without end,
+and it accepts any number of connections. `GuardedH11Protocol` closes a connection whose request
+headers are not complete `header_timeout_s` after it opened (or after its previous response), or
+whose body is not complete `body_timeout_s` after its headers; and closes at once a connection
+beyond `max_connections`. A closed request's handler sees `http.disconnect` like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Literal
+
+import h11
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .settings import ServiceSettings
+
+log = logging.getLogger("corrgrpo.connections")
+Stage = Literal["headers", "body", "app"]
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with read deadlines and a connection cap (class attributes, set per server)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    max_connections: int = 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._stage: Stage = "headers"
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            log.debug("connection over the cap closed", extra={"limit": self.max_connections})
+            transport.close()
+            return
+        self._arm("headers", self.header_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        state = self.conn.their_state
+        if state is h11.SEND_BODY and self._stage == "headers":
+            self._arm("body", self.body_timeout_s)
+        elif state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR) and self._stage != "app":
+            self._disarm()
+            self._stage = "app"  # the request is in; the handler's time is the in-flight budget's business
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._arm("headers", self.header_timeout_s)
+
+    def _arm(self, stage: Stage, seconds: float) -> None:
+        self._disarm()
+        self._stage = stage
+        self._deadline = self.loop.call_later(seconds, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            log.info("slow client closed", extra={"stage": self._stage, "client": self.client})
+            self.transport.close()
+
+
+def run_server(app: FastAPI, settings: ServiceSettings) -> None:
+    """Serve `app` with the kit's connection limits, idle timeout and bounded graceful shutdown."""
+    limits = {
+        "header_timeout_s": settings.header_timeout_s,
+        "body_timeout_s": settings.body_timeout_s,
+        "max_connections": settings.max_connections,
+    }
+    protocol = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=protocol,
+        timeout_keep_alive=settings.idle_timeout_s,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
+        log_config=None,
+        access_log=False,
+    )
