@@ -23,7 +23,7 @@ from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .limits import BearerAuth, BodyLimit, InflightItems, JsonGuard, ShedWhenFull
+from .limits import BearerAuth, BodyLimit, CancelOnDisconnect, InflightItems, JsonGuard, ShedWhenFull
 from .settings import ServiceSettings
 from .store import Store, make_store
 
@@ -82,9 +82,10 @@ def create_app(
     app.state.service, app.state.components = service, components
     counters = app.state.metrics
     app.state.inflight = InflightItems(settings.max_inflight_items, counters.inflight_items.labels(service).set)
-    # added last = runs first: auth, load shedding, the body limit, then the JSON shape check
+    # added last = runs first: auth, load shedding, cancellation on disconnect, the body limit, the JSON shape check
     app.add_middleware(JsonGuard, max_depth=settings.max_json_depth)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(CancelOnDisconnect, on_cancel=counters.rejections.labels(service, "disconnected").inc)
     app.add_middleware(
         ShedWhenFull,
         inflight=app.state.inflight,

@@ -1,4 +1,5 @@
-"""ASGI guards in front of every route: bearer auth, body size, JSON shape; and the in-flight item budget.
+"""ASGI guards in front of every route: bearer auth, body size, JSON shape, cancellation on disconnect;
+and the in-flight item budget.
 
 They run before FastAPI parses anything, so a hostile body is refused with the kit's error body
 (401, 413, 400, 422) instead of reaching pydantic or a scorer, and a refusal costs no more than
@@ -7,8 +8,10 @@ reading the body once.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -19,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response
 
+log = logging.getLogger("corrgrpo.service")
 PROTECTED_PREFIX = "/v1"
 SCORING_PATHS = frozenset({"/v1/score", "/v1/openrlhf"})
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -233,3 +237,61 @@ class ShedWhenFull:
             self.on_reject()
             return await overloaded(self.inflight, self.retry_after_s)(scope, receive, send)
         await self.app(scope, receive, send)
+
+
+class CancelOnDisconnect:
+    """Cancels a POST's handler when its client goes away before the answer, so its scoring stops.
+
+    The cancellation reaches the scorer as `asyncio.CancelledError` in every task it awaits:
+    `asyncio.gather` cancels its children, and a future from `loop.run_in_executor` that has not
+    started is removed from the pool's queue. Work already running in a thread or a sandbox is not
+    interrupted by asyncio; a scorer that can stop it should do so when it sees the cancellation
+    (e.g. `except asyncio.CancelledError: kill the run; raise`). The budget is released by the
+    route's `finally`, at once.
+    """
+
+    def __init__(self, app: ASGIApp, on_cancel: Callable[[], None]) -> None:
+        self.app, self.on_cancel = app, on_cancel
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        body_read = asyncio.Event()
+        gone: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        answered = False
+
+        async def tracked_receive() -> Message:
+            if body_read.is_set():  # only `http.disconnect` can follow the body: the watcher waits for it
+                return await asyncio.shield(gone)
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal answered
+            answered = answered or (message["type"] == "http.response.body" and not message.get("more_body", False))
+            await send(message)
+
+        handler = asyncio.ensure_future(self.app(scope, tracked_receive, tracked_send))
+
+        async def watch() -> None:
+            await body_read.wait()
+            message = await receive()  # uvicorn answers it when the client disconnects (or the response is done)
+            gone.set_result(message)
+            if message["type"] == "http.disconnect" and not answered and not handler.done():
+                handler.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({handler})
+        except asyncio.CancelledError:  # the server is cancelling us (shutdown grace spent): pass it on
+            handler.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if handler.cancelled():
+            self.on_cancel()
+            log.info("client disconnected; its request was cancelled", extra={"path": scope["path"]})
+            return
+        handler.result()  # re-raise what the handler raised

@@ -113,13 +113,18 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
     async def score_items(items: list[Any], weights: dict[str, float]) -> list[ItemResult] | JSONResponse:
         """The one scoring path of both routes: in-flight budget, idempotency cache, metrics."""
         settings, metrics, inflight = app.state.settings, app.state.metrics, app.state.inflight
-        if not inflight.try_acquire(len(items)):
+        # one request holds at most its share of the budget: a larger batch is scored in chunks of it
+        share = min(len(items), settings.max_request_inflight_items, inflight.limit or len(items))
+        if not inflight.try_acquire(share):
             metrics.rejections.labels(service, "overload").inc()
             return overloaded(inflight, settings.retry_after_s)
+        results: list[ItemResult] = []
         try:
-            results = await score_batch(service, items, weights, scorer, app.state.store, settings.cache_ttl_s)
+            for start in range(0, len(items), share):
+                chunk = items[start : start + share]
+                results += await score_batch(service, chunk, weights, scorer, app.state.store, settings.cache_ttl_s)
         finally:
-            inflight.release(len(items))
+            inflight.release(share)
         for result in results:
             metrics.items.labels(service, "error" if result.error else "scored").inc()
         return results
