@@ -1,7 +1,8 @@
 # corrgrpo: every target that runs code depends on `install`, so each works alone on a fresh clone.
 VENV  := .venv
 PY    := $(VENV)/bin/python
-PARTS := proto sandbox services/common services/code services/toolcall services/agentdojo trainer
+# Every folder under services/ with a pyproject.toml is a part: a new service needs no line here.
+PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 

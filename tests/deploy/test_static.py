@@ -7,7 +7,6 @@ with the code: ports, environment variable names, health paths.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.metadata
 import json
@@ -25,14 +24,14 @@ from packaging.requirements import Requirement
 from referencing import Registry, Resource
 
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service import ServiceSettings, create_app
+from corrgrpo_service import ServiceSettings, create_app, declared
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "deploy" / "docker"
 K8S = REPO / "deploy" / "k8s"
 SCHEMAS = REPO / "deploy" / "schemas"
 K8S_SCHEMAS = SCHEMAS / "kubernetes" / "v1.33.0-local-strict"
-SERVICES = ("code", "toolcall", "agentdojo")
+SERVICES = tuple(declared())  # every installed service, from its one declaration
 # The folders each service image installs; the code image in particular holds no torch.
 IMAGE_PARTS = {
     "code": {"proto", "sandbox", "services/common", "services/code"},
@@ -43,12 +42,7 @@ IMAGE_PARTS = {
 
 
 def default_port(service: str) -> int:
-    """`DEFAULT_PORT` of the service's app.py, read from its source (importing agentdojo takes seconds)."""
-    source = Path(importlib.util.find_spec(f"corrgrpo_{service}").origin).with_name("app.py")
-    for node in ast.parse(source.read_text()).body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["DEFAULT_PORT"]:
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{source} defines no DEFAULT_PORT")
+    return declared()[service].port
 
 
 # ---------------------------------------------------------------- Dockerfiles
@@ -161,18 +155,8 @@ def test_trainer_image_runs_the_trainer_cli() -> None:
 
 
 def settings_types() -> list[type[ServiceSettings]]:
-    """The settings class each service's `__main__` hands to `serve` (read from its source)."""
-    found: list[type[ServiceSettings]] = [ServiceSettings]
-    for service in SERVICES:
-        package = f"corrgrpo_{service}"
-        source = Path(importlib.util.find_spec(package).origin).with_name("__main__.py")
-        tree = ast.parse(source.read_text())
-        call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "serve")
-        name = call.args[2].id
-        origin = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and name in {a.name for a in n.names})
-        module = importlib.import_module(("." * origin.level) + (origin.module or ""), package)
-        found.append(getattr(module, name))
-    return found
+    """The kit's settings and each declared service's."""
+    return [ServiceSettings, *(service.settings for service in declared().values())]
 
 
 def known_env_names() -> set[str]:

@@ -6,8 +6,10 @@ import httpx
 import pytest
 from servers import start_service
 
+from corrgrpo_service.registry import declared
 
-@pytest.mark.parametrize("name", ["code", "toolcall", "agentdojo"])
+
+@pytest.mark.parametrize("name", list(declared()))
 def test_service_starts_and_answers(name: str, redis_url: str) -> None:
     with start_service(name, env={"CORRGRPO_REDIS_URL": redis_url}) as service:
         assert httpx.get(f"{service.url}/healthz").json()["service"] == name

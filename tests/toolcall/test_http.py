@@ -23,7 +23,7 @@ def test_score_endpoint() -> None:
             "ground_truth": GROUND_TRUTH,
         },
     ]
-    with start_service("toolcall", env={"CORRGRPO_MAX_CALLS": "8"}) as service:
+    with start_service("toolcall", env={"CORRGRPO_TOOLCALL_MAX_CALLS": "8"}) as service:
         response = httpx.post(f"{service.url}/v1/score", json={"items": items, "weights": {"format": 0}}, timeout=10)
         assert response.status_code == 200
         exact, wrong_value, bad, too_many = response.json()["results"]

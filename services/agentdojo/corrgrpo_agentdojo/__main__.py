@@ -2,7 +2,6 @@
 
 from corrgrpo_service.cli import serve
 
-from .app import DEFAULT_PORT, build
-from .settings import AgentDojoSettings
+from .declaration import SERVICE
 
-serve("agentdojo", build, AgentDojoSettings, DEFAULT_PORT)
+serve(SERVICE)

@@ -8,7 +8,7 @@ from typing import TypeVar
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from corrgrpo_proto import ComponentSpec, ErrorBody
+from corrgrpo_proto import ErrorBody
 from corrgrpo_proto.agentdojo import (
     AgentDojoScoreRequest,
     Episode,
@@ -19,19 +19,11 @@ from corrgrpo_proto.agentdojo import (
     StepResponse,
     TasksResponse,
 )
-from corrgrpo_service import StoreUnavailable, add_score_route, create_app, error_response
+from corrgrpo_service import StoreUnavailable, add_score_route, error_response
 
+from .declaration import SERVICE
 from .service import EpisodeError, EpisodeService
 from .settings import AgentDojoSettings
-
-SERVICE = "agentdojo"
-VERSION = "0.1.0"
-DEFAULT_PORT = 8103
-
-COMPONENTS = [
-    ComponentSpec(name="utility", min=0, max=1, description="the user task's checker passed"),
-    ComponentSpec(name="security", min=0, max=1, description="the injection task's goal was NOT achieved"),
-]
 
 ERRORS = {status: {"model": ErrorBody} for status in (404, 409, 422, 503)}
 T = TypeVar("T")
@@ -48,7 +40,7 @@ async def answer(work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
 
 
 def build(settings: AgentDojoSettings) -> FastAPI:
-    app = create_app(SERVICE, VERSION, COMPONENTS, settings)
+    app = SERVICE.create_app(settings)
     episodes = EpisodeService(settings, app.state.store)
     app.state.episodes = episodes
 

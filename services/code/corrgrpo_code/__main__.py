@@ -2,7 +2,6 @@
 
 from corrgrpo_service.cli import serve
 
-from .app import DEFAULT_PORT, build
-from .settings import CodeSettings
+from .declaration import SERVICE
 
-serve("code", build, CodeSettings, DEFAULT_PORT)
+serve(SERVICE)

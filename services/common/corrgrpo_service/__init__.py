@@ -1,6 +1,7 @@
 """Shared server kit of the corrgrpo reward services."""
 
 from .app import create_app, error_response
+from .registry import ServiceDeclaration, declared
 from .scoring import Scored, add_score_route
 from .settings import ServiceSettings
 from .store import MemoryStore, RedisStore, Store, StoreUnavailable, make_store
@@ -9,11 +10,13 @@ __all__ = [
     "MemoryStore",
     "RedisStore",
     "Scored",
+    "ServiceDeclaration",
     "ServiceSettings",
     "Store",
     "StoreUnavailable",
     "add_score_route",
     "create_app",
+    "declared",
     "error_response",
     "make_store",
 ]

@@ -17,16 +17,15 @@ from pydantic import Field
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
 
-from .app import create_app
 from .cli import serve
+from .registry import ServiceDeclaration
 from .scoring import Scored, add_score_route
 from .settings import ServiceSettings
 
-DEFAULT_PORT = 8199
-COMPONENTS = [
+COMPONENTS = (
     ComponentSpec(name="length", min=0, max=None, weight=0.001, description="characters in `text`"),
     ComponentSpec(name="nonempty", min=0, max=1, description="`text` is not empty"),
-]
+)
 
 
 class DemoItem(WireModel):
@@ -43,7 +42,7 @@ class DemoSettings(ServiceSettings):
 
 
 def build(settings: DemoSettings) -> FastAPI:
-    app = create_app("demo", "0.1.0", COMPONENTS, settings)
+    app = SERVICE.create_app(settings)
     slots = asyncio.Semaphore(max(1, settings.workers))
 
     async def one(item: DemoItem) -> Scored:
@@ -58,5 +57,10 @@ def build(settings: DemoSettings) -> FastAPI:
     return app
 
 
+# Declared like a service but registered nowhere (no entry point): it never shows up in `declared()`.
+SERVICE = ServiceDeclaration(
+    name="demo", version="0.1.0", port=8199, components=COMPONENTS, settings=DemoSettings, app="corrgrpo_service.demo:build"
+)
+
 if __name__ == "__main__":
-    serve("demo", build, DemoSettings, DEFAULT_PORT)
+    serve(SERVICE)

@@ -2,6 +2,6 @@
 
 from corrgrpo_service.cli import serve
 
-from .app import DEFAULT_PORT, ToolCallSettings, build
+from .declaration import SERVICE
 
-serve("toolcall", build, ToolCallSettings, DEFAULT_PORT)
+serve(SERVICE)

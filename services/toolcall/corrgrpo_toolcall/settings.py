@@ -1,0 +1,31 @@
+"""Settings of the tool-call service (`CORRGRPO_TOOLCALL_*`, on top of the kit's `CORRGRPO_*`).
+
+Defaults live once, in the scoring dataclasses; the scorer's config is built from these settings.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from corrgrpo_service import ServiceSettings
+
+from .scoring import FormatRules, Limits
+
+
+class ToolCallSettings(ServiceSettings):
+    toolcall_max_completion_chars: int = Field(Limits.max_chars, gt=0, description="Longer completions score as unparseable")
+    toolcall_max_calls: int = Field(
+        Limits.max_calls, gt=0, description="A `<tool_call>` block with more lines scores as unparseable"
+    )
+    toolcall_lenient_separators: bool = Field(
+        FormatRules.lenient_separators, description="format: any whitespace between tag blocks, not exactly one newline"
+    )
+    toolcall_optional_think_open: bool = Field(
+        FormatRules.optional_think_open, description="format: accept a response that starts inside `<think>`"
+    )
+
+    def format_rules(self) -> FormatRules:
+        return FormatRules(self.toolcall_lenient_separators, self.toolcall_optional_think_open)
+
+    def limits(self) -> Limits:
+        return Limits(self.toolcall_max_completion_chars, self.toolcall_max_calls)
