@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-import uvicorn
-
+from .connections import run_server
 from .logs import configure
 from .registry import ServiceDeclaration
 
@@ -19,4 +18,4 @@ def serve(service: ServiceDeclaration, argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = settings.model_copy(update={"host": args.host, "port": args.port})
     configure(settings.log_level, settings.log_json)
-    uvicorn.run(service.build(settings), host=settings.host, port=settings.port, log_config=None, access_log=False)
+    run_server(service.build(settings), settings)
