@@ -16,7 +16,7 @@ import time
 from corrgrpo_agentdojo.environments import StartCache
 from corrgrpo_agentdojo.service import EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
-from corrgrpo_proto.agentdojo import EpisodeSpec, ToolCall, TrajectoryItem
+from corrgrpo_proto.agentdojo import EpisodeSpec, FinishRequest, StepRequest, ToolCall, TrajectoryItem
 from corrgrpo_service import MemoryStore
 
 ROUNDS = 5
@@ -44,10 +44,10 @@ async def bench_suite(service: EpisodeService, suite: str) -> str:
         create.append(time.perf_counter() - t)
         for call in calls:
             t = time.perf_counter()
-            await service.step(episode.episode_id, [call])
+            await service.step(episode.episode_id, StepRequest(tool_calls=[call]))
             step.append(time.perf_counter() - t)
         t = time.perf_counter()
-        result = await service.finish(episode.episode_id, item.final_answer)
+        result = await service.finish(episode.episode_id, FinishRequest(final_answer=item.final_answer))
         finish.append(time.perf_counter() - t)
         assert result.components == {"utility": 1.0, "security": 1.0}, result
         t = time.perf_counter()

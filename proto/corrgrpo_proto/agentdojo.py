@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from .common import ScoreRequest, WireModel
+
+RAW_COMPLETION = (
+    "The policy's raw generated text; the service reads its `<tool_call>{json}</tool_call>` blocks "
+    "(Hermes/Qwen form, one JSON object each, ids kept) and its answer (`<response>` block, else the text "
+    "outside `<think>`/`<tool_call>` blocks); trailing special tokens (`<|im_end|>`, `</s>`, ...) are ignored"
+)
 
 
 class ToolCall(WireModel):
@@ -43,7 +49,16 @@ class Episode(BaseModel):
 
 
 class StepRequest(WireModel):
-    tool_calls: list[ToolCall] = Field(min_length=1)
+    """The policy's next tool calls: structured `tool_calls`, or the raw `completion` the service parses."""
+
+    tool_calls: list[ToolCall] | None = Field(None, min_length=1)
+    completion: str | None = Field(None, description=RAW_COMPLETION)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> StepRequest:
+        if (self.tool_calls is None) == (self.completion is None):
+            raise ValueError("give exactly one of `tool_calls` and `completion`")
+        return self
 
 
 class ToolResult(BaseModel):
@@ -55,12 +70,24 @@ class ToolResult(BaseModel):
 
 class StepResponse(BaseModel):
     episode_id: str
-    results: list[ToolResult]
+    results: list[ToolResult] = Field(description="One per call, in order; an unreadable call's result is its error")
     tool_calls_so_far: int = Field(description="Calls executed in this episode, this step's included")
+    final_answer: str | None = Field(
+        None, description="For a raw `completion`: its answer text; no results means the policy answered instead of calling"
+    )
 
 
 class FinishRequest(WireModel):
+    """The episode's final answer, or the raw last `completion` the service reads it from."""
+
     final_answer: str = ""
+    completion: str | None = Field(None, description=RAW_COMPLETION)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> FinishRequest:
+        if self.completion is not None and self.final_answer:
+            raise ValueError("give `final_answer` or `completion`, not both")
+        return self
 
 
 class FinishResponse(BaseModel):
@@ -75,6 +102,12 @@ class FinishResponse(BaseModel):
 class SuiteTasks(BaseModel):
     user_tasks: list[str]
     injection_tasks: list[str]
+    utility_without_work: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="User tasks whose official checker grants utility to a trajectory that did no work, by probe: "
+        "`empty` (no tool calls, empty answer), `number_list` (no tool calls, an answer listing 0 1 2 ... up to the "
+        "answer cap). Computed by the service, not hard-coded",
+    )
 
 
 class TasksResponse(BaseModel):
@@ -83,6 +116,8 @@ class TasksResponse(BaseModel):
     benchmark_version: str
     default_attack: str
     attacks: list[str]
+    system_message: str = Field(description="agentdojo's default system message, the first message of every episode")
+    max_answer_chars: int = Field(description="Longer final answers score utility 0 (the cap the `number_list` probe fills)")
     suites: dict[str, SuiteTasks]
 
 
@@ -92,6 +127,13 @@ class TrajectoryItem(EpisodeSpec):
     id: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list, description="Every call, in order")
     final_answer: str = ""
+    completion: str | None = Field(None, description=RAW_COMPLETION + "; instead of `tool_calls` and `final_answer`")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TrajectoryItem:
+        if self.completion is not None and (self.tool_calls or self.final_answer):
+            raise ValueError("give `completion` or `tool_calls`/`final_answer`, not both")
+        return self
 
 
 class AgentDojoScoreRequest(ScoreRequest[TrajectoryItem]):

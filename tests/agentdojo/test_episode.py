@@ -14,7 +14,7 @@ from corrgrpo_agentdojo.catalog import Resolved, UnknownTask
 from corrgrpo_agentdojo.environments import injections_for, load_injected_environment
 from corrgrpo_agentdojo.service import EpisodeError, EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
-from corrgrpo_proto.agentdojo import EpisodeSpec, ToolCall, TrajectoryItem
+from corrgrpo_proto.agentdojo import EpisodeSpec, StepRequest, ToolCall, TrajectoryItem
 from corrgrpo_service import MemoryStore, Scored
 
 SUITES = ["workspace", "travel", "banking", "slack"]
@@ -75,7 +75,7 @@ def test_state_round_trip_is_lossless_after_a_real_episode(
     assert restored.environment == state.environment
     assert restored.environment.model_dump() == state.environment.model_dump()
     assert restored.trace == state.trace and restored.spec == state.spec and restored.start == state.start
-    assert ep.score(restored, resolved, item.final_answer) == ep.score(state, resolved, item.final_answer)
+    assert ep.score(restored, resolved, item.final_answer, 4000) == ep.score(state, resolved, item.final_answer, 4000)
 
 
 def test_injection_ground_truths_break_security(service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]) -> None:
@@ -147,7 +147,7 @@ def test_cache_shares_environments_between_pairs_with_the_same_injections(servic
 
 
 async def test_expired_episode_is_unknown(service: EpisodeService) -> None:
-    short = EpisodeService(AgentDojoSettings(episode_ttl_s=1), MemoryStore())
+    short = EpisodeService(AgentDojoSettings(agentdojo_episode_ttl_s=1), MemoryStore())
     short.catalog, short.starts = service.catalog, service.starts
     episode = await short.create(EpisodeSpec(suite="banking", user_task="user_task_0"))
     store = short.store
@@ -155,7 +155,7 @@ async def test_expired_episode_is_unknown(service: EpisodeService) -> None:
     key = next(iter(store._data))
     store._data[key] = (store._data[key][0], 0.0)  # its deadline has passed
     with pytest.raises(EpisodeError) as refused:
-        await short.step(episode.episode_id, [ToolCall(function="get_balance")])
+        await short.step(episode.episode_id, StepRequest(tool_calls=[ToolCall(function="get_balance")]))
     assert refused.value.status == 404 and "unknown or expired" in refused.value.message
 
 

@@ -36,7 +36,7 @@ def server() -> Iterator[ServiceProcess]:
 @pytest.fixture(scope="module")
 def replicas() -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
     redis_url = os.environ.get("CORRGRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-    env = {"CORRGRPO_REDIS_URL": redis_url, "CORRGRPO_EPISODE_TTL_S": "300"}
+    env = {"CORRGRPO_REDIS_URL": redis_url, "CORRGRPO_AGENTDOJO_EPISODE_TTL_S": "300"}
     with start_service("agentdojo", env=env) as a, start_service("agentdojo", env=env) as b:
         yield a, b
 
@@ -59,7 +59,7 @@ def test_score_replays_ground_truths_under_important_instructions(
 
 
 def test_tasks_and_episode_creation(server: ServiceProcess) -> None:
-    tasks = httpx.get(f"{server.url}/v1/tasks").json()
+    tasks = httpx.get(f"{server.url}/v1/tasks", timeout=120).json()  # the first call probes every checker
     assert tasks["benchmark_version"] == "v1.2.2" and tasks["default_attack"] == "important_instructions"
     assert "manual" not in tasks["attacks"] and "tool_knowledge" in tasks["attacks"]
     assert sum(len(s["user_tasks"]) * len(s["injection_tasks"]) for s in tasks["suites"].values()) == 949

@@ -7,20 +7,22 @@ Accepted forms (what `tool_calls_from_chat` and `tool_calls_from_text` take):
 - HF chat-template messages: the same with `arguments` already a dict (`{"name", "arguments"}`
   without the `function` wrapper also works);
 - raw generated text of Hermes/Qwen-style templates: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
-  blocks, one JSON object each.
+  blocks, one JSON object each (`read_completion` also reads the answer and keeps unreadable blocks as errors).
 
-`tool_messages` gives the `role: tool` messages to append before the next generation.
+`tool_messages` gives the `role: tool` messages to append before the next generation. Text is
+scanned with `str.find`, never a backtracking regex: the cost is linear in the completion.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from corrgrpo_proto.agentdojo import ToolCall, ToolResult
 
-_TOOL_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_SPECIAL_TOKEN_AT_END = re.compile(r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>|<eos>|<end_of_turn>|<｜end▁of▁sentence｜>)\Z")
 
 
 class AdapterError(ValueError):
@@ -53,18 +55,69 @@ def tool_calls_from_chat(tool_calls: list[dict[str, Any]]) -> list[ToolCall]:
     return [tool_call_from_chat(call, f"tool call {index}") for index, call in enumerate(tool_calls)]
 
 
-def tool_calls_from_text(text: str) -> list[ToolCall]:
-    """`<tool_call>{json}</tool_call>` blocks of generated text, in order; no block → no calls."""
-    calls = []
-    for index, block in enumerate(_TOOL_CALL_BLOCK.findall(text)):
+def strip_special_tokens(text: str) -> str:
+    """`text` without trailing whitespace and end-of-turn tokens (`<|im_end|>`, `<|eot_id|>`, `</s>`, ...)."""
+    text = text.rstrip()
+    while match := _SPECIAL_TOKEN_AT_END.search(text, max(0, len(text) - 64)):
+        text = text[: match.start()].rstrip()
+    return text
+
+
+def _blocks(text: str, tag: str) -> tuple[list[str], str]:
+    """(contents of `<tag>...</tag>` blocks in order, the text outside them); an unclosed block runs to the end."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    inside, outside, position = [], [], 0
+    while (start := text.find(opening, position)) != -1:
+        outside.append(text[position:start])
+        end = text.find(closing, start + len(opening))
+        stop = len(text) if end == -1 else end
+        inside.append(text[start + len(opening) : stop])
+        position = len(text) if end == -1 else end + len(closing)
+    outside.append(text[position:])
+    return inside, "".join(outside)
+
+
+def _call_from_block(block: str, index: int) -> ToolCall:
+    try:
+        parsed = json.loads(block)
+    except json.JSONDecodeError as error:
+        raise AdapterError(f"tool call {index}: not JSON ({error})") from error
+    if not isinstance(parsed, dict):
+        raise AdapterError(f"tool call {index}: expected a JSON object")
+    return tool_call_from_chat(parsed, f"tool call {index}")
+
+
+@dataclass
+class Completion:
+    """What one generated message says: its tool calls in order (an unreadable one as its `AdapterError`) and its answer."""
+
+    calls: list[ToolCall | AdapterError]
+    answer: str
+
+
+def read_completion(text: str) -> Completion:
+    """Tool-call blocks and the answer of raw generated text: the `<response>` block when there is one,
+    else the text outside `<think>` and `<tool_call>` blocks; trailing special tokens do not count."""
+    text = strip_special_tokens(text)
+    blocks, rest = _blocks(text, "tool_call")
+    calls: list[ToolCall | AdapterError] = []
+    for index, block in enumerate(blocks):
         try:
-            parsed = json.loads(block)
-        except json.JSONDecodeError as error:
-            raise AdapterError(f"tool call {index}: not JSON ({error})") from error
-        if not isinstance(parsed, dict):
-            raise AdapterError(f"tool call {index}: expected a JSON object")
-        calls.append(tool_call_from_chat(parsed, f"tool call {index}"))
-    return calls
+            calls.append(_call_from_block(block.strip(), index))
+        except AdapterError as error:
+            calls.append(error)
+    responses, _ = _blocks(rest, "response")
+    answer = responses[0] if responses else _blocks(rest, "think")[1]
+    return Completion(calls=calls, answer=strip_special_tokens(answer).strip())
+
+
+def tool_calls_from_text(text: str) -> list[ToolCall]:
+    """`<tool_call>{json}</tool_call>` blocks of generated text, in order; no block → no calls; raises on an unreadable one."""
+    calls = read_completion(text).calls
+    for call in calls:
+        if isinstance(call, AdapterError):
+            raise call
+    return calls  # type: ignore[return-value]
 
 
 def tool_messages(results: list[ToolResult]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from corrgrpo_proto.agentdojo import (
     StepResponse,
     TasksResponse,
 )
+from corrgrpo_proto.common import ErrorDetail
 from corrgrpo_service import StoreUnavailable, add_score_route, error_response
 
 from .declaration import SERVICE
@@ -34,7 +35,8 @@ async def answer(work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
     try:
         return await work()
     except EpisodeError as error:
-        return error_response(error.status, error.code, error.message)
+        details = [ErrorDetail(loc=error.loc, message=error.message)] if error.loc else None
+        return error_response(error.status, error.code, error.message, details)
     except StoreUnavailable as error:
         return error_response(503, "store_unavailable", f"episode state is unreachable: {error}")
 
@@ -46,7 +48,7 @@ def build(settings: AgentDojoSettings) -> FastAPI:
 
     @app.get("/v1/tasks", response_model=TasksResponse)
     async def tasks() -> TasksResponse:
-        return episodes.tasks()
+        return await episodes.tasks()
 
     @app.post("/v1/episodes", response_model=Episode, responses=ERRORS)
     async def create(request: EpisodeCreate) -> Episode | JSONResponse:
@@ -54,11 +56,11 @@ def build(settings: AgentDojoSettings) -> FastAPI:
 
     @app.post("/v1/episodes/{episode_id}/step", response_model=StepResponse, responses=ERRORS)
     async def step(episode_id: str, request: StepRequest) -> StepResponse | JSONResponse:
-        return await answer(lambda: episodes.step(episode_id, request.tool_calls))
+        return await answer(lambda: episodes.step(episode_id, request))
 
     @app.post("/v1/episodes/{episode_id}/finish", response_model=FinishResponse, responses=ERRORS)
     async def finish(episode_id: str, request: FinishRequest) -> FinishResponse | JSONResponse:
-        return await answer(lambda: episodes.finish(episode_id, request.final_answer))
+        return await answer(lambda: episodes.finish(episode_id, request))
 
     add_score_route(app, AgentDojoScoreRequest, episodes.score_items)
     return app

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.agentdojo import (
     Episode,
     EpisodeSpec,
+    FinishRequest,
     FinishResponse,
+    StepRequest,
     StepResponse,
     SuiteTasks,
     TasksResponse,
@@ -27,40 +31,76 @@ from corrgrpo_proto.agentdojo import (
 from corrgrpo_service import Scored, Store
 
 from . import episode as ep
+from .adapter import AdapterError, read_completion
 from .catalog import Catalog, Resolved, UnknownTask
 from .environments import StartCache
 from .settings import AgentDojoSettings
 
 PREFIX = "corrgrpo:agentdojo:episode:"
 LOCK_TTL_S = 60
+log = logging.getLogger("corrgrpo.agentdojo")
 
 
 @dataclass
 class EpisodeError(Exception):
-    """A request the service refuses: HTTP status, machine-readable code, message."""
+    """A request the service refuses: HTTP status, machine-readable code, message, the offending field's path."""
 
     status: int
     code: str
     message: str
+    loc: str | None = None
+
+
+def number_list(max_chars: int) -> str:
+    """'0 1 2 ...', as long as fits in `max_chars`: the probe for checkers that search the answer for a number."""
+    words, length = [], -1
+    while length + 1 + len(str(len(words))) <= max_chars:
+        length += 1 + len(str(len(words)))
+        words.append(str(len(words)))
+    return " ".join(words)
 
 
 class EpisodeService:
     def __init__(self, settings: AgentDojoSettings, store: Store) -> None:
         self.settings, self.store = settings, store
         self.catalog = Catalog(settings.agentdojo_version, settings.agentdojo_attack, settings.agentdojo_model_name)
-        self.starts = StartCache(settings.env_cache_size)
+        self.starts = StartCache(settings.agentdojo_env_cache_size)
+        self._tasks: asyncio.Task[TasksResponse] | None = None
 
-    def tasks(self) -> TasksResponse:
+    def _utility_without_work(self, suite: str) -> dict[str, list[str]]:
+        """Per probe, the user tasks whose checker grants utility to a trajectory without tool calls."""
+        probes = {"empty": "", "number_list": number_list(self.settings.agentdojo_max_answer_chars)}
+        found: dict[str, list[str]] = {}
+        for probe, answer in probes.items():
+            for user_task in self.catalog.suites[suite].user_tasks:
+                scored = self.replay(TrajectoryItem(suite=suite, user_task=user_task, final_answer=answer))
+                if isinstance(scored, Scored) and scored.components["utility"] == 1:
+                    found.setdefault(probe, []).append(user_task)
+        return found
+
+    def _build_tasks(self) -> TasksResponse:
         suites = {
-            name: SuiteTasks(user_tasks=list(suite.user_tasks), injection_tasks=list(suite.injection_tasks))
+            name: SuiteTasks(
+                user_tasks=list(suite.user_tasks),
+                injection_tasks=list(suite.injection_tasks),
+                utility_without_work=self._utility_without_work(name),
+            )
             for name, suite in self.catalog.suites.items()
         }
         return TasksResponse(
             benchmark_version=self.catalog.version,
             default_attack=self.catalog.default_attack,
             attacks=self.catalog.attacks,
+            system_message=ep.system_message(),
+            max_answer_chars=self.settings.agentdojo_max_answer_chars,
             suites=suites,
         )
+
+    async def tasks(self) -> TasksResponse:
+        """The catalog with the probes' flags; probed once per process (~200 replays, a few seconds), off the loop."""
+        if self._tasks is None or (self._tasks.done() and self._tasks.exception() is not None):
+            self._tasks = asyncio.ensure_future(asyncio.to_thread(self._build_tasks))
+        return await asyncio.shield(self._tasks)
 
     def _resolve(self, spec: EpisodeSpec) -> tuple[Resolved, EpisodeSpec]:
         try:
@@ -71,9 +111,31 @@ class EpisodeService:
         return resolved, EpisodeSpec(suite=suite, user_task=user, injection_task=injection, attack=attack)
 
     def _check_budget(self, calls: int) -> None:
-        if calls > self.settings.max_tool_calls:
-            limit = self.settings.max_tool_calls
+        if calls > self.settings.agentdojo_max_tool_calls:
+            limit = self.settings.agentdojo_max_tool_calls
             raise EpisodeError(422, "too_many_tool_calls", f"{calls} tool calls exceed the limit of {limit} per episode")
+
+    def _check_arguments(self, calls: Sequence[ToolCall | AdapterError], where: str) -> None:
+        """422 with the argument's path when one is longer than `agentdojo_max_arg_chars` (as JSON)."""
+        limit = self.settings.agentdojo_max_arg_chars
+        for index, call in enumerate(calls):
+            if isinstance(call, AdapterError):
+                continue
+            for name, value in call.args.items():
+                size = len(value) if isinstance(value, str) else len(json.dumps(value))
+                if size > limit:
+                    loc = f"{where}.{index}.args.{name}"
+                    raise EpisodeError(422, "argument_too_long", f"{loc}: {size} chars, the limit is {limit}", loc)
+
+    def _calls_of(self, request: StepRequest | TrajectoryItem) -> tuple[list[ToolCall | AdapterError], str | None]:
+        """The request's calls (read from its raw `completion` when it has one) and that completion's answer."""
+        if request.completion is None:
+            calls: list[ToolCall | AdapterError] = list(request.tool_calls or [])
+            self._check_arguments(calls, "tool_calls")
+            return calls, None
+        read = read_completion(request.completion)
+        self._check_arguments(read.calls, "completion.tool_calls")
+        return read.calls, read.answer
 
     # -- stateful episodes ------------------------------------------------------------------------
 
@@ -82,7 +144,7 @@ class EpisodeService:
         start = await asyncio.to_thread(self.starts.start_bytes, resolved)
         state = ep.start_episode(normal, start)
         episode_id = uuid.uuid4().hex
-        await self.store.set(PREFIX + episode_id, ep.dumps(state), self.settings.episode_ttl_s)
+        await self.store.set(PREFIX + episode_id, ep.dumps(state), self.settings.agentdojo_episode_ttl_s)
         return Episode(
             episode_id=episode_id,
             **normal.model_dump(),
@@ -93,7 +155,7 @@ class EpisodeService:
     async def _load(self, episode_id: str) -> ep.EpisodeState:
         blob = await self.store.get(PREFIX + episode_id)
         if blob is None:
-            ttl = self.settings.episode_ttl_s
+            ttl = self.settings.agentdojo_episode_ttl_s
             message = f"episode {episode_id!r} is unknown or expired (episodes expire {ttl}s after their last step)"
             raise EpisodeError(404, "unknown_episode", message)
         if blob.startswith(b"{"):
@@ -105,26 +167,29 @@ class EpisodeService:
             message = f"another step or finish of episode {episode_id!r} is in progress; retry after it"
             raise EpisodeError(409, "episode_busy", message)
 
-    async def step(self, episode_id: str, calls: list[ToolCall]) -> StepResponse:
+    async def step(self, episode_id: str, request: StepRequest) -> StepResponse:
+        calls, answer = self._calls_of(request)
         await self._locked(episode_id)
         try:
             state = await self._load(episode_id)
             self._check_budget(len(state.trace) + len(calls))
             resolved, _ = self._resolve(state.spec)
             results = await asyncio.to_thread(ep.run_calls, state, resolved.suite, calls)
-            await self.store.set(PREFIX + episode_id, ep.dumps(state), self.settings.episode_ttl_s)
+            await self.store.set(PREFIX + episode_id, ep.dumps(state), self.settings.agentdojo_episode_ttl_s)
         finally:
             await self.store.delete(PREFIX + episode_id + ":lock")
-        return StepResponse(episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace))
+        return StepResponse(episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer)
 
-    async def finish(self, episode_id: str, final_answer: str) -> FinishResponse:
+    async def finish(self, episode_id: str, request: FinishRequest) -> FinishResponse:
+        final_answer = request.final_answer if request.completion is None else read_completion(request.completion).answer
         await self._locked(episode_id)
         try:
             state = await self._load(episode_id)
             resolved, _ = self._resolve(state.spec)
-            components, info = await asyncio.to_thread(ep.score, state, resolved, final_answer)
+            max_chars = self.settings.agentdojo_max_answer_chars
+            components, info = await asyncio.to_thread(ep.score, state, resolved, final_answer, max_chars)
             tombstone = json.dumps({"components": components, "info": info}).encode()
-            await self.store.set(PREFIX + episode_id, tombstone, self.settings.episode_ttl_s)
+            await self.store.set(PREFIX + episode_id, tombstone, self.settings.agentdojo_episode_ttl_s)
         finally:
             await self.store.delete(PREFIX + episode_id + ":lock")
         return FinishResponse(episode_id=episode_id, components=components, total=sum(components.values()), info=info)
@@ -135,15 +200,25 @@ class EpisodeService:
         """Run a whole trajectory in a fresh copy of its start environment and score it."""
         try:
             resolved, normal = self._resolve(item)
-            self._check_budget(len(item.tool_calls))
+            calls, answer = self._calls_of(item)
+            self._check_budget(len(calls))
         except EpisodeError as error:
             return ItemError(code=error.code, message=error.message)
         state = ep.start_episode(normal, self.starts.start_bytes(resolved))
-        results = ep.run_calls(state, resolved.suite, item.tool_calls)
-        components, info = ep.score(state, resolved, item.final_answer)
+        results = ep.run_calls(state, resolved.suite, calls)
+        final_answer = item.final_answer if answer is None else answer
+        components, info = ep.score(state, resolved, final_answer, self.settings.agentdojo_max_answer_chars)
         info["tool_errors"] = sum(r.error is not None for r in results)
         info["attack"] = normal.attack
         return Scored(components=components, info=info)
 
+    def _replay_alone(self, item: TrajectoryItem) -> Scored | ItemError:
+        """One item's fault stays that item's: an infrastructure error here never reaches its batch neighbours."""
+        try:
+            return self.replay(item)
+        except Exception as error:
+            log.exception("replay failed", extra={"suite": item.suite, "user_task": item.user_task})
+            return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
+
     async def score_items(self, items: list[TrajectoryItem]) -> list[Scored | ItemError]:
-        return await asyncio.to_thread(lambda: [self.replay(item) for item in items])
+        return await asyncio.to_thread(lambda: [self._replay_alone(item) for item in items])
