@@ -6,13 +6,20 @@ itself (everything in the child is the candidate's once its code runs):
 * I/O mode (`run_io`, preferred): the child receives the program and only the *call expressions*
   of the tests (e.g. ``candidate(n=7, queries=[[0, 5]])``). It evaluates each one and writes the
   output to fd 3 as tagged JSON (builtin data only: no object can carry its own ``__eq__`` across).
-  The parent decodes the data and judges it with `IOTest.accept`, which the child never sees; the
-  expected values never enter the child.
+  The expected values never enter the child. Each output is judged outside the candidate's process:
+  by the parent on data alone when the test's check is `Expect` (equality with a literal, identity
+  with True/False/None, truthiness), else by a *judge*: a second sandboxed run that receives the
+  outputs as data on stdin and evaluates the test's check expressions. The parent never evaluates
+  test text, and compares outputs without building hash containers of candidate-chosen keys.
 * Assert mode (`run_assert`, weaker): the child runs the test source's ``check(candidate)``.
+  The test runs in the prelude's own namespace (the solution's top level runs in a copy of it), so
+  a solution that redefines a prelude helper the test calls does not change what the test sees;
+  only the names of the entry point (the function under test) are taken from the solution.
   A pass needs a clean exit status, no timeout or signal, and the harness's completion message on
   fd 3. The candidate shares the process, so it *can* forge that message (write it and
-  ``os._exit(0)``) or find expected values in memory; the return-value guard (plain data or
-  instances of prelude classes only) stops the common ``__eq__`` trick, not a determined attacker.
+  ``os._exit(0)``), find expected values in memory or patch live objects; the return-value guard
+  (plain data or instances of prelude classes only) stops the common ``__eq__`` trick, not a
+  determined attacker.
 
 Stages, in order: ``syntax`` (the solution does not parse), ``toplevel`` (its module body raised),
 ``test_error`` (a test raised something other than a failed assertion, or the child died mid-way),
@@ -24,10 +31,11 @@ reports the execution untrustworthy (`ExecResult.anomaly`).
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import signal
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the harness only calls `sandbox.run`; importing lazily keeps it usable with any runner
@@ -37,12 +45,108 @@ Stage = Literal["syntax", "toplevel", "test_error", "assertion", "timeout", "pas
 Mode = Literal["io", "assert"]
 
 
+class ProtocolError(ValueError):
+    """The channel carried something the harness never writes."""
+
+
+_unencodable_ids = itertools.count()
+
+
+def canonical(tagged: Any) -> Any:
+    """Tagged JSON → a hash-free form whose `==` is Python's `==` of the decoded data.
+
+    Numbers that compare equal get one form (`1 == 1.0 == True`); sets and dicts become sorted
+    tuples, so no hash container of candidate-chosen keys is built (colliding hashes cost nothing);
+    an unencodable value is equal to nothing. Raises ProtocolError on tags the harness never writes.
+    """
+    kind = type(tagged)
+    if tagged is None:
+        return ("z",)
+    if kind is bool or kind is int:
+        return ("n", int(tagged))
+    if kind is float:
+        return ("n", int(tagged)) if tagged.is_integer() else ("n", tagged)  # False for inf and nan
+    if kind is str:
+        return ("s", tagged)
+    if kind is list:
+        return ("l", tuple(map(canonical, tagged)))
+    if kind is not dict:
+        raise ProtocolError(f"unexpected JSON value of type {kind.__name__}")
+    tag, items = tagged.get("__t"), tagged.get("v")
+    if tag == "unencodable":
+        return ("u", next(_unencodable_ids))
+    if tag == "bytes" and type(items) is str:
+        return ("b", bytes.fromhex(items))
+    if type(items) is not list:
+        raise ProtocolError(f"tag {tag!r} without a list of items")
+    if tag == "tuple":
+        return ("t", tuple(map(canonical, items)))
+    if tag in ("set", "frozenset"):
+        return ("S", tuple(sorted(map(canonical, items))))
+    if tag == "dict":
+        return ("d", tuple(sorted((canonical(k), canonical(v)) for k, v in map(_pair, items))))
+    raise ProtocolError(f"unknown tag {tag!r}")
+
+
+def _pair(item: Any) -> tuple[Any, Any]:
+    if type(item) is not list or len(item) != 2:
+        raise ProtocolError("dict item is not a [key, value] pair")
+    return item[0], item[1]
+
+
+def encode(value: Any) -> Any:
+    """Builtin data → the tagged JSON the child writes (the parent's twin of `_CHILD_ENCODER`, for literals)."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind is list:
+        return [encode(v) for v in value]
+    if kind in (tuple, set, frozenset):
+        return {"__t": kind.__name__, "v": [encode(v) for v in value]}
+    if kind is dict:
+        return {"__t": "dict", "v": [[encode(k), encode(v)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"__t": "bytes", "v": value.hex()}
+    raise TypeError(f"{kind.__name__} is not builtin data")
+
+
+def _truth(tagged: Any) -> bool | None:
+    """Truthiness of the decoded data without decoding it; None for an unencodable value."""
+    if type(tagged) is not dict:
+        return bool(tagged)
+    if tagged.get("__t") == "unencodable":
+        return None
+    return bool(tagged.get("v"))
+
+
+@dataclass(frozen=True)
+class Expect:
+    """A check the parent decides on data alone: `_out == <literal>`, `_out is True/False/None`, `_out`, `not _out`."""
+
+    kind: Literal["equals", "is", "truthy", "falsy"]
+    value: Any = None  # equals: the literal's `canonical` form; is: True, False or None
+
+    @classmethod
+    def equals(cls, literal: Any) -> Expect:
+        return cls("equals", canonical(encode(literal)))
+
+    def holds(self, tagged: Any) -> bool:
+        if self.kind == "equals":
+            return canonical(tagged) == self.value
+        if self.kind == "is":
+            return type(tagged) is type(self.value) and tagged == self.value
+        truth = _truth(tagged)
+        return truth is (self.kind == "truthy")
+
+
 @dataclass(frozen=True)
 class IOTest:
-    """One I/O-mode test: `call` runs in the child (with `candidate` bound); `accept` judges its output in the parent."""
+    """One I/O-mode test: `call` runs in the child (with `candidate` bound); `check`, an expression over
+    `_out`, is judged outside it: by the parent when `expect` is set, else by the sandboxed judge."""
 
     call: str
-    accept: Callable[[Any], bool]
+    check: str
+    expect: Expect | None = field(default=None)
 
 
 @dataclass
@@ -53,50 +157,44 @@ class HarnessResult:
     total: int
     error: str | None = None
     exec: ExecResult | None = None
+    judge: ExecResult | None = None  # the judge run, when one was needed
 
     @property
     def ok(self) -> bool:
         return self.stage == "passed"
 
 
+# Tagged JSON back to builtin data, in the judge (a sandboxed run: hash containers cost only its limits).
+_DECODER = r"""
 class _Unencodable:
-    """A child output that was not plain data; equal to nothing, so no test accepts it by equality."""
-
-    def __init__(self, type_name: str) -> None:
+    def __init__(self, type_name):
         self.type_name = type_name
-
-    def __repr__(self) -> str:
-        return f"<unencodable {self.type_name}>"
-
-
-class ProtocolError(ValueError):
-    """The channel carried something the harness never writes."""
-
-
-def decode(value: Any) -> Any:
-    """Tagged JSON (see `_CHILD_ENCODER`) back to builtin data: every JSON object is a tag."""
+    def __repr__(self):
+        return "<unencodable " + self.type_name + ">"
+def _decode(value):
     if isinstance(value, list):
-        return [decode(v) for v in value]
+        return [_decode(v) for v in value]
     if not isinstance(value, dict):
         return value
     tag, items = value.get("__t"), value.get("v")
     if tag == "tuple":
-        return tuple(decode(v) for v in items)
+        return tuple(_decode(v) for v in items)
     if tag == "set":
-        return {decode(v) for v in items}
+        return {_decode(v) for v in items}
     if tag == "frozenset":
-        return frozenset(decode(v) for v in items)
+        return frozenset(_decode(v) for v in items)
     if tag == "dict":
-        return {decode(k): decode(v) for k, v in items}
+        return {_decode(k): _decode(v) for k, v in items}
     if tag == "bytes":
         return bytes.fromhex(items)
     if tag == "unencodable":
         return _Unencodable(str(items))
-    raise ProtocolError(f"unknown tag {tag!r}")
-
+    raise ValueError("unknown tag " + repr(tag))
+"""
 
 # Runs in the child before any candidate code; exact `type(x) is T` checks, so subclasses of builtins
-# (an int whose __eq__ is always True) are not sent as data.
+# (an int whose __eq__ is always True) are not sent as data. The solution's top level runs in a copy
+# of the prelude's namespace: the prelude's own functions keep theirs (assert mode's test runs there).
 _CHILD_ENCODER = r"""
 import json as _json, os as _os, sys as _sys
 _chan = _os.fdopen(3, "wb")
@@ -121,10 +219,11 @@ def _encode(x):
     if t is bytes:
         return {"__t": "bytes", "v": x.hex()}
     return {"__t": "unencodable", "v": t.__name__}
-_ns = {"__name__": "__main__", "__builtins__": __builtins__}
+_prelude_ns = {"__name__": "__main__", "__builtins__": __builtins__}
 try:
-    exec(compile(_PRELUDE, "<prelude>", "exec"), _ns)
-    _prelude_types = frozenset(v for v in _ns.values() if isinstance(v, type))
+    exec(compile(_PRELUDE, "<prelude>", "exec"), _prelude_ns)
+    _prelude_types = frozenset(v for v in _prelude_ns.values() if isinstance(v, type))
+    _ns = dict(_prelude_ns)
     exec(compile(_SOLUTION, "<solution>", "exec"), _ns)
 except BaseException as _error:
     _send({"toplevel": _describe(_error)})
@@ -172,9 +271,12 @@ def _guard(function):
         return result
     return guarded
 try:
-    exec(compile(_TEST, "<test>", "exec"), _ns)
+    for _name in compile(_ENTRY, "<entry>", "eval").co_names:  # the function under test is the solution's
+        if _name in _ns:
+            _prelude_ns[_name] = _ns[_name]
+    exec(compile(_TEST, "<test>", "exec"), _prelude_ns)
     _candidate = _guard(eval(_ENTRY, _ns))
-    _ns["check"](_candidate)
+    _prelude_ns["check"](_candidate)
 except AssertionError as _error:
     _send({"assertion": _describe(_error)})
     _os._exit(1)
@@ -182,6 +284,23 @@ except BaseException as _error:
     _send({"error": _describe(_error)})
     _os._exit(1)
 _send({"done": True})
+_os._exit(0)
+"""
+
+# The judge: never the candidate's process, never sees its code; gets `[[index, tagged output], ...]` on stdin.
+_JUDGE_MAIN = r"""
+import json as _json, math, os as _os, sys as _sys
+from math import inf, nan
+_chan = _os.fdopen(3, "wb")
+for _i, _tagged in _json.loads(_sys.stdin.buffer.read()):
+    try:
+        _scope = {"math": math, "inf": inf, "nan": nan, "_out": _decode(_tagged)}
+        _message = {"i": _i, "ok": bool(eval(_CHECKS[str(_i)], _scope))}
+    except BaseException as _error:
+        _message = {"i": _i, "error": (type(_error).__name__ + ": " + str(_error))[:300]}
+    _chan.write((_json.dumps(_message) + "\n").encode())
+_chan.write(b'{"done": true}\n')
+_chan.flush()
 _os._exit(0)
 """
 
@@ -201,6 +320,18 @@ def _messages(channel: bytes) -> list[dict[str, Any]]:
     return messages
 
 
+def _indexed(messages: list[dict[str, Any]], total: int) -> list[dict[str, Any] | None]:
+    """Messages by test index; an index the harness never writes is a protocol error (no candidate-keyed dict)."""
+    by_index: list[dict[str, Any] | None] = [None] * total
+    for message in messages:
+        if "i" in message:
+            index = message["i"]
+            if type(index) is not int or not 0 <= index < total:
+                raise ProtocolError(f"test index {index!r} out of range")
+            by_index[index] = message
+    return by_index
+
+
 _CPU_SIGNALS = {signal.SIGXCPU, signal.SIGKILL}
 
 
@@ -208,13 +339,16 @@ def _ran_out_of_time(result: ExecResult) -> bool:
     return result.timed_out or result.signal in _CPU_SIGNALS
 
 
-def _syntax_error(solution: str) -> str | None:
+def syntax_error(solution: str) -> str | None:
+    """Why `solution` cannot be compiled, or None. Absurd nesting is the solution's failure, never a crash."""
     if not solution.strip():
         return "no code"
     try:
         ast.parse(solution)
     except (SyntaxError, ValueError) as error:  # ValueError: null bytes
         return f"{type(error).__name__}: {error}"
+    except (RecursionError, MemoryError) as error:  # the parser's own stack: deeply nested expressions
+        return f"{type(error).__name__}: nested too deeply to compile"
     return None
 
 
@@ -238,9 +372,9 @@ def run_io(
     tests: Sequence[IOTest],
     limits: Limits | None = None,
 ) -> HarnessResult:
-    """I/O mode: the child returns outputs as data; the parent judges them (see module docstring)."""
+    """I/O mode: the child returns outputs as data; the parent or the judge decides (see module docstring)."""
     total = len(tests)
-    if error := _syntax_error(solution):
+    if error := syntax_error(solution):
         return HarnessResult("syntax", "io", 0, total, error)
     program = _program(prelude, solution, _IO_MAIN, entry=entry_point, calls=[t.call for t in tests])
     result = sandbox.run(program, limits=limits)
@@ -249,37 +383,85 @@ def run_io(
         early = _early_stage(result, messages)
         if early:
             return HarnessResult(early[0], "io", 0, total, early[1], result)
-        outputs = {m["i"]: m for m in messages if "i" in m}
+        outputs = _indexed(messages, total)
         done = any(m.get("done") is True for m in messages)
-        return _judge_io(tests, outputs, done, result)
-    except (ValueError, KeyError, TypeError, RecursionError) as error:  # a forged, broken or truncated channel never passes
+        verdicts = _parent_verdicts(tests, outputs)
+    except (ValueError, KeyError, TypeError, RecursionError, MemoryError) as error:
         cause = "outputs over the output cap" if result.truncated else f"protocol: {error}"
         return HarnessResult("test_error", "io", 0, total, cause, result)
+    judge = _judge(sandbox, tests, outputs, verdicts, limits)
+    if judge is not None and judge.anomaly:
+        return HarnessResult("anomaly", "io", 0, total, f"judge: {judge.anomaly}", result, judge)
+    return _verdict(tests, outputs, verdicts, done, result, judge)
 
 
-def _judge_io(tests: Sequence[IOTest], outputs: dict[int, dict[str, Any]], done: bool, result: ExecResult) -> HarnessResult:
+Verdict = bool | str  # accepted, or why the check itself failed on this output
+
+
+def _parent_verdicts(tests: Sequence[IOTest], outputs: list[dict[str, Any] | None]) -> dict[int, Verdict]:
+    """Verdicts the parent reaches on data alone (`Expect`); the other outputs go to the judge."""
+    verdicts: dict[int, Verdict] = {}
+    for index, (test, message) in enumerate(zip(tests, outputs, strict=True)):
+        if test.expect is not None and message is not None and "error" not in message:
+            verdicts[index] = test.expect.holds(message["out"])
+    return verdicts
+
+
+def _judge(
+    sandbox: Sandbox,
+    tests: Sequence[IOTest],
+    outputs: list[dict[str, Any] | None],
+    verdicts: dict[int, Verdict],
+    limits: Limits | None,
+) -> ExecResult | None:
+    """Run the judge over the outputs whose check the parent cannot decide on data; records into `verdicts`."""
+    pending = [i for i, m in enumerate(outputs) if m is not None and "error" not in m and i not in verdicts]
+    if not pending:
+        return None
+    checks = {str(i): tests[i].check for i in pending}
+    program = f"_CHECKS = {checks!r}\n{_DECODER}{_JUDGE_MAIN}"
+    stdin = json.dumps([[i, outputs[i]["out"]] for i in pending]).encode()  # type: ignore[index]
+    judge = sandbox.run(program, stdin=stdin, limits=limits)
+    if judge.anomaly:
+        return judge
+    why = "judge ran out of time" if _ran_out_of_time(judge) else f"judge exit {judge.exit_code}"
+    try:
+        found = {m["i"]: m for m in _messages(judge.channel) if type(m.get("i")) is int}
+    except ValueError:
+        found = {}
+    for index in pending:
+        message = found.get(index)
+        ok = message.get("ok") if message else None
+        verdicts[index] = ok if type(ok) is bool else (str(message.get("error")) if message else why)
+    return judge
+
+
+def _verdict(
+    tests: Sequence[IOTest],
+    outputs: list[dict[str, Any] | None],
+    verdicts: dict[int, Verdict],
+    done: bool,
+    result: ExecResult,
+    judge: ExecResult | None,
+) -> HarnessResult:
     passed, first_failure = 0, None
-    for index, test in enumerate(tests):
-        message = outputs.get(index)
+    for index, message in enumerate(outputs):
         if message is None or "error" in message:
             stage: Stage = "timeout" if message is None and _ran_out_of_time(result) else "test_error"
             detail = message["error"] if message else f"no output (exit {result.exit_code}, signal {result.signal})"
             first_failure = first_failure or (stage, f"test {index}: {detail}")
             break
-        try:
-            accepted = bool(test.accept(decode(message["out"])))
-        except ProtocolError:
-            raise
-        except Exception as error:  # the test's own check raised on this output
-            accepted, first_failure = False, first_failure or ("test_error", f"test {index}: {type(error).__name__}: {error}")
-        if accepted:
+        verdict = verdicts[index]
+        if verdict is True:
             passed += 1
-        else:
+        elif verdict is False:
             first_failure = first_failure or ("assertion", f"test {index}: wrong output")
+        else:  # the test's own check raised on this output, or the judge could not decide
+            first_failure = first_failure or ("test_error", f"test {index}: {verdict}")
     if first_failure is None and not (done and result.exit_code == 0 and result.signal is None):
         first_failure = ("timeout" if _ran_out_of_time(result) else "test_error", "the child did not finish cleanly")
     stage, error = first_failure or ("passed", None)
-    return HarnessResult(stage, "io", passed, len(tests), error, result)
+    return HarnessResult(stage, "io", passed, len(tests), error, result, judge)
 
 
 def run_assert(
@@ -291,7 +473,7 @@ def run_assert(
     limits: Limits | None = None,
 ) -> HarnessResult:
     """Assert mode: `check(candidate)` runs in the child; weaker, see the module docstring. Counts one test."""
-    if error := _syntax_error(solution):
+    if error := syntax_error(solution):
         return HarnessResult("syntax", "assert", 0, 1, error)
     program = _program(prelude, solution, _ASSERT_MAIN, entry=entry_point, test=test_source)
     result = sandbox.run(program, limits=limits)

@@ -114,26 +114,45 @@ def test_unknown_task_is_a_per_item_error_and_order_is_kept(sandbox: Sandbox) ->
 
 
 class AnomalousSandbox:
-    """Reports every execution untrustworthy, the way a worker that died mid-run would."""
+    """Reports every execution untrustworthy, the way a worker that died mid-run would (the probe too, unless healthy)."""
 
     isolation = "bwrap"
 
-    def __init__(self) -> None:
-        self.runs = 0
+    def __init__(self, healthy_probe: bool = False) -> None:
+        self.runs, self.healthy_probe = 0, healthy_probe
 
     def run(self, source: str, **_: object) -> ExecResult:
         self.runs += 1
+        probe = "square" not in source
+        if probe and self.healthy_probe:
+            return ExecResult(
+                0, None, b"", b"", b'{"toplevel": "ok"}\n{"done": true}\n', False, False, 0.01, 0.01, 1, "bwrap", None
+            )
         # a forged-looking pass on the channel must not matter: the anomaly wins
         channel = b'{"toplevel": "ok"}\n{"i": 0, "out": 9}\n{"i": 1, "out": 4}\n{"done": true}\n'
         return ExecResult(0, None, b"", b"", channel, False, False, 0.01, 0.01, 1, "bwrap", "worker died")
 
 
-def test_an_anomaly_is_retried_once_then_an_error_never_a_pass() -> None:
+def test_an_anomaly_is_retried_once_then_an_error_when_the_sandbox_itself_is_broken() -> None:
     box = AnomalousSandbox()
     scorer = CodeScorer(box, MemoryStore(), {}, ScoringConfig(), workers=1)  # type: ignore[arg-type]
     (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=fenced("def square(x): return x * x"))])
     assert isinstance(result, ItemError) and result.code == "sandbox_anomaly"
-    assert box.runs == 2
+    assert box.runs == 3  # the run, its retry, and a trivial probe that failed too
+
+
+def test_an_anomaly_that_repeats_while_the_probe_passes_is_the_candidates_failure() -> None:
+    box = AnomalousSandbox(healthy_probe=True)
+    scorer = CodeScorer(box, MemoryStore(), {}, ScoringConfig(), workers=1)  # type: ignore[arg-type]
+    (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=fenced("def square(x): return x * x"))])
+    assert isinstance(result, Scored) and result.info["stage"] == "anomaly"
+    assert result.components == {
+        "format": 1.0,
+        "syntax": 1.0,
+        **dict.fromkeys(("compile", "runtime", "correct", "efficiency"), 0.0),
+        "ast_similarity": 1.0,
+    }
+    assert box.runs == 3
 
 
 def test_leetcode_records_pass_with_their_own_completion(sandbox: Sandbox) -> None:

@@ -10,6 +10,7 @@ from corrgrpo_code.extract import extract_code, format_score
 from corrgrpo_code.problems import humaneval_problems, load_problems, problem_hash
 from corrgrpo_code.similarity import ast_similarity
 from corrgrpo_code.split import split_check
+from corrgrpo_sandbox.harness import encode
 
 TWO_BLOCKS = "Draft:\n```python\ndef f(): return 1\n```\nFinal:\n```py\ndef f(): return 2\n```\n"
 
@@ -56,10 +57,12 @@ def test_split_check_extracts_calls_and_keeps_expected_values_in_the_parent() ->
     assert tests is not None
     assert [t.call for t in tests] == ["candidate(n = 7, q = [[0, 5]])", "candidate(2.5)", "candidate('')", "candidate(1)"]
     assert "[2, 2]" not in tests[0].call
-    assert tests[0].accept([2, 2]) and not tests[0].accept((2, 2)) and not tests[0].accept([2, 3])
-    assert tests[1].accept(0.5000001) and not tests[1].accept(0.6)
-    assert tests[2].accept([]) and not tests[2].accept("x")
-    assert tests[3].accept(float("-inf"))
+    equals, judged, falsy, infinite = (test.expect for test in tests)
+    assert equals and equals.holds(encode([2, 2])) and equals.holds(encode([2.0, 2]))
+    assert not equals.holds(encode((2, 2))) and not equals.holds(encode([2, 3]))
+    assert judged is None and tests[1].check.strip("(\n)") == "abs(_out - 0.5) < 1e-6"  # for the sandboxed judge
+    assert falsy and falsy.holds(encode([])) and not falsy.holds(encode("x"))
+    assert infinite and infinite.holds(encode(float("-inf"))) and not infinite.holds(encode(float("inf")))
 
 
 @pytest.mark.parametrize(

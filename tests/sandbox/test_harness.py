@@ -7,11 +7,15 @@ from collections.abc import Iterator
 import pytest
 
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult, IOTest, decode, run_assert, run_io
+from corrgrpo_sandbox.harness import Expect, HarnessResult, IOTest, canonical, encode, run_assert, run_io
 
 LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
 SECRET = 918273645  # the expected answer; never computable from the input
-IO_TESTS = [IOTest("candidate(3)", lambda out: out == 9), IOTest("candidate(4)", lambda out: out == SECRET)]
+IO_TESTS = [
+    IOTest("candidate(3)", "_out == 9", Expect.equals(9)),
+    IOTest("candidate(4)", f"_out == {SECRET}", Expect.equals(SECRET)),
+]
+JUDGED = [IOTest("candidate(3)", "abs(_out - 9) < 1e-9"), IOTest("candidate(4)", f"_out in ({SECRET}, -1)")]  # by the judge
 ASSERT_TEST = f"def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(4) == {SECRET}\n"
 RIGHT = f"def f(x):\n    return {SECRET} if x == 4 else x * x\n"
 
@@ -156,13 +160,61 @@ def test_patched_time_does_not_hide_cpu_time(sandbox: Sandbox) -> None:
     assert result.stage == "assertion"
 
 
-def test_outputs_are_type_strict_data() -> None:
-    tagged = {"__t": "tuple", "v": [1, {"__t": "set", "v": [2]}, {"__t": "dict", "v": [[1, "a"]]}]}
-    assert decode(tagged) == (1, {2}, {1: "a"})
-    assert decode([1, 2]) != (1, 2)
-    assert decode({"__t": "unencodable", "v": "Anything"}) != 0
+def test_outputs_are_type_strict_data_compared_like_python() -> None:
+    tagged = {"__t": "tuple", "v": [1, {"__t": "set", "v": [2, "b", 1.5]}, {"__t": "dict", "v": [[1, "a"]]}]}
+    assert canonical(tagged) == canonical(encode((1.0, {"b", 1.5, 2}, {True: "a"})))  # 1 == 1.0 == True, like ==
+    assert canonical([1, 2]) != canonical(encode((1, 2)))
+    assert canonical(encode({0.5: [None]})) != canonical(encode({0.5: [0]}))
+    unencodable = {"__t": "unencodable", "v": "Anything"}
+    assert canonical(unencodable) != canonical(unencodable)
+    assert not Expect("truthy").holds(unencodable) and not Expect("falsy").holds(unencodable)
+    assert Expect("is", True).holds(True) and not Expect("is", True).holds(1)
     with pytest.raises(ValueError):
-        decode({"__t": "object", "v": {}})
+        canonical({"__t": "object", "v": {}})
+
+
+def test_judged_checks_run_outside_the_candidate(sandbox: Sandbox) -> None:
+    right = run_io(sandbox, "", RIGHT, "f", JUDGED, LIMITS)
+    assert (right.stage, right.passed) == ("passed", 2) and right.judge is not None
+    wrong = run_io(sandbox, "", "def f(x):\n    return x * x", "f", JUDGED, LIMITS)
+    assert (wrong.stage, wrong.passed) == ("assertion", 1)
+    raising = run_io(sandbox, "", "def f(x):\n    return 'nine'", "f", JUDGED, LIMITS)
+    assert raising.stage == "test_error" and "TypeError" in str(raising.error)
+    assert run_io(sandbox, "", READ_THE_TESTS, "f", JUDGED, LIMITS).stage == "assertion"  # the judge's text never enters
+
+
+FORGED_COLLIDING_SET = """
+import json, os
+M = (1 << 61) - 1  # every multiple of the Mersenne prime hashes to 0
+out = {"__t": "set", "v": [i * M for i in range(1, 35000)]}  # under the 1 MB channel cap
+for message in ({"toplevel": "ok"}, {"i": 0, "out": out}, {"i": 1, "out": 0}, {"done": True}):
+    os.write(3, (json.dumps(message) + "\\n").encode())
+os._exit(0)
+"""
+
+
+def test_a_hash_colliding_output_costs_the_parent_nothing(sandbox: Sandbox) -> None:
+    import time
+
+    started = time.process_time()
+    result = run_io(sandbox, "", FORGED_COLLIDING_SET, "f", IO_TESTS, LIMITS)
+    assert result.stage == "assertion", result.error
+    assert time.process_time() - started < 2  # decoding it into a set took the old parent 6.5 s of CPU
+    for payload in ('[{"i": 7, "out": 9}]', '[{"i": True, "out": 9}]'):  # an index the harness never wrote
+        messages = f"[{{'toplevel': 'ok'}}] + {payload}"
+        forged = f"import json, os\nfor m in {messages}:\n    os.write(3, (json.dumps(m) + '\\n').encode())\nos._exit(0)"
+        assert run_io(sandbox, "", forged, "f", IO_TESTS, LIMITS).stage == "test_error"
+
+
+def test_the_test_sees_the_preludes_helpers_not_the_solutions(sandbox: Sandbox) -> None:
+    prelude = "import math\ndef encode(s):\n    return s[::-1] + str(math.pi)[:3]\n"
+    test = "def check(candidate):\n    assert candidate(encode('abc')) == 'abc'\n"
+    honest = "def decode(s):\n    return s[:-3][::-1]\n"
+    assert run_assert(sandbox, prelude, honest, "decode", test, LIMITS).stage == "passed"
+    redefined = "def encode(s):\n    return s\ndef decode(s):\n    return s\n"
+    class_math = "class math:\n    pi = ''\ndef encode(s):\n    return s\ndef decode(s):\n    return s[::-1]\n"
+    for hack in (redefined, class_math):
+        assert run_assert(sandbox, prelude, hack, "decode", test, LIMITS).stage == "assertion"
 
 
 def test_prelude_classes_may_be_returned_in_assert_mode(sandbox: Sandbox) -> None:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import statistics
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,17 +26,19 @@ from corrgrpo_service import Scored, Store, StoreUnavailable
 
 from .extract import FENCE_LANGUAGES, ExtractMode, extract_code, format_score
 from .problems import problem_hash
-from .similarity import ast_similarity
+from .similarity import ReferenceTree
 from .split import split_check
 
 log = logging.getLogger("corrgrpo.code")
 LOCK_TTL_S = 120.0  # a replica that died while measuring frees the lock after this
 WAIT_POLL_S = 0.05
 HARNESS_LIMITS = Limits(output_bytes=1 << 20)  # the channel carries every test's output
+PREPARED_CACHE = 256  # distinct problems kept prepared (split tests, reference tree)
+PROBE = "def f():\n    return 1\n"  # a run the sandbox must pass when it is healthy
 
 
-class SandboxAnomaly(RuntimeError):
-    """The sandbox reported the execution untrustworthy twice in a row."""
+class SandboxFault(RuntimeError):
+    """The sandbox failed twice and also failed a trivial probe run: infrastructure, not the candidate."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,9 @@ class ScoringConfig:
     languages: tuple[str, ...] = FENCE_LANGUAGES
     cache_prefix: str = "corrgrpo:code:"
     reference_runs: int = 4
+    reference_attempts: int = 3  # a failed or noisy measurement is retried (neighbours may have starved it)
+    reference_ttl_s: float = 7 * 24 * 3600.0  # every t_ref key expires
+    reference_failure_ttl_s: float = 30.0  # a failed measurement is shared briefly, never kept as final
     efficiency_cap: float = 2.0
     efficiency: bool = True  # False: never measure t_ref; the component is 0
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
@@ -52,30 +61,41 @@ class PreparedProblem:
     problem: CodeProblem
     key: str
     io_tests: list[IOTest] | None  # None: assert mode
+    reference: ReferenceTree
 
     @classmethod
-    def of(cls, problem: CodeProblem) -> PreparedProblem:
-        return cls(problem, problem_hash(problem), split_check(problem.test))
+    def of(cls, problem: CodeProblem, key: str | None = None) -> PreparedProblem:
+        key = key or problem_hash(problem)
+        return cls(problem, key, split_check(problem.test), ReferenceTree.of(problem.reference))
+
+
+def _run_once(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits) -> HarnessResult:
+    problem = prepared.problem
+    if prepared.io_tests is not None:
+        return run_io(sandbox, problem.prompt, solution, problem.entry_point, prepared.io_tests, limits)
+    return run_assert(sandbox, problem.prompt, solution, problem.entry_point, problem.test, limits)
 
 
 def run_tests(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits) -> HarnessResult:
-    """The harness run for `solution`, retried once on a sandbox anomaly; never returns an anomaly."""
-    problem = prepared.problem
+    """The harness run for `solution`, retried once on a sandbox anomaly. An anomaly that repeats while a
+    trivial probe passes is the solution's doing (it killed its worker, say): returned as stage `anomaly`,
+    scored as a failure. Raises SandboxFault when the probe fails too (the sandbox itself is broken)."""
     for _ in range(2):
-        if prepared.io_tests is not None:
-            result = run_io(sandbox, problem.prompt, solution, problem.entry_point, prepared.io_tests, limits)
-        else:
-            result = run_assert(sandbox, problem.prompt, solution, problem.entry_point, problem.test, limits)
+        result = _run_once(sandbox, prepared, solution, limits)
         if result.stage != "anomaly":
             return result
-        log.warning("sandbox anomaly, retrying once", extra={"task_id": problem.task_id, "anomaly": result.error})
-    raise SandboxAnomaly(str(result.error))
+        log.warning("sandbox anomaly, retrying once", extra={"task_id": prepared.problem.task_id, "anomaly": result.error})
+    probe = run_io(sandbox, "", PROBE, "f", [], limits)
+    if probe.stage == "anomaly":
+        raise SandboxFault(f"{result.error}; a trivial probe run failed too: {probe.error}")
+    return result
 
 
 def components(fmt: float, similarity: float, result: HarnessResult, efficiency: float) -> dict[str, float]:
-    """The dependency chain: syntax → compile → runtime → correct; efficiency only when correct."""
+    """The dependency chain: syntax → compile → runtime → correct; efficiency only when correct.
+    An anomaly the solution caused (stage `anomaly`) counts as not compiling: nothing after it is trusted."""
     syntax = result.stage != "syntax"
-    compiled = syntax and result.stage != "toplevel"
+    compiled = syntax and result.stage not in ("toplevel", "anomaly")
     runtime = compiled and result.stage in ("assertion", "passed")
     correct = result.stage == "passed"
     return {
@@ -89,13 +109,27 @@ def components(fmt: float, similarity: float, result: HarnessResult, efficiency:
     }
 
 
+def _noisy(times: list[float]) -> bool:
+    """A run far off the others (a neighbour's burst): worth measuring again."""
+    middle = statistics.median(times)
+    return max(times) > 3 * middle + 0.005
+
+
+@dataclass
+class _Outcome:
+    scored: Scored
+    prepared: PreparedProblem | None = None
+    cpu_s: float | None = None  # set when correct: efficiency needs t_ref
+
+
 class CodeScorer:
     def __init__(
         self, sandbox: Sandbox, store: Store, problems: dict[str, CodeProblem], config: ScoringConfig, workers: int
     ) -> None:
         self.sandbox, self.store, self.problems, self.config = sandbox, store, problems, config
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="code-sandbox")
-        self._prepared: dict[str, PreparedProblem] = {}
+        self._prepared: OrderedDict[str, PreparedProblem] = OrderedDict()
+        self._prepare_lock = threading.Lock()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -104,41 +138,44 @@ class CodeScorer:
         return list(await asyncio.gather(*(self.score_one(item) for item in items)))
 
     def prepare(self, problem: CodeProblem) -> PreparedProblem:
+        """Once per distinct problem (LRU): splitting a big check and parsing the reference cost seconds."""
         key = problem_hash(problem)
-        prepared = self._prepared.get(key)
-        if prepared is None:
-            if len(self._prepared) > 10_000:  # inline problems could grow it without bound
-                self._prepared.clear()
-            prepared = self._prepared[key] = PreparedProblem.of(problem)
-        return prepared
+        with self._prepare_lock:  # the items of one batch share one preparation
+            prepared = self._prepared.get(key)
+            if prepared is None:
+                prepared = self._prepared[key] = PreparedProblem.of(problem, key)
+                if len(self._prepared) > PREPARED_CACHE:
+                    self._prepared.popitem(last=False)
+            self._prepared.move_to_end(key)
+            return prepared
 
     async def score_one(self, item: CodeItem) -> Scored | ItemError:
         problem = item.problem or self.problems.get(item.task_id or "")
         if problem is None:
             return ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
         try:
-            return await self._score(problem, item.completion)
-        except SandboxAnomaly as error:
-            return ItemError(code="sandbox_anomaly", message=f"execution untrustworthy twice: {error}")
+            outcome = await asyncio.get_running_loop().run_in_executor(self.pool, self.evaluate, problem, item.completion)
+            if outcome.cpu_s is not None and outcome.prepared is not None:
+                await self._add_efficiency(outcome)
+            return outcome.scored
+        except SandboxFault as error:
+            return ItemError(code="sandbox_anomaly", message=f"sandbox broken: {error}")
         except Exception as error:  # one item's failure never fails the batch
             log.exception("scoring failed", extra={"task_id": problem.task_id})
             return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
 
-    def _execute(self, problem: CodeProblem, code: str | None) -> tuple[PreparedProblem, HarnessResult, float]:
-        """The blocking part (splitting a big LeetCode check, the run, AST similarity), kept off the event loop."""
-        prepared = self.prepare(problem)
-        result = run_tests(self.sandbox, prepared, code or "", self.config.limits)
-        return prepared, result, ast_similarity(code, problem.reference) if code is not None else 0.0
-
-    async def _score(self, problem: CodeProblem, completion: str) -> Scored:
+    def evaluate(self, problem: CodeProblem, completion: str) -> _Outcome:
+        """Everything but t_ref, blocking (extraction, parsing, the run, AST similarity): off the event loop."""
         config = self.config
+        fmt = format_score(completion, config.languages)
         code = extract_code(completion, config.extract, config.languages)
         if code is not None and len(code) > config.max_code_chars:
             error = f"code of {len(code)} characters is over the limit of {config.max_code_chars}; not run"
             zeros = dict.fromkeys(("syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency"), 0.0)
-            return Scored({"format": format_score(completion, config.languages), **zeros}, {"stage": "too_long", "error": error})
-        loop = asyncio.get_running_loop()
-        prepared, result, similarity = await loop.run_in_executor(self.pool, self._execute, problem, code)
+            return _Outcome(Scored({"format": fmt, **zeros}, {"stage": "too_long", "error": error}))
+        prepared = self.prepare(problem)
+        result = run_tests(self.sandbox, prepared, code or "", config.limits)
+        similarity = prepared.reference.similarity(code) if code is not None else 0.0
         info: dict[str, Any] = {
             "stage": result.stage,
             "error": result.error,
@@ -149,16 +186,32 @@ class CodeScorer:
             "t": result.exec.cpu_s if result.exec else None,
             "t_wall": result.exec.wall_s if result.exec else None,
         }
-        efficiency = 0.0
-        if config.efficiency and result.ok and result.exec is not None:
-            reference = await self.reference_time(prepared)
-            info.update({"t_ref": reference["t_ref"], "t_ref_source": reference["source"], "t_ref_error": reference.get("error")})
-            if reference["t_ref"] is not None:
-                efficiency = min(reference["t_ref"] / max(result.exec.cpu_s, 1e-6), config.efficiency_cap)
-        return Scored(components(format_score(completion, config.languages), similarity, result, efficiency), info)
+        scored = Scored(components(fmt, similarity, result, 0.0), info)
+        correct = config.efficiency and result.ok and result.exec is not None
+        return _Outcome(scored, prepared, result.exec.cpu_s if correct and result.exec else None)
+
+    async def _add_efficiency(self, outcome: _Outcome) -> None:
+        assert outcome.prepared is not None and outcome.cpu_s is not None
+        reference = await self.reference_time(outcome.prepared)
+        info = outcome.scored.info
+        info.update({"t_ref": reference["t_ref"], "t_ref_source": reference["source"], "t_ref_error": reference.get("error")})
+        if reference["t_ref"] is not None:
+            efficiency = min(reference["t_ref"] / max(outcome.cpu_s, 1e-6), self.config.efficiency_cap)
+            outcome.scored.components["efficiency"] = efficiency
 
     def measure_reference(self, prepared: PreparedProblem) -> dict[str, Any]:
-        """Mean child CPU time of `reference_runs` runs of the reference through the same harness."""
+        """Mean child CPU time of `reference_runs` runs of the reference through the same harness. A failed
+        or noisy attempt is retried after a pause (a neighbour may have starved it), up to `reference_attempts`."""
+        config, measured = self.config, {}
+        for attempt in range(config.reference_attempts):
+            if attempt:
+                time.sleep(0.5 * attempt)
+            measured = self._measure_once(prepared)
+            if measured["t_ref"] is not None and not _noisy(measured["runs"]):
+                break
+        return {**measured, "attempts": attempt + 1}
+
+    def _measure_once(self, prepared: PreparedProblem) -> dict[str, Any]:
         times = []
         for _ in range(self.config.reference_runs):
             result = run_tests(self.sandbox, prepared, prepared.problem.reference, self.config.limits)
@@ -168,8 +221,10 @@ class CodeScorer:
         return {"t_ref": sum(times) / len(times), "runs": times}
 
     async def reference_time(self, prepared: PreparedProblem) -> dict[str, Any]:
-        """t_ref from the store, else measured once (the store's `add` is the lock between replicas)."""
-        key = f"{self.config.cache_prefix}tref:{prepared.key}"
+        """t_ref from the store, else measured once (the store's `add` is the lock between replicas).
+        Every key has a TTL; a failed measurement only a short one, so it is re-measured soon."""
+        config = self.config
+        key = f"{config.cache_prefix}tref:{prepared.key}"
         loop = asyncio.get_running_loop()
         try:
             deadline = loop.time() + LOCK_TTL_S
@@ -179,7 +234,8 @@ class CodeScorer:
                 if await self.store.add(f"{key}:lock", b"1", LOCK_TTL_S):
                     try:
                         measured = await loop.run_in_executor(self.pool, self.measure_reference, prepared)
-                        await self.store.set(key, json.dumps(measured).encode())
+                        ttl = config.reference_ttl_s if measured["t_ref"] is not None else config.reference_failure_ttl_s
+                        await self.store.set(key, json.dumps(measured).encode(), ttl, evictable=True)
                     finally:
                         await self.store.delete(f"{key}:lock")
                     return {**measured, "source": "measured"}

@@ -12,15 +12,31 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from dataclasses import dataclass, field
+
+_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)  # null bytes; absurd nesting (parser stack)
 
 
-def _subtree_ids(tree: ast.AST, interned: dict[tuple[object, ...], int]) -> Counter[int]:
+@dataclass
+class _Interner:
+    """Subtree ids: the reference's table is shared read-only; a candidate's new shapes go to its own overlay."""
+
+    base: dict[tuple[object, ...], int] = field(default_factory=dict)
+    overlay: dict[tuple[object, ...], int] = field(default_factory=dict)
+
+    def id(self, key: tuple[object, ...]) -> int:
+        found = self.base.get(key)
+        if found is None:
+            found = self.overlay.setdefault(key, len(self.base) + len(self.overlay))
+        return found
+
+
+def _subtree_ids(tree: ast.AST, interner: _Interner) -> Counter[int]:
     ids: Counter[int] = Counter()
 
     def visit(node: ast.AST) -> int:
         children = tuple(visit(child) for child in ast.iter_child_nodes(node) if not isinstance(child, ast.expr_context))
-        key = (type(node).__name__, children)
-        node_id = interned.setdefault(key, len(interned))
+        node_id = interner.id((type(node).__name__, children))
         ids[node_id] += 1
         return node_id
 
@@ -28,11 +44,32 @@ def _subtree_ids(tree: ast.AST, interned: dict[tuple[object, ...], int]) -> Coun
     return ids
 
 
+@dataclass(frozen=True)
+class ReferenceTree:
+    """The reference's subtree ids, computed once per problem (a big inline reference is parsed once, not per item)."""
+
+    table: dict[tuple[object, ...], int]
+    ids: Counter[int] | None  # None: the reference does not parse
+
+    @classmethod
+    def of(cls, reference: str) -> ReferenceTree:
+        interner = _Interner()
+        try:
+            ids = _subtree_ids(ast.parse(reference), interner)
+        except _UNPARSABLE:
+            return cls({}, None)
+        return cls(interner.overlay, ids)
+
+    def similarity(self, candidate: str) -> float:
+        if self.ids is None:
+            return 0.0
+        try:
+            a = _subtree_ids(ast.parse(candidate), _Interner(self.table))
+        except _UNPARSABLE:
+            return 0.0
+        union = sum((a | self.ids).values())
+        return sum((a & self.ids).values()) / union if union else 1.0
+
+
 def ast_similarity(candidate: str, reference: str) -> float:
-    interned: dict[tuple[object, ...], int] = {}
-    try:
-        a, b = _subtree_ids(ast.parse(candidate), interned), _subtree_ids(ast.parse(reference), interned)
-    except (SyntaxError, ValueError, RecursionError):  # ValueError: null bytes; RecursionError: absurd nesting
-        return 0.0
-    union = sum((a | b).values())
-    return sum((a & b).values()) / union if union else 1.0
+    return ReferenceTree.of(reference).similarity(candidate)

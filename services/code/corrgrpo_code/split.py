@@ -1,11 +1,14 @@
 """Split `check(candidate)` into I/O tests, so expected values never enter the candidate's process.
 
 A check qualifies when its body is only `assert <expr>[, msg]` statements (plus docstrings, `pass`,
-`assert True` and imports of modules the parent provides), each `<expr>` containing exactly one
-call of the candidate, and the rest of `<expr>` using only names the parent provides (`SAFE_NAMES`).
-The call is sent to the child; the rest of the assertion becomes the parent-side predicate with the
-call replaced by the decoded output, e.g. `assert abs(candidate(2.5) - 0.5) < 1e-6` → child:
-`candidate(2.5)`, parent: `abs(_out - 0.5) < 1e-6`. Anything else (loops, locals, helpers such as
+`assert True` and imports of modules the judge provides), each `<expr>` containing exactly one
+call of the candidate, and the rest of `<expr>` using only names the judge provides (`SAFE_NAMES`).
+The call is sent to the child; the rest of the assertion becomes the check with the call replaced
+by the output, e.g. `assert abs(candidate(2.5) - 0.5) < 1e-6` → child: `candidate(2.5)`, check:
+`abs(_out - 0.5) < 1e-6`. Nothing here evaluates test text: checks are parsed with `ast`, and
+`_out == <literal>` (the literal read by `ast.literal_eval`, data only), `_out is True/False/None`,
+`_out` and `not _out` become an `Expect` the service process decides on data; every other check is
+evaluated by the harness's sandboxed judge. Anything else (loops, locals, helpers such as
 `is_same_tree`) is left to assert mode (`None`).
 
 LeetCode checks hold arguments and expected values of up to 10⁵ elements, so the splitter works on
@@ -18,18 +21,17 @@ from __future__ import annotations
 import ast
 import math
 import re
-import types
-from collections.abc import Callable, Iterator
 from typing import Any
 
-from corrgrpo_sandbox.harness import IOTest
+from corrgrpo_sandbox.harness import Expect, IOTest
 
 _OUTPUT = "_out"
-_BUILTINS = (abs, all, any, bool, dict, float, frozenset, int, isinstance, len, list, max, min, range, round, set, sorted, str)
-_BUILTINS += (sum, tuple, type, zip)
-SAFE_NAMES: dict[str, Any] = {f.__name__: f for f in _BUILTINS} | {"math": math, "inf": math.inf, "nan": math.nan}
-_SAFE_GLOBALS = {"__builtins__": {}, **SAFE_NAMES}
+_BUILTINS = ("abs", "all", "any", "bool", "dict", "float", "frozenset", "int", "isinstance", "len", "list", "max")
+_BUILTINS += ("min", "range", "round", "set", "sorted", "str", "sum", "tuple", "type", "zip")
+SAFE_NAMES = frozenset(_BUILTINS) | {"math", "inf", "nan"}  # what the judge's checks may name
 _SAFE_MODULES = {"math"}
+_CONSTANTS = {"inf": math.inf, "nan": math.nan}
+_NOT_DATA = object()
 
 
 class _Source:
@@ -54,13 +56,6 @@ def _word(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w.]){re.escape(name)}\b")
 
 
-def _code_names(code: types.CodeType) -> Iterator[str]:
-    yield from code.co_names
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            yield from _code_names(constant)
-
-
 def _candidate_calls(node: ast.AST, parameter: str, source: _Source) -> list[ast.Call]:
     """Calls of `parameter`, descending only into subtrees whose text mentions it."""
     found, stack = [], [node]
@@ -75,19 +70,49 @@ def _candidate_calls(node: ast.AST, parameter: str, source: _Source) -> list[ast
     return found
 
 
-def _predicate(text: str) -> Callable[[Any], bool] | None:
+def _free_names(check: ast.expr) -> set[str]:
+    """Names the check reads that it does not bind itself (comprehension variables, lambda arguments)."""
+    nodes = list(ast.walk(check))
+    bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    bound |= {n.arg for n in nodes if isinstance(n, ast.arg)}
+    return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound
+
+
+def _is_output(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == _OUTPUT
+
+
+def _literal(node: ast.expr) -> Any:
+    """The value of a literal (`inf`/`nan` allowed) read as data, or `_NOT_DATA`; never evaluates an expression."""
+
+    class Constants(ast.NodeTransformer):
+        def visit_Name(self, name: ast.Name) -> ast.AST:
+            return ast.Constant(_CONSTANTS[name.id]) if name.id in _CONSTANTS else name
+
     try:
-        code = compile(f"({text}\n)", "<check>", "eval")
-    except SyntaxError:
-        return None
-    unknown = set(_code_names(code)) - set(SAFE_NAMES) - {_OUTPUT}
-    if any(_word(name).search(text) for name in unknown):  # a free name the parent lacks (not just an attribute)
-        return None
+        return ast.literal_eval(Constants().visit(node))
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return _NOT_DATA
 
-    def accept(output: Any) -> bool:
-        return bool(eval(code, _SAFE_GLOBALS, {_OUTPUT: output}))  # trusted test expression on decoded plain data
 
-    return accept
+def _expect(check: ast.expr) -> Expect | None:
+    """The data-only form of the check, when it has one (see the module docstring)."""
+    if _is_output(check):
+        return Expect("truthy")
+    if isinstance(check, ast.UnaryOp) and isinstance(check.op, ast.Not) and _is_output(check.operand):
+        return Expect("falsy")
+    if not isinstance(check, ast.Compare) or len(check.ops) != 1:
+        return None
+    (operator,), left, right = check.ops, check.left, check.comparators[0]
+    if isinstance(operator, ast.Is) and _is_output(left) and isinstance(right, ast.Constant):
+        return Expect("is", right.value) if type(right.value) in (bool, type(None)) else None
+    if not isinstance(operator, ast.Eq) or _is_output(left) == _is_output(right):
+        return None
+    value = _literal(right if _is_output(left) else left)
+    try:
+        return None if value is _NOT_DATA else Expect.equals(value)
+    except (TypeError, RecursionError):  # complex, Ellipsis: left to the judge
+        return None
 
 
 def _io_test(assertion: ast.Assert, parameter: str, module_names: re.Pattern[str] | None, source: _Source) -> IOTest | None:
@@ -101,8 +126,14 @@ def _io_test(assertion: ast.Assert, parameter: str, module_names: re.Pattern[str
     mention = _word(parameter)
     if mention.search(arguments) or mention.search(rest) or (module_names and module_names.search(arguments)):
         return None  # the candidate used twice, or an argument the child cannot evaluate (it never gets the test module)
-    accept = _predicate(rest)
-    return IOTest(call=f"candidate{arguments}", accept=accept) if accept else None
+    rest = f"({rest}\n)"  # a multi-line assertion is one expression
+    try:
+        check = ast.parse(rest, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if _free_names(check) - SAFE_NAMES - {_OUTPUT}:
+        return None  # a name the judge lacks
+    return IOTest(call=f"candidate{arguments}", check=rest, expect=_expect(check))
 
 
 def _skippable(statement: ast.stmt) -> bool:
