@@ -12,6 +12,7 @@ from .common import (
     ScoreRequest,
     ScoreResponse,
 )
+from .items import ItemShape
 
 __all__ = [
     "AsyncRewardClient",
@@ -21,6 +22,7 @@ __all__ = [
     "Health",
     "ItemError",
     "ItemResult",
+    "ItemShape",
     "Readiness",
     "RewardClient",
     "RewardServiceError",

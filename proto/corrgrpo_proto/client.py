@@ -21,6 +21,7 @@ import httpx
 from pydantic import BaseModel
 
 from .common import ComponentsResponse, ItemResult, ScoreResponse
+from .items import ItemShape
 
 Item = BaseModel | dict[str, Any]
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -171,6 +172,10 @@ class AsyncRewardClient:
     async def components(self) -> ComponentsResponse:
         return ComponentsResponse.model_validate(await self.request("GET", "/v1/components"))
 
+    async def item_shape(self) -> ItemShape:
+        """The service's item fields, from its `/openapi.json` (see `corrgrpo_proto.items`)."""
+        return ItemShape.of_openapi(await self.request("GET", "/openapi.json"))
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -234,6 +239,10 @@ class RewardClient:
 
     def components(self) -> ComponentsResponse:
         return ComponentsResponse.model_validate(self.request("GET", "/v1/components"))
+
+    def item_shape(self) -> ItemShape:
+        """The service's item fields, from its `/openapi.json` (see `corrgrpo_proto.items`)."""
+        return ItemShape.of_openapi(self.request("GET", "/openapi.json"))
 
     def close(self) -> None:
         self._http.close()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from .common import ScoreRequest, WireModel
+from .items import LABEL_KEY
+
+NOT_NULL = {"not": {"type": "null"}}
 
 
 class CodeProblem(WireModel):
@@ -20,6 +23,16 @@ class CodeProblem(WireModel):
 class CodeItem(WireModel):
     """One completion to score against a problem given inline or by `task_id` of a loaded dataset."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            LABEL_KEY: "task_id",
+            "oneOf": [
+                {"required": ["problem"], "properties": {"problem": NOT_NULL, "task_id": {"type": "null"}}},
+                {"required": ["task_id"], "properties": {"task_id": NOT_NULL, "problem": {"type": "null"}}},
+            ],
+        }
+    )
+
     id: str | None = None
     completion: str = Field(description="The model's full response text")
     problem: CodeProblem | None = None
@@ -27,7 +40,7 @@ class CodeItem(WireModel):
 
     @model_validator(mode="after")
     def _one_problem(self) -> CodeItem:
-        if (self.problem is None) == (self.task_id is None):
+        if (self.problem is None) == (self.task_id is None):  # the schema's `oneOf` says the same
             raise ValueError("give exactly one of `problem` and `task_id`")
         return self
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .common import ScoreRequest, WireModel
+from .items import LABEL_KEY
 
 
 class ToolCallItem(WireModel):
     """A ToolRL/RLLA-4K completion and its ground-truth response (same tag format)."""
+
+    model_config = ConfigDict(json_schema_extra={LABEL_KEY: "ground_truth"})
 
     id: str | None = None
     completion: str = Field(

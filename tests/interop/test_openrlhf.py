@@ -56,3 +56,28 @@ def test_code_label_by_task_id_and_item_errors() -> None:
         assert answer["extra_logs"]["correct"] == [1.0, 0.0]
         assert answer["extra_logs"]["corrgrpo_error"] == [0.0, 1.0]
         assert answer["rewards"][1] == 0.0 and answer["rewards"][0] > 4
+
+
+def test_empty_shard_is_200_with_empty_lists(toolcall: str) -> None:
+    answer = httpx.post(f"{toolcall}/v1/openrlhf", json={"query": [], "prompts": [], "labels": []})
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "rewards": [],
+        "scores": [],
+        "extra_logs": {name: [] for name in ("format", "name", "param_names", "param_values", "corrgrpo_error")},
+    }
+
+
+def test_scores_total_normalized_or_one_component(toolcall: str) -> None:
+    body = {"query": [GT, HALF, "no call"], "prompts": ["", "", ""], "labels": [GT] * 3}
+    total = httpx.post(f"{toolcall}/v1/openrlhf", json=body).json()
+    normalized = httpx.post(f"{toolcall}/v1/openrlhf", params={"scores": "normalized"}, json=body).json()
+    component = httpx.post(f"{toolcall}/v1/openrlhf", params={"scores": "param_values"}, json=body).json()
+    assert total["scores"] == total["rewards"] == normalized["rewards"]
+    specs = httpx.get(f"{toolcall}/v1/components").json()["components"]
+    low, high = sum(s["weight"] * s["min"] for s in specs), sum(s["weight"] * s["max"] for s in specs)
+    assert normalized["scores"] == pytest.approx([(r - low) / (high - low) for r in total["rewards"]])
+    assert all(0 <= s <= 1 for s in normalized["scores"]) and normalized["scores"][0] > normalized["scores"][1]
+    assert component["scores"] == total["extra_logs"]["param_values"]
+    unknown = httpx.post(f"{toolcall}/v1/openrlhf", params={"scores": "nope"}, json=body)
+    assert unknown.status_code == 422 and "param_values" in unknown.json()["message"]

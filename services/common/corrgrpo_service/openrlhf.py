@@ -1,35 +1,43 @@
 """OpenRLHF's remote reward-model protocol for any service: `POST /v1/openrlhf`.
 
-OpenRLHF (`--remote_rm_url http://host:port/v1/openrlhf`, several comma-separated URLs to shard)
-posts `{"query": [...], "prompts": [...], "labels": [...]}`, where `query` is prompt + response, and
-reads `{"rewards": [...], "scores": [...], "extra_logs": {...}}`. Here:
+OpenRLHF (`--reward.remote_url` since 0.10.2, `--remote_rm_url` before) posts
+`{"query": [...], "prompts": [...], "labels": [...]}`, where `query` is prompt + response decoded with
+special tokens kept, and reads `{"rewards": [...], "scores": [...], "extra_logs": {...}}`. Here:
 
 - the completion is the query with its prompt prefix removed (the whole query when it does not start
-  with the prompt);
-- a label is the item as JSON, less `completion` (e.g. `{"problem": {...}}`, `{"suite": ..., ...}`), or
-  a plain string that fills the item's `ground_truth` field (tool calls) or else its `task_id` (code);
-- `rewards` and `scores` are the weighted totals; `extra_logs` holds one list per component, and
-  `corrgrpo_error` (1 for an item the service could not score, whose reward and components are 0).
+  with the prompt); trailing end-of-turn tokens are the scorers' business (they ignore them);
+- a label is the item's fields as a JSON object (e.g. `{"problem": {...}}`, `{"suite": ..., ...}`), or a
+  bare string for the field the item declares (`x-corrgrpo-label`: `task_id` for code, `ground_truth` for
+  tool calls); see `corrgrpo_proto.items`;
+- `rewards` are the weighted totals; `extra_logs` holds one list per component, and `corrgrpo_error`
+  (1 for an item the service could not score, whose reward, score and components are 0);
+- `scores` (what OpenRLHF's dynamic filtering compares with its range, (0, 1) by default) are the totals too,
+  or with `?scores=normalized` the totals mapped onto [0, 1] by the components' declared ranges and default
+  weights, or with `?scores=<component>` that component;
+- an empty `query` is answered with empty lists: OpenRLHF 0.9.1–0.11.0 split every single sample over all
+  the URLs given, so all servers but one receive empty lists.
 A label that does not make a valid item is a 422 naming its index.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from corrgrpo_proto import ComponentSpec, ItemResult, ItemShape
 from corrgrpo_proto.common import ErrorBody, ErrorDetail, WireModel
 
 from .errors import error_response
 
+TOTAL, NORMALIZED = "total", "normalized"
+
 
 class OpenRLHFRequest(WireModel):
-    query: list[str] = Field(min_length=1, description="Prompt + response, per sample")
+    query: list[str] = Field(description="Prompt + response, per sample; may be empty")
     prompts: list[str]
     labels: list[str]
 
@@ -50,55 +58,76 @@ def completion_of(query: str, prompt: str) -> str:
     return query[len(prompt) :] if prompt and query.startswith(prompt) else query
 
 
-def item_fields(label: str, item_model: type[BaseModel]) -> dict[str, Any]:
-    """The item fields a label carries: a JSON object, or a plain string for the model's label field."""
-    try:
-        parsed = json.loads(label)
-    except ValueError:
-        parsed = label
-    if isinstance(parsed, dict):
-        return parsed
-    field = "ground_truth" if "ground_truth" in item_model.model_fields else "task_id"
-    return {field: label}
-
-
-def build_items(request: OpenRLHFRequest, item_model: type[BaseModel]) -> list[BaseModel] | JSONResponse:
+def build_items(request: OpenRLHFRequest, item_model: type[BaseModel], shape: ItemShape) -> list[BaseModel] | JSONResponse:
     items, details = [], []
     for index, (query, prompt, label) in enumerate(zip(request.query, request.prompts, request.labels, strict=True)):
         try:
-            items.append(
-                item_model.model_validate({**item_fields(label, item_model), "completion": completion_of(query, prompt)})
-            )
+            items.append(item_model.model_validate({**shape.label_fields(label), "completion": completion_of(query, prompt)}))
         except ValidationError as error:
             details += [
                 ErrorDetail(loc=f"labels.{index}." + ".".join(map(str, e["loc"])), message=e["msg"]) for e in error.errors()
             ]
+        except ValueError as error:
+            details.append(ErrorDetail(loc=f"labels.{index}", message=str(error)))
     if details:
         return error_response(422, "validation_error", f"{len(details)} label error(s), first: {details[0].loc}", details)
     return items
+
+
+def total_range(specs: Sequence[ComponentSpec]) -> tuple[float, float] | str:
+    """(lowest, highest) total under the default weights, or the name of an unbounded component."""
+    low = high = 0.0
+    for spec in specs:
+        if spec.min is None or spec.max is None:
+            return spec.name
+        ends = (spec.weight * spec.min, spec.weight * spec.max)
+        low, high = low + min(ends), high + max(ends)
+    return low, high
+
+
+def score_column(choice: str, specs: Sequence[ComponentSpec]) -> Callable[[ItemResult], float] | str:
+    """How `scores` is made from a result for `?scores=choice`, or why it cannot be."""
+    names = [spec.name for spec in specs]
+    if choice == TOTAL:
+        return lambda result: float(result.total or 0.0) if result.error is None else 0.0
+    if choice == NORMALIZED:
+        bounds = total_range(specs)
+        if isinstance(bounds, str):
+            return f"cannot normalise: component {bounds!r} is unbounded"
+        low, high = bounds
+        return lambda result: (float(result.total or 0.0) - low) / (high - low) if result.error is None else 0.0
+    if choice in names:
+        return lambda result: float((result.components or {}).get(choice, 0.0))
+    return f"unknown scores {choice!r}; give {TOTAL}, {NORMALIZED} or a component: {', '.join(names)}"
 
 
 def add_openrlhf_route(
     app: FastAPI, item_model: type[BaseModel], score_items: Callable[[list[BaseModel]], Awaitable[Any]]
 ) -> None:
     """Register `POST /v1/openrlhf`; `score_items(items)` is the kit's scoring path (limits, cache, metrics)."""
-    names = [spec.name for spec in app.state.components]
+    specs: list[ComponentSpec] = app.state.components
+    names = [spec.name for spec in specs]
+    shape = ItemShape.of_schema(item_model.model_json_schema())
 
-    async def openrlhf(request: OpenRLHFRequest) -> OpenRLHFResponse | JSONResponse:
-        items = build_items(request, item_model)
+    async def openrlhf(request: OpenRLHFRequest, scores: str = TOTAL) -> OpenRLHFResponse | JSONResponse:
+        column = score_column(scores, specs)
+        if isinstance(column, str):
+            return error_response(422, "validation_error", column, [ErrorDetail(loc="query.scores", message=column)])
+        items = build_items(request, item_model, shape)
         if isinstance(items, JSONResponse):
             return items
-        results = await score_items(items)
+        results = await score_items(items) if items else []
         if isinstance(results, JSONResponse):
             return results
         totals = [float(r.total) if r.error is None and r.total is not None else 0.0 for r in results]
         logs = {name: [float((r.components or {}).get(name, 0.0)) for r in results] for name in names}
         logs["corrgrpo_error"] = [float(r.error is not None) for r in results]
-        return OpenRLHFResponse(rewards=totals, scores=totals, extra_logs=logs)
+        return OpenRLHFResponse(rewards=totals, scores=[column(r) for r in results], extra_logs=logs)
 
     app.post(
         "/v1/openrlhf",
         response_model=OpenRLHFResponse,
         responses={status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429)},
         summary="OpenRLHF remote reward-model protocol",
+        description="`scores`: `total` (default), `normalized` (total mapped onto [0, 1]) or a component name.",
     )(openrlhf)
