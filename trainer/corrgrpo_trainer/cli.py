@@ -1,6 +1,6 @@
 """`python -m corrgrpo_trainer train|advantages|rollout`: train against the services, advantages for other stacks.
 
-train       --config trainer/configs/<domain>.yaml [--model M] [--max-steps N]
+train       --config trainer/configs/<domain>.yaml [--model M] [--max-steps N] [--output-dir D]
 advantages  --input rewards.json [--estimator corrgrpo|grpo|gdpo|all] [--output out.json]
 rollout     --config trainer/configs/agentdojo.yaml [--episodes N]   multi-turn AgentDojo episodes
 """
@@ -24,43 +24,98 @@ from corrgrpo_proto import AsyncRewardClient, RewardClient
 from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, TasksResponse
 
 from .advantages import ESTIMATORS, diagnostics
+from .models import EMBEDDED, TINY, PolicyLoadError, load_pretrained
 from .rewards import ServiceRewards, reward_columns
 from .rollouts import run_episode
-
-TINY = "tiny"
-
 
 # ---------------------------------------------------------------- advantages
 
 
+class InputError(ValueError):
+    """Malformed command-line input; main() prints it as one line and exits 2."""
+
+
+def _number(value: Any, where: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where}: expected a number or null, got {json.dumps(value)[:40]}")
+    return float(value)
+
+
+def parse_rewards(raw: Any) -> list[list[list[float]]]:
+    """A rectangular [B][G][K] list of numbers (null = missing, NaN), or InputError naming the first bad place."""
+    shape: list[int | None] = [None, None]
+
+    def rows(value: Any, where: str, level: int) -> list[Any]:
+        what = ("groups [B]", "rollouts [G] of a group", "components [K] of a rollout")[level]
+        if not isinstance(value, list) or not value:
+            raise InputError(f"{where}: expected a non-empty list of {what}, got {json.dumps(value)[:40]}")
+        if level and shape[level - 1] not in (None, len(value)):
+            raise InputError(f"{where}: {len(value)} {what.split()[0]}, the first had {shape[level - 1]} (ragged)")
+        if level:
+            shape[level - 1] = len(value)
+        return value
+
+    return [
+        [
+            [_number(v, f"rewards[{b}][{g}][{k}]") for k, v in enumerate(rows(rollout, f"rewards[{b}][{g}]", 2))]
+            for g, rollout in enumerate(rows(group, f"rewards[{b}]", 1))
+        ]
+        for b, group in enumerate(rows(raw, "rewards", 0))
+    ]
+
+
 def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[str] | None]:
     """Rewards [B][G][K] (null = missing) from a nested list or {"rewards", "weights"?, "names"?}."""
+    if isinstance(payload, dict) and "rewards" not in payload:
+        raise InputError('expected a [B][G][K] list or an object with "rewards" (and optional "weights", "names")')
     body = payload if isinstance(payload, dict) else {"rewards": payload}
-    rewards = torch.tensor(
-        [[[math.nan if v is None else float(v) for v in rollout] for rollout in group] for group in body["rewards"]],
-        dtype=torch.float64,
-    )
-    if rewards.ndim != 3:
-        raise ValueError(f"rewards must be nested [B][G][K], got shape {tuple(rewards.shape)}")
+    rewards = torch.tensor(parse_rewards(body["rewards"]), dtype=torch.float64)
     weights, names = body.get("weights"), body.get("names")
     if isinstance(weights, dict):
         names = names or list(weights)
-        weights = [float(weights[n]) for n in names]
+        missing = [n for n in names if n not in weights]
+        if missing:
+            raise InputError(f"weights: no weight for {missing}")
+        weights = [weights[n] for n in names]
+    if weights is not None:
+        if not isinstance(weights, list):
+            raise InputError(f"weights: expected a list of K numbers or {{name: weight}}, got {json.dumps(weights)[:40]}")
+        weights = [_number(w, f"weights[{i}]") for i, w in enumerate(weights)]
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+        raise InputError("names: expected a list of strings")
     for label, values in (("weights", weights), ("names", names)):
         if values is not None and len(values) != rewards.shape[-1]:
-            raise ValueError(f"{len(values)} {label} for K = {rewards.shape[-1]} components")
+            raise InputError(f"{len(values)} {label} for K = {rewards.shape[-1]} components")
     return rewards, weights, names
 
 
 def compute_advantages(payload: Any, estimators: Sequence[str]) -> dict[str, Any]:
     """{"advantages": {estimator: [B][G]}, "diagnostics": {...}} with weights folded in (GDPO: applied to z-scores, as TRL)."""
     rewards, weights, names = load_rewards(payload)
-    advantages = {name: ESTIMATORS[name](rewards, weights=weights).tolist() for name in estimators}
-    return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(rewards, weights, names=names)}
+    folded = rewards * torch.tensor(weights, dtype=rewards.dtype) if weights is not None else rewards
+    advantages = {
+        name: (ESTIMATORS[name](rewards, weights=weights) if name == "gdpo" else ESTIMATORS[name](folded)).tolist()
+        for name in estimators
+    }
+    return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(folded, names=names)}
+
+
+def read_json(source: str) -> Any:
+    """The JSON in a file ("-" = stdin), or InputError with the reason."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as error:
+        raise InputError(f"cannot read {source}: {error.strerror or error}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{source} is not JSON: {error}") from None
 
 
 def advantages_command(args: argparse.Namespace) -> int:
-    payload = json.loads(Path(args.input).read_text() if args.input != "-" else sys.stdin.read())
+    payload = read_json(args.input)
     estimators = list(ESTIMATORS) if args.estimator == "all" else [args.estimator]
     text = json.dumps(compute_advantages(payload, estimators), indent=2)
     if args.output:
@@ -142,18 +197,13 @@ def load_rows(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def load_policy(model: str, output_dir: str) -> tuple[Any, Any]:
-    """(model, tokenizer): "tiny" builds the local tiny policy; anything else goes through from_pretrained (bf16 on GPU)."""
+    """(model, tokenizer): "tiny" builds the local tiny policy; anything else is resolved by models.load_pretrained
+    (the embedded default, a local checkpoint or a hub id; bf16 on GPU)."""
     if model == TINY:
         from .tiny import build_tiny_policy
 
         return build_tiny_policy(Path(output_dir) / "tiny-policy")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return AutoModelForCausalLM.from_pretrained(model, dtype=dtype), tokenizer
+    return load_pretrained(model, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
 
 
 def service_rewards(config: dict[str, Any]) -> tuple[list[ServiceRewards], list[float]]:
@@ -186,10 +236,23 @@ def component_table(log_history: list[dict[str, Any]], names: Sequence[str]) -> 
     return "\n".join(lines)
 
 
+def progress_line(step: int, max_steps: int, logs: dict[str, float], names: Sequence[str]) -> str:
+    """One step: total reward, each component's mean, the zero-variance group fraction and mean |advantage|."""
+    from .trl_trainer import ABS_ADVANTAGE
+
+    parts = "  ".join(f"{name}={logs.get(f'rewards/{name}/mean', math.nan):.3f}" for name in names)
+    return (
+        f"[train] step {step}/{max_steps}  reward={logs['reward']:.3f}  {parts}  "
+        f"zero_std_groups={logs.get('frac_reward_zero_std', math.nan):.2f}  |A|={logs.get(ABS_ADVANTAGE, math.nan):.3f}"
+    )
+
+
 def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, progress: bool = True) -> Any:
     """Build the policy, the reward columns and a CorrGRPOTrainer from `config`, train, and return the trainer.
 
     `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given.
+    Every logged step is appended to `<output_dir>/metrics.jsonl` (TRL's metrics, the estimator's
+    diagnostics, `model/params`).
     """
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
@@ -200,23 +263,34 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
     trl_args.setdefault("output_dir", f"trainer_out/{config['domain']}")
     services, weights = service_rewards(config)
     columns = reward_columns(services)
-    model, tokenizer = load_policy(config.get("model", TINY), trl_args["output_dir"])
-    if config.get("model", TINY) == TINY:
-        # Its matrices are tiny: with more threads, synchronisation dominates (17x slower generation on 2 loaded cores).
-        torch.set_num_threads(1)
+    name = config.get("model", TINY)
+    model, tokenizer = load_policy(name, trl_args["output_dir"])
+    # Small matrices on a loaded CPU: one thread avoids synchronisation stalls (tiny policy: 17x faster generation).
+    threads = config.get("torch_threads", 1 if name == TINY else None)
+    if threads and not torch.cuda.is_available():
+        torch.set_num_threads(threads)
     args = CorrGRPOConfig(
         advantage_estimator=config.get("estimator", "corrgrpo"),
         advantage_floor=config.get("advantage_floor"),
         reward_weights=weights,
-        bf16=torch.cuda.is_available() and config.get("model", TINY) != TINY,
+        bf16=torch.cuda.is_available() and name != TINY,
         **trl_args,
     )
+    metrics_path = Path(args.output_dir) / "metrics.jsonl"
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text("")
+    params = sum(p.numel() for p in model.parameters())
 
-    class Progress(TrainerCallback):
+    class StepLog(TrainerCallback):
+        """Appends each logged step to metrics.jsonl and (with progress) prints its line."""
+
         def on_log(self, _args: Any, state: Any, _control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
-            if progress and logs and "reward" in logs:
-                parts = "  ".join(f"{c.__name__}={logs.get(f'rewards/{c.__name__}/mean', math.nan):.3f}" for c in columns)
-                print(f"[train] step {state.global_step}/{state.max_steps}  reward={logs['reward']:.3f}  {parts}", flush=True)
+            if not logs or "reward" not in logs or not state.is_world_process_zero:
+                return
+            with metrics_path.open("a") as handle:
+                handle.write(json.dumps({"step": state.global_step, **logs, "model/params": params}) + "\n")
+            if progress:
+                print(progress_line(state.global_step, state.max_steps, logs, [c.__name__ for c in columns]), flush=True)
 
     trainer = CorrGRPOTrainer(
         model=model,
@@ -224,22 +298,33 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         reward_funcs=columns,
         args=args,
         train_dataset=Dataset.from_list(rows if rows is not None else load_rows(config)),
-        callbacks=[Progress()],
+        callbacks=[StepLog()],
     )
     if progress:
         trainer.remove_callback(PrinterCallback)  # its raw log dicts would drown the progress lines
     trainer.train()
     if progress:
         print(component_table(trainer.state.log_history, [c.__name__ for c in columns]))
+        print(f"[train] metrics of every step: {metrics_path}")
     return trainer
 
 
 def read_config(path: str, overrides: argparse.Namespace) -> dict[str, Any]:
-    config = yaml.safe_load(Path(path).read_text())
+    """The YAML config with the command line's overrides applied."""
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise InputError(f"cannot read the config {path}: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        raise InputError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(config, dict) or "domain" not in config or "services" not in config:
+        raise InputError(f"{path}: expected a mapping with at least `domain` and `services` (see trainer/configs/)")
     if overrides.model:
         config["model"] = overrides.model
-    if overrides.max_steps:
+    if getattr(overrides, "max_steps", None):
         config.setdefault("trl", {})["max_steps"] = overrides.max_steps
+    if getattr(overrides, "output_dir", None):
+        config.setdefault("trl", {})["output_dir"] = overrides.output_dir
     return config
 
 
@@ -278,20 +363,53 @@ def rollout_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_trainer", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+COMMANDS = {
+    "train": "train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)",
+    "rollout": "run multi-turn AgentDojo episodes with a policy and print utility/security",
+    "advantages": "advantages and diagnostics of a [B][G][K] reward JSON, for other stacks (torch only)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m corrgrpo_trainer",
+        description="The corrgrpo trainer: train against the reward services, run AgentDojo episodes, "
+        "compute advantages for other stacks.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, handler in (("train", train_command), ("rollout", rollout_command)):
-        command = commands.add_parser(name)
-        command.add_argument("--config", required=True, help="trainer/configs/<domain>.yaml")
-        command.add_argument("--model", help='"tiny" or a from_pretrained name/path (overrides the config)')
-        command.add_argument("--max-steps", type=int, help="overrides trl.max_steps")
+        command = commands.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
+        command.add_argument("--config", required=True, help="YAML config, e.g. trainer/configs/<domain>.yaml (required)")
+        command.add_argument(
+            "--model",
+            help=f"{EMBEDDED!r} (embedded SmolLM2-135M-Instruct), {TINY!r} (random, for tests), a local checkpoint "
+            "directory or a hub id (default: the config's `model`)",
+        )
         command.set_defaults(handler=handler)
-    commands.choices["rollout"].add_argument("--episodes", type=int, default=2)
-    adv = commands.add_parser("advantages", help="advantages of a [B][G][K] reward JSON")
-    adv.add_argument("--input", required=True, help='JSON file ("-" = stdin): [B][G][K] or {"rewards", "weights", "names"}')
-    adv.add_argument("--estimator", choices=[*ESTIMATORS, "all"], default="corrgrpo")
-    adv.add_argument("--output", help="write the JSON here instead of stdout")
+    train_parser, rollout_parser = commands.choices["train"], commands.choices["rollout"]
+    train_parser.add_argument("--max-steps", type=int, help="training steps (default: the config's trl.max_steps)")
+    train_parser.add_argument(
+        "--output-dir", help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir)"
+    )
+    rollout_parser.add_argument(
+        "--episodes", type=int, default=2, help="user tasks of the first configured suite (default: %(default)s)"
+    )
+    adv = commands.add_parser("advantages", help=COMMANDS["advantages"], description=COMMANDS["advantages"])
+    adv.add_argument(
+        "--input", required=True, help='JSON file ("-" = stdin): [B][G][K] or {"rewards", "weights", "names"} (required)'
+    )
+    adv.add_argument(
+        "--estimator", choices=[*ESTIMATORS, "all"], default="corrgrpo", help="which advantages (default: %(default)s)"
+    )
+    adv.add_argument("--output", help="write the JSON to this file (default: stdout)")
     adv.set_defaults(handler=advantages_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except (InputError, PolicyLoadError) as error:
+        parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")

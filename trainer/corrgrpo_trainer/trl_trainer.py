@@ -16,13 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import trl
 from packaging.version import Version
-from trl import GRPOConfig, GRPOTrainer
+
+try:
+    import trl
+    from trl import GRPOConfig, GRPOTrainer
+except ImportError as error:  # TRL is an extra: advantages.py and the verl plugin need torch only
+    raise ImportError(f"corrgrpo_trainer.trl_trainer needs TRL: pip install 'corrgrpo-trainer[trl]' ({error})") from error
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics
 
 SUPPORTED_TRL = (Version("1.14"), Version("1.17"))  # the pyproject pin; tested with 1.16
+ABS_ADVANTAGE = "advantages/abs_mean"  # mean |advantage| of the step's rollouts, logged beside TRL's metrics
 
 # The private methods this subclass relies on, with the parameters it passes through.
 _HOOKS = {
@@ -102,6 +107,7 @@ class CorrGRPOTrainer(GRPOTrainer):
         for _ in range(min(len(advantages), len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
+        self._metrics[mode][ABS_ADVANTAGE].append(advantages.abs().mean().item())
         grouped = rewards.view(-1, num_generations, rewards.shape[1])
         for name, value in diagnostics(grouped, self.reward_weights.to(rewards.device), names=self.reward_func_names).items():
             self._metrics[mode][name].append(value)
