@@ -25,7 +25,7 @@ from corrgrpo_proto.code import CodeItem
 from corrgrpo_sandbox import Sandbox
 from corrgrpo_service import MemoryStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from servers import start_service  # the test helper: starts a service exactly as its container does
 
 WORKERS = os.cpu_count() or 1

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import httpx
 
-from corrgrpo_toolcall.datasets import Example, load_rlla4k
+from corrgrpo_toolcall.datasets import Example, default_source, load_rlla4k
 from corrgrpo_toolcall.scoring import score
+from corrgrpo_toolcall.settings import ToolCallSettings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from servers import start_service  # the test helper: starts a service exactly as its container does
 
 
@@ -71,7 +72,8 @@ def http_rate(url: str, pid: int, pairs: list[tuple[str, str]], batch: int, seco
 
 
 def main() -> int:
-    examples = load_rlla4k()
+    data_dir = ToolCallSettings().toolcall_data_dir or Path(__file__).resolve().parents[2] / "shared" / "data"
+    examples = load_rlla4k(default_source("rlla4k", data_dir))
     pairs = [(completion, e.ground_truth) for e in examples for completion in variants(e)]
     rows = [("pure function, 1 process", f"{len(pairs)} mixed", *pure_rate(pairs))]
     long_think = [("<think>" + "word " * 20_000 + t.split("</think>", 1)[1], t) for _, t in pairs[:50] if "</think>" in t]
