@@ -16,15 +16,13 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from corrgrpo_proto import AsyncRewardClient, ItemResult, RewardServiceError, RewardServiceUnavailable
-
-from .rollouts import parse_tool_calls
+from corrgrpo_proto import AsyncRewardClient, ItemResult, ItemShape, RewardServiceError, RewardServiceUnavailable
 
 Row = dict[str, Any]
-ItemBuilder = Callable[[str, Row], dict[str, Any]]
 RewardColumn = Callable[..., Awaitable[list[float | None]]]
+T = TypeVar("T")
 TRL_EXTRA_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
 
 
@@ -33,32 +31,6 @@ def completion_text(completion: str | list[dict[str, Any]]) -> str:
     if isinstance(completion, str):
         return completion
     return "".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
-
-
-def code_item(completion: str, row: Row) -> dict[str, Any]:
-    """A code item: the completion and the dataset's `problem` (inline CodeProblem dict) or `task_id` column."""
-    if row.get("problem"):
-        return {"completion": completion, "problem": row["problem"]}
-    if row.get("task_id"):
-        return {"completion": completion, "task_id": row["task_id"]}
-    raise ValueError("code rewards need a `problem` or `task_id` dataset column")
-
-
-def toolcall_item(completion: str, row: Row) -> dict[str, Any]:
-    """A tool-call item: the completion and the dataset's `ground_truth` column (same ToolRL tag format)."""
-    if "ground_truth" not in row:
-        raise ValueError("toolcall rewards need a `ground_truth` dataset column")
-    return {"completion": completion, "ground_truth": row["ground_truth"]}
-
-
-def agentdojo_item(completion: str, row: Row) -> dict[str, Any]:
-    """An AgentDojo trajectory replayed by the stateless /v1/score: the completion's tool calls, then its final answer."""
-    tool_calls, final_answer = parse_tool_calls(completion)
-    spec = {key: row[key] for key in ("suite", "user_task", "injection_task", "attack") if row.get(key) is not None}
-    return {**spec, "tool_calls": [call.model_dump(exclude_none=True) for call in tool_calls], "final_answer": final_answer}
-
-
-ITEM_BUILDERS: dict[str, ItemBuilder] = {"code": code_item, "toolcall": toolcall_item, "agentdojo": agentdojo_item}
 
 
 def batch_rows(count: int, columns: dict[str, Any]) -> list[Row]:
@@ -70,9 +42,11 @@ def batch_rows(count: int, columns: dict[str, Any]) -> list[Row]:
 class ServiceRewards:
     """The reward components of one service as TRL reward functions sharing one request per batch.
 
-    `components` are the columns to expose (a subset of the service's, in the order wanted); `prefix`
-    is put before each column's name (use it when two services share a component name, e.g. `format`).
-    `client_options` go to `AsyncRewardClient` (timeout, retries, backoff, chunk_size, max_concurrency, token).
+    An item is generic (`corrgrpo_proto.items`): the row's columns that are fields of the service's item
+    (read once from its `/openapi.json`), and the completion; the service validates it. `components` are
+    the columns to expose (a subset of the service's, in the order wanted); `prefix` is put before each
+    column's name (use it when two services share a component name, e.g. `format`). `client_options` go to
+    `AsyncRewardClient` (timeout, retries, backoff, chunk_size, max_concurrency, token).
     """
 
     def __init__(
@@ -80,25 +54,27 @@ class ServiceRewards:
         service: str,
         url: str,
         components: Sequence[str],
-        item_builder: ItemBuilder | None = None,
         prefix: str = "",
         client_options: dict[str, Any] | None = None,
     ) -> None:
         if not components:
             raise ValueError(f"{service}: give at least one component")
         self.service, self.url, self.components, self.prefix = service, url, list(components), prefix
-        self.item_builder = item_builder or ITEM_BUILDERS[service]
         self.client_options = client_options or {}
+        self._shape: ItemShape | None = None
         self._cache: tuple[str, asyncio.Task[list[ItemResult]] | list[ItemResult]] | None = None
 
-    def items(self, completions: Sequence[Any], rows: Sequence[Row]) -> list[dict[str, Any]]:
-        return [self.item_builder(completion_text(c), row) for c, row in zip(completions, rows, strict=True)]
+    async def items(self, completions: Sequence[Any], rows: Sequence[Row]) -> list[dict[str, Any]]:
+        if self._shape is None:
+            self._shape = await self._call(lambda client: client.item_shape())
+        shape = self._shape
+        return [shape.item(completion_text(c), row) for c, row in zip(completions, rows, strict=True)]
 
-    async def _request(self, items: list[dict[str, Any]]) -> list[ItemResult]:
-        # A fresh client per batch: the client's pool and semaphore belong to the loop that runs this call.
+    async def _call(self, request: Callable[[AsyncRewardClient], Awaitable[T]]) -> T:
+        # A fresh client per call: the client's pool and semaphore belong to the loop that runs this call.
         try:
             async with AsyncRewardClient(self.url, **self.client_options) as client:
-                return await client.score(items)
+                return await request(client)
         except RewardServiceUnavailable as error:
             raise RewardServiceUnavailable(
                 f"the {self.service} reward service at {self.url} is unavailable, so this step cannot be scored "
@@ -113,7 +89,7 @@ class ServiceRewards:
         if self._cache is not None and self._cache[0] == key:
             cached = self._cache[1]
             return cached if isinstance(cached, list) else await asyncio.shield(cached)
-        task = asyncio.ensure_future(self._request(items))
+        task = asyncio.ensure_future(self._call(lambda client: client.score(items)))
         self._cache = (key, task)
         try:
             results = await asyncio.shield(task)
@@ -125,18 +101,13 @@ class ServiceRewards:
             self._cache = (key, results)  # plain results: readable from any later event loop
         return results
 
-    async def score(self, completions: Sequence[Any], rows: Sequence[Row]) -> dict[str, list[float | None]]:
-        """{component: one value per completion, None where the item failed or lacks the component}."""
-        results = await self.results(self.items(completions, rows))
-        return {name: [column_value(result, name) for result in results] for name in self.components}
-
     def columns(self) -> list[RewardColumn]:
         """One async TRL reward function per component, `__name__` = prefix + component."""
         return [self._column(name) for name in self.components]
 
     def _column(self, component: str) -> RewardColumn:
         async def column(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
-            results = await self.results(self.items(completions, batch_rows(len(completions), kwargs)))
+            results = await self.results(await self.items(completions, batch_rows(len(completions), kwargs)))
             if component == self.components[0] and callable(log_metric := kwargs.get("log_metric")):
                 log_metric(f"rewards/{self.service}/failed_items", float(sum(r.error is not None for r in results)))
             return [column_value(result, component) for result in results]
@@ -159,11 +130,3 @@ def reward_columns(services: Sequence[ServiceRewards]) -> list[RewardColumn]:
     if duplicates := sorted({n for n in names if names.count(n) > 1}):
         raise ValueError(f"reward columns {duplicates} appear twice: give the services a `prefix`")
     return columns
-
-
-async def score_all(
-    services: Sequence[ServiceRewards], completions: Sequence[Any], rows: Sequence[Row]
-) -> dict[str, list[float | None]]:
-    """Score one batch with every service concurrently (outside TRL): {prefixed component: values}."""
-    parts = await asyncio.gather(*(service.score(completions, rows) for service in services))
-    return {f"{s.prefix}{name}": values for s, part in zip(services, parts, strict=True) for name, values in part.items()}

@@ -1,65 +1,43 @@
-"""AgentDojo rollouts: parse a policy's tool calls, and run multi-turn episodes against the episode API.
+"""AgentDojo rollouts: multi-turn episodes against the episode API, the policy's raw text read by the service.
 
-Tool calls are read in the Qwen/Hermes form the chat templates produce: `<tool_call>` blocks with
-one JSON object per line, `{"name": ..., "arguments": {...}}` (ToolRL's `"parameters"` is accepted
-too). The final answer is the `<response>` block when there is one, else the text outside the
-`<think>` and `<tool_call>` blocks.
+The service parses the tool calls and the answer out of each completion (one parser, in its adapter: call
+ids kept, a malformed call answered with its error), so the trainer sends text, never parsed calls.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from corrgrpo_proto import AsyncRewardClient
-from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, FinishResponse, StepResponse, ToolCall
-
-TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-RESPONSE_BLOCK = re.compile(r"<response>(.*?)(?:</response>|$)", re.DOTALL)
-THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
+from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, FinishResponse, StepResponse
 
 Messages = list[dict[str, Any]]
 Generate = Callable[[Messages, list[dict[str, Any]]], Awaitable[str]]
 
 
-def _call(line: str) -> ToolCall | None:
-    try:
-        call = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
-        return None
-    args = call.get("arguments", call.get("parameters", {}))
-    return ToolCall(function=call["name"], args=args if isinstance(args, dict) else {})
-
-
-def parse_tool_calls(text: str) -> tuple[list[ToolCall], str]:
-    """(tool calls in order, final answer) of one assistant message; unparseable lines are dropped."""
-    calls = [call for block in TOOL_CALL_BLOCK.findall(text) for line in block.splitlines() if (call := _call(line.strip()))]
-    if response := RESPONSE_BLOCK.search(text):
-        return calls, response.group(1).strip()
-    return calls, TOOL_CALL_BLOCK.sub("", THINK_BLOCK.sub("", text)).strip()
+def tool_message(result: Any) -> dict[str, Any]:
+    """A tool result as a chat message; the call id, when the model gave one, ties it to its call."""
+    message = {"role": "tool", "name": result.function, "content": result.content}
+    return message if result.tool_call_id is None else {**message, "tool_call_id": result.tool_call_id}
 
 
 async def run_episode(client: AsyncRewardClient, spec: EpisodeSpec, generate: Generate, max_turns: int = 8) -> FinishResponse:
     """One multi-turn episode: create it, let the policy call tools until it answers (or `max_turns`), finish it.
 
-    Each turn the policy sees the conversation so far and the tool schemas; its tool calls are executed
-    by the service (`/step`) and their results, injections included, come back as `tool` messages.
+    Each turn the policy sees the conversation so far and the tool schemas; the service executes the tool
+    calls in its completion (`/step`) and their results, injections included, come back as `tool` messages.
+    A completion without tool calls is the answer the episode is finished with.
     """
     episode = Episode.model_validate(await client.request("POST", "/v1/episodes", spec.model_dump(exclude_none=True)))
+    path = f"/v1/episodes/{episode.episode_id}"
     messages: Messages = list(episode.messages)
-    final_answer = ""
+    text = ""
     for _ in range(max_turns):
         text = await generate(messages, episode.tools)
         messages.append({"role": "assistant", "content": text})
-        calls, final_answer = parse_tool_calls(text)
-        if not calls:
+        step = StepResponse.model_validate(await client.request("POST", f"{path}/step", {"completion": text}))
+        if not step.results:
             break
-        body = {"tool_calls": [call.model_dump(exclude_none=True) for call in calls]}
-        step = StepResponse.model_validate(await client.request("POST", f"/v1/episodes/{episode.episode_id}/step", body))
-        messages.extend({"role": "tool", "name": r.function, "content": r.content} for r in step.results)
-    finish = await client.request("POST", f"/v1/episodes/{episode.episode_id}/finish", {"final_answer": final_answer})
-    return FinishResponse.model_validate(finish)
+        messages.extend(tool_message(result) for result in step.results)
+    return FinishResponse.model_validate(await client.request("POST", f"{path}/finish", {"completion": text}))
