@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # Trainer (GPU). Build from the repository root:
 #   docker build -f deploy/docker/trainer.Dockerfile -t corrgrpo/trainer:0.1.0 .
 # torch==2.13.0 from PyPI is the CUDA 13.0 build (it brings its own CUDA libraries as cuda-toolkit /

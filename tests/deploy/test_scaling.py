@@ -1,7 +1,7 @@
 """Horizontal scaling on loopback: three code-service replicas behind nginx, one Redis.
 
-nginx runs deploy/nginx/nginx.conf itself; only the upstream servers (compose DNS names there) are
-replaced by the loopback replicas, with the same parameters. Shows that requests spread over the
+nginx runs deploy/nginx/nginx.conf itself; only upstreams.conf (compose DNS names there) is replaced
+by upstream groups of the loopback replicas. Shows that requests spread over the
 replicas, that all of them still succeed when a replica is SIGKILLed mid-run, and that the
 reference-time cache measured by one replica is read by the others.
 """
@@ -33,16 +33,12 @@ SERVICE_PORTS = {"code": 8101, "toolcall": 8102, "agentdojo": 8103}
 REPLICAS = 3
 
 
-def loopback_upstreams(compose_upstreams: str, replicas: dict[str, list[str]]) -> str:
-    """The compose upstream groups with each `server <name>:<port> resolve ...` line replaced by
-    one line per loopback replica, same parameters (Debian's nginx has no `resolve`, nor needs it)."""
-
-    def servers(match: re.Match[str]) -> str:
-        params = " ".join(word for word in match["params"].split() if word != "resolve")
-        return "".join(f"{match['indent']}server {address} {params};\n" for address in replicas[match["name"]])
-
-    text = re.sub(r"^resolver [^;]*;\n", "", compose_upstreams, flags=re.M)
-    return re.sub(r"^(?P<indent>\s*)server (?P<name>\w+):\d+ (?P<params>[^;]*);\n", servers, text, flags=re.M)
+def loopback_upstreams(compose_upstreams: str, replicas: dict[str, list[str]], ports: dict[str, int]) -> str:
+    """The compose map (listening port -> `<service>:<port>`, a DNS name) with each service's port
+    replaced by the test's own and its name by an upstream group of loopback replicas."""
+    names = re.findall(r"^\s*\d+ (\w+):\d+;$", compose_upstreams, flags=re.M)
+    groups = "".join(f"upstream {name} {{\n" + "".join(f"    server {a};\n" for a in replicas[name]) + "}\n" for name in names)
+    return groups + "map $server_port $pool {\n" + "".join(f"    {ports[name]} {name};\n" for name in names) + "}\n"
 
 
 @dataclass
@@ -100,7 +96,7 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
         ports = {name: free_port() for name in SERVICE_PORTS}
         conf = (NGINX_DIR / "nginx.conf").read_text()
         for name, port in SERVICE_PORTS.items():
-            conf = conf.replace(str(port), str(ports[name]))
+            conf = conf.replace(f"listen {port};", f"listen {ports[name]};")
         upstreams = {
             "code": [replica.url.removeprefix("http://") for replica in replicas],
             # Nothing listens there: those groups only have to exist for the config to load.
@@ -108,7 +104,8 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
             "agentdojo": [f"127.0.0.1:{free_port()}"],
         }
         (tmp_path / "nginx.conf").write_text(conf)
-        (tmp_path / "upstreams.conf").write_text(loopback_upstreams((NGINX_DIR / "upstreams.conf").read_text(), upstreams))
+        compose_upstreams = (NGINX_DIR / "upstreams.conf").read_text()
+        (tmp_path / "upstreams.conf").write_text(loopback_upstreams(compose_upstreams, upstreams, ports))
         argv = [NGINX, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", "stderr"]
         argv += ["-g", f"daemon off; pid {tmp_path / 'nginx.pid'};"]
         with open(tmp_path / "nginx.log", "wb") as log:
@@ -132,14 +129,13 @@ def served(replica: ServiceProcess, route: str) -> int:
     return sum(int(float(value)) for value in re.findall(pattern, text, flags=re.M))
 
 
-def test_loopback_upstreams_keeps_the_compose_parameters() -> None:
-    replicas = {"code": ["a:1", "b:2"], "toolcall": [], "agentdojo": []}
-    text = loopback_upstreams((NGINX_DIR / "upstreams.conf").read_text(), replicas)
+def test_loopback_upstreams_cover_every_compose_port() -> None:
+    replicas = {"code": ["a:1", "b:2"], "toolcall": ["c:3"], "agentdojo": ["d:4"]}
+    ports = {"code": 1, "toolcall": 2, "agentdojo": 3}
+    text = loopback_upstreams((NGINX_DIR / "upstreams.conf").read_text(), replicas, ports)
     assert not re.search(r"^resolver ", text, flags=re.M)
-    assert re.findall(r"^\s*server [^;]*;", text, flags=re.M) == [
-        "    server a:1 max_fails=2 fail_timeout=5s;",
-        "    server b:2 max_fails=2 fail_timeout=5s;",
-    ]
+    assert re.findall(r"^\s*server ([^;]*);", text, flags=re.M) == ["a:1", "b:2", "c:3", "d:4"]
+    assert re.findall(r"^\s*(\d+) (\w+);", text, flags=re.M) == [("1", "code"), ("2", "toolcall"), ("3", "agentdojo")]
 
 
 ADD = {

@@ -66,8 +66,30 @@ def last(dockerfile: Path, keyword: str) -> str:
     return values[-1]
 
 
+def dockerfile_of(service: str) -> Path:
+    """The services share one parameterised Dockerfile; the trainer has its own."""
+    return DOCKER / ("trainer.Dockerfile" if service == "trainer" else "service.Dockerfile")
+
+
+def build_args(service: str) -> dict[str, str]:
+    """The build args docker-compose.yml passes for `service` (none for the trainer)."""
+    return compose()["services"][service]["build"].get("args", {})
+
+
+def substitute(text: str, args: dict[str, str]) -> str:
+    """`${NAME}` / `$NAME` of the Dockerfile replaced by the build args (other names are left as they are)."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), text)
+
+
 def image_cmd(service: str) -> list[str]:
-    return json.loads(last(DOCKER / f"{service}.Dockerfile", "CMD"))
+    """The image's command as argv: the trainer's exec form, or the services' `exec ...` shell form
+    with SERVICE and PORT (set from the build args as environment variables) substituted."""
+    cmd = last(dockerfile_of(service), "CMD")
+    if cmd.startswith("["):
+        return json.loads(cmd)
+    words = shlex.split(substitute(cmd, build_args(service)))
+    assert words[0] == "exec", "exec: the service is PID 1 and gets the stop signal"
+    return words[1:]
 
 
 def entrypoint_started_by_tests(service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
@@ -98,10 +120,14 @@ def test_dockerfile_cmd_is_the_tested_entrypoint(service: str, monkeypatch: pyte
 
 @pytest.mark.parametrize("service", [*SERVICES, "trainer"])
 def test_dockerfile_is_multistage_pinned_and_unprivileged(service: str) -> None:
-    dockerfile = DOCKER / f"{service}.Dockerfile"
-    steps = instructions(dockerfile)
-    args = dict(rest.split("=", 1) for key, rest in steps if key == "ARG" and "=" in rest)
-    bases = [rest.split()[0] for key, rest in steps if key == "FROM"]
+    dockerfile = dockerfile_of(service)
+    raw = instructions(dockerfile)
+    steps = [(key, substitute(rest, build_args(service))) for key, rest in raw]
+    # The base images are the Dockerfile's own defaults (compose passes the same unless told otherwise).
+    args = dict(rest.split("=", 1) for key, rest in raw if key == "ARG" and "=" in rest)
+    bases = [rest.split()[0] for key, rest in raw if key == "FROM"]
+    if "PYTHON_IMAGE" in build_args(service):
+        assert build_args(service)["PYTHON_IMAGE"] == "${CORRGRPO_PYTHON_IMAGE:-" + args["PYTHON_IMAGE"] + "}"
     assert len(bases) >= 2, "multi-stage: build stage + runtime stage"
     for base in bases:
         image = args.get(base.strip("${}"), base)
@@ -110,17 +136,23 @@ def test_dockerfile_is_multistage_pinned_and_unprivileged(service: str) -> None:
     installs = [rest for key, rest in steps if key == "RUN" and "pip install" in rest]
     assert installs and all(re.search(r"pip install -c /src/constraints[-\w]*\.txt", run) for run in installs)
     copied = {rest.split()[0] for key, rest in steps if key == "COPY" and not rest.startswith("--from")}
-    assert {part for part in copied if (REPO / part).is_dir() and part != "trainer/configs"} == IMAGE_PARTS[service]
+    # What the image installs: the folders pip is given (the services' LOCAL_PARTS included), or copies.
+    installed = {word.removeprefix("/src/") for run in installs for word in run.split() if word.startswith("/src/")}
+    installed |= set(build_args(service).get("LOCAL_PARTS", "").split())
+    installed = {part for part in installed if (REPO / part).is_dir()} or copied - {"trainer/configs"}
+    assert {part for part in installed if (REPO / part).is_dir()} == IMAGE_PARTS[service]
     for source in copied:
         assert (REPO / source).exists(), f"{dockerfile.name} copies {source}, which is not in the repository"
 
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_dockerfile_healthcheck_and_port_match_the_service(service: str) -> None:
-    dockerfile = DOCKER / f"{service}.Dockerfile"
-    port = default_port(service)
-    assert last(dockerfile, "EXPOSE") == str(port)
-    assert f"http://127.0.0.1:{port}/healthz" in last(dockerfile, "HEALTHCHECK")
+    dockerfile, args = dockerfile_of(service), build_args(service)
+    assert args["SERVICE"] == service and args["PORT"] == str(default_port(service))
+    assert substitute(last(dockerfile, "EXPOSE"), args) == str(default_port(service))
+    # The health check reads the port from the environment, set from the build arg.
+    assert re.search(r"\bPORT=\$\{PORT\}", last(dockerfile, "ENV"))
+    assert 'http://127.0.0.1:{os.environ[\\"PORT\\"]}/healthz' in last(dockerfile, "HEALTHCHECK")
 
 
 def requirement_closure(distribution: str) -> set[str]:
@@ -207,7 +239,7 @@ def test_compose_services_run_the_image_command_and_scale() -> None:
     services = compose()["services"]
     for name in SERVICES:
         service = services[name]
-        assert service["build"]["dockerfile"] == f"deploy/docker/{name}.Dockerfile"
+        assert service["build"]["dockerfile"] == "deploy/docker/service.Dockerfile"
         assert "command" not in service and "entrypoint" not in service, "the image's CMD is what the tests cover"
         assert "healthcheck" not in service, "the image's HEALTHCHECK on /healthz applies"
         # Scalable: no fixed name and no host port, reached through the load balancer only.
@@ -245,21 +277,18 @@ def test_compose_environment_names_exist_in_the_code() -> None:
     assert redis_url.startswith("redis://redis:6379/") and "redis" in compose()["services"]
 
 
-def nginx_upstreams(text: str) -> dict[str, list[str]]:
-    return {name: re.findall(r"server\s+([^;]+);", body) for name, body in re.findall(r"upstream\s+(\w+)\s*\{([^}]*)\}", text)}
-
-
 def test_nginx_routes_each_port_to_its_service() -> None:
     conf = (REPO / "deploy" / "nginx" / "nginx.conf").read_text()
-    upstreams = nginx_upstreams((REPO / "deploy" / "nginx" / "upstreams.conf").read_text())
-    assert set(upstreams) == set(SERVICES)
-    pools = dict(re.findall(r"^\s*(\d+)\s+(\w+);", conf, flags=re.M))
+    upstreams_conf = (REPO / "deploy" / "nginx" / "upstreams.conf").read_text()
+    # No upstream block with `server ... resolve` (nginx >= 1.27.3 only): $pool is resolved per request.
+    assert not re.search(r"\bupstream\s+\w+\s*\{", upstreams_conf + conf)
+    assert re.search(r"^resolver 127\.0\.0\.11 valid=\d+s", upstreams_conf, flags=re.M), "Docker's DNS, short cache"
+    pools = dict(re.findall(r"^\s*(\d+)\s+([\w:]+);", upstreams_conf, flags=re.M))
     listens = set(re.findall(r"listen\s+(\d+);", conf))
+    assert "proxy_pass http://$pool;" in conf
     for name in SERVICES:
         port = str(default_port(name))
-        assert pools[port] == name and port in listens
-        (server,) = upstreams[name]
-        assert server.split()[0] == f"{name}:{port}" and "resolve" in server.split() and "max_fails=2" in server
+        assert pools[port] == f"{name}:{port}" and port in listens
     assert re.search(r"proxy_next_upstream\s+error timeout http_502 http_503 non_idempotent;", conf)
     mounted = {volume.split(":")[0] for volume in compose()["services"]["lb"]["volumes"]}
     assert mounted == {"./deploy/nginx/nginx.conf", "./deploy/nginx/upstreams.conf"}

