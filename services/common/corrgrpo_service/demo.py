@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 
 from fastapi import FastAPI
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
@@ -20,7 +20,7 @@ from corrgrpo_proto.common import WireModel
 from .cli import serve
 from .registry import ServiceDeclaration
 from .scoring import Scored, add_score_route
-from .settings import ServiceSettings
+from .settings import ServiceSettings, cpu_count
 
 COMPONENTS = (
     ComponentSpec(name="length", min=0, max=None, weight=0.001, description="characters in `text`"),
@@ -39,11 +39,16 @@ class DemoScoreRequest(ScoreRequest[DemoItem]):
 
 class DemoSettings(ServiceSettings):
     demo_item_ms: float = Field(0.0, ge=0, description="Simulated work per item, in milliseconds")
+    demo_workers: int = Field(
+        default_factory=cpu_count,
+        validation_alias=AliasChoices("CORRGRPO_DEMO_WORKERS", "CORRGRPO_WORKERS"),
+        description="Items worked on at once (default: CPU count)",
+    )
 
 
 def build(settings: DemoSettings) -> FastAPI:
     app = SERVICE.create_app(settings)
-    slots = asyncio.Semaphore(max(1, settings.workers))
+    slots = asyncio.Semaphore(max(1, settings.demo_workers))
 
     async def one(item: DemoItem) -> Scored:
         async with slots:

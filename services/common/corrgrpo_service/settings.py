@@ -1,21 +1,45 @@
-"""Service settings, read from `CORRGRPO_*` environment variables (pydantic-settings)."""
+"""Service settings, read from environment variables (pydantic-settings); the only place that reads them.
+
+Naming rule: a setting every service has is `CORRGRPO_<NAME>`; a setting of one service is a field
+`<service>_<name>` of its subclass, so its variable is `CORRGRPO_<SERVICE>_<NAME>` (a test holds every
+declared service to it). Every field has a description: the READMEs' configuration tables are
+generated from them (`python -m corrgrpo_service.docs`).
+"""
 
 from __future__ import annotations
 
 import os
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def env_names(settings: type[BaseSettings], field: str) -> list[str]:
+    """The variables a field is read from, first the documented one (later ones: deprecated names)."""
+    alias = settings.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices]
+    if isinstance(alias, str):
+        return [alias]
+    return [f"{settings.model_config.get('env_prefix', '')}{field}".upper()]
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1
 
 
 class ServiceSettings(BaseSettings):
     """Settings every service shares. A service subclasses it for its own (same prefix)."""
 
-    model_config = SettingsConfigDict(env_prefix="CORRGRPO_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="CORRGRPO_", extra="ignore", populate_by_name=True)
 
-    host: str = Field("127.0.0.1", description="Bind address; loopback unless told otherwise")
-    port: int = Field(0, description="Bind port; 0 means the service's default port")
-    redis_url: str | None = Field(None, description="redis://host:port/db; unset = in-memory store")
+    host: str = Field("127.0.0.1", description="Bind address: loopback unless told otherwise (containers set `0.0.0.0`)")
+    port: int = Field(0, description="Bind port; 0: the service's declared port (`--port` overrides both)")
+    redis_url: str | None = Field(
+        None,
+        description="`redis://[:password@]host:port/db`, the password shown as `***` in every message and log; "
+        "unset: an in-memory store (one process, nothing shared)",
+    )
     max_body_bytes: int = Field(64 * 1024 * 1024, description="Larger request bodies get 413")
     max_json_depth: int = Field(64, description="Request JSON nested deeper than this gets 422")
     cache_ttl_s: int = Field(24 * 3600, description="How long a scored item is remembered by its id")
@@ -39,6 +63,5 @@ class ServiceSettings(BaseSettings):
     idle_timeout_s: int = Field(5, gt=0, description="An idle keep-alive connection is closed after this")
     max_connections: int = Field(1024, gt=0, description="Open connections per process; one more is closed at once")
     shutdown_grace_s: int = Field(10, ge=0, description="On SIGTERM, in-flight requests get this long, then are cancelled")
-    log_level: str = "INFO"
+    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR")
     log_json: bool = Field(True, description="One JSON object per log line (false: plain text)")
-    workers: int = Field(default_factory=lambda: os.cpu_count() or 1, description="Concurrent scoring work")

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-SHARED_DATA = Path(os.environ.get("CORRGRPO_SHARED_DATA", REPO.parent / "shared" / "data"))
 DATASETS = ("rlla4k", "api-bank-1", "api-bank-2", "api-bank-3")
+
+
+def default_source(dataset: str, data_dir: str | Path | None) -> Path:
+    """Where `dataset` lies in the data folder (`CORRGRPO_TOOLCALL_DATA_DIR`); there is no guessed default."""
+    if data_dir is None:
+        raise ValueError(f"no source for {dataset}: pass --source or set CORRGRPO_TOOLCALL_DATA_DIR")
+    return Path(data_dir) / ("rlla_4k/test.parquet" if dataset == "rlla4k" else "api_bank")
 
 
 @dataclass(frozen=True)
@@ -20,9 +24,8 @@ class Example:
     ground_truth: str  # ToolRL format: <think>…</think>, <tool_call> JSON lines, <response>
 
 
-def load_rlla4k(source: str | Path | None = None) -> list[Example]:
+def load_rlla4k(source: str | Path) -> list[Example]:
     """RLLA-4K rows (ground truth at `reward_model.ground_truth`) from a parquet file or a hub dataset id."""
-    source = source or SHARED_DATA / "rlla_4k" / "test.parquet"
     if Path(source).exists():
         import pyarrow.parquet as pq
 
@@ -44,8 +47,8 @@ def api_bank_ground_truth(answer: dict[str, Any] | list[dict[str, Any]]) -> str:
     return f"<think></think>\n<tool_call>\n{lines}\n</tool_call>"
 
 
-def load_api_bank(level: int, data_dir: str | Path | None = None) -> list[Example]:
-    path = Path(data_dir or SHARED_DATA / "api_bank") / f"level-{level}-api_processed.json"
+def load_api_bank(level: int, data_dir: str | Path) -> list[Example]:
+    path = Path(data_dir) / f"level-{level}-api_processed.json"
     records = json.loads(path.read_text())
     return [
         Example(
@@ -57,7 +60,7 @@ def load_api_bank(level: int, data_dir: str | Path | None = None) -> list[Exampl
     ]
 
 
-def load(dataset: str, source: str | Path | None = None) -> list[Example]:
+def load(dataset: str, source: str | Path) -> list[Example]:
     """`rlla4k` (source: parquet path or hub id) or `api-bank-N` (source: folder of the processed JSON files)."""
     if dataset == "rlla4k":
         return load_rlla4k(source)

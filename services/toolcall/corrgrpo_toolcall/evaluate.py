@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .datasets import DATASETS, Example, load
+from .datasets import DATASETS, Example, default_source, load
 from .scoring import Matching, Score, score
+from .settings import ToolCallSettings
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--dataset", choices=DATASETS, required=True, help="which dataset's rows the completions answer")
-    parser.add_argument("--source", help="RLLA-4K parquet or hub id; API-Bank folder (default: the dataset's configured path)")
+    parser.add_argument("--source", help="RLLA-4K parquet or hub id; API-Bank folder (default: under CORRGRPO_TOOLCALL_DATA_DIR)")
     parser.add_argument("--limit", type=int, help="evaluate only the first LIMIT rows (default: every row)")
     given = parser.add_mutually_exclusive_group(required=True)
     given.add_argument(
@@ -102,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
-    examples = load(args.dataset, args.source)[: args.limit]
+    try:
+        source = args.source or default_source(args.dataset, ToolCallSettings().toolcall_data_dir)
+    except ValueError as error:
+        parser.error(str(error))
+    examples = load(args.dataset, source)[: args.limit]
     completions = [e.ground_truth for e in examples] if args.self else read_completions(args.completions, len(examples))
     if len(completions) < len(examples):
         print(f"scoring the first {len(completions)} of {len(examples)} rows", file=sys.stderr)

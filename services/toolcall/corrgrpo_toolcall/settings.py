@@ -5,6 +5,8 @@ Defaults live once, in the scoring dataclasses; the scorer's config is built fro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from corrgrpo_service import ServiceSettings
@@ -22,6 +24,11 @@ class ToolCallSettings(ServiceSettings):
     )
     toolcall_optional_think_open: bool = Field(
         FormatRules.optional_think_open, description="format: accept a response that starts inside `<think>`"
+    )
+    toolcall_data_dir: Path | None = Field(
+        None,
+        description="Folder with `rlla_4k/test.parquet` and `api_bank/level-N-api_processed.json`, read by "
+        "`python -m corrgrpo_toolcall.evaluate` when no `--source` is given; unset: `--source` is required",
     )
 
     def format_rules(self) -> FormatRules:

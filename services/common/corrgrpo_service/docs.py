@@ -1,0 +1,99 @@
+"""`python -m corrgrpo_service.docs [--check]`: the READMEs' configuration tables, from the `Field` descriptions.
+
+Each table lies between `<!-- settings:begin -->` and `<!-- settings:end -->`: the kit's shared settings
+in services/common/README.md, each declared service's own ones in its folder's README.md. Without
+`--check` the tables are rewritten; with it, the command lists the READMEs that drifted and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from .registry import declared
+from .settings import ServiceSettings, env_names
+
+BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
+BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+
+
+def shown_default(info: FieldInfo) -> str:
+    if info.default_factory is not None:
+        return f"`{getattr(info.default_factory, '__name__', 'computed')}()`"
+    value: Any = info.default
+    if value is PydanticUndefined:
+        return "required"
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def table(settings: type[ServiceSettings], fields: list[str]) -> str:
+    """A markdown table of `fields`: variable (deprecated names after it), default, description."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for field in fields:
+        info = settings.model_fields[field]
+        if not info.description:
+            raise ValueError(f"{settings.__name__}.{field} has no description: the docs are made from it")
+        first, *old = env_names(settings, field)
+        variable = f"`{first}`" + "".join(f" (or deprecated `{name}`)" for name in old)
+        rows.append(f"| {variable} | {shown_default(info)} | {info.description.replace('|', '/')} |")
+    return "\n".join([BEGIN, *rows, END])
+
+
+def own_fields(settings: type[ServiceSettings]) -> list[str]:
+    return [name for name in settings.model_fields if name not in ServiceSettings.model_fields]
+
+
+def tables() -> dict[Path, str]:
+    """README path → the table it must hold: the kit's shared settings, then each declared service's own."""
+    kit = Path(__file__).resolve().parents[1] / "README.md"
+    wanted = {kit: table(ServiceSettings, list(ServiceSettings.model_fields))}
+    for service in declared().values():
+        folder = Path(importlib.import_module(service.settings.__module__).__file__ or "").resolve().parents[1]
+        wanted[folder / "README.md"] = table(service.settings, own_fields(service.settings))
+    return wanted
+
+
+def rewritten(text: str, block: str, path: Path) -> str:
+    if len(BLOCK.findall(text)) != 1:
+        raise ValueError(f"{path} needs exactly one {BEGIN} ... {END} block for its configuration table")
+    return BLOCK.sub(lambda _: block, text)
+
+
+def drifted(write: bool) -> list[Path]:
+    """The READMEs whose table differs from the settings (rewritten first when `write`)."""
+    stale = []
+    for path, block in tables().items():
+        text = path.read_text()
+        fresh = rewritten(text, block, path)
+        if fresh != text:
+            stale.append(path)
+            if write:
+                path.write_text(fresh)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_service.docs", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report READMEs whose tables drifted (exit 1)")
+    args = parser.parse_args(argv)
+    stale = drifted(write=not args.check)
+    for path in stale:
+        print(f"{'stale' if args.check else 'rewrote'}: {path}")
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Settings: one naming rule, one reader of the environment, one source of defaults, tables that cannot drift."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from corrgrpo_service import ServiceSettings, declared
+from corrgrpo_service.docs import BEGIN, END, drifted, rewritten, table
+from corrgrpo_service.settings import env_names
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = declared()
+
+
+@pytest.mark.parametrize("name", list(SERVICES))
+def test_a_services_own_settings_are_named_after_it(name: str) -> None:
+    settings = SERVICES[name].settings
+    own = [field for field in settings.model_fields if field not in ServiceSettings.model_fields]
+    assert own, f"{name} declares no settings of its own"
+    for field in own:
+        assert field.startswith(f"{name}_"), f"{settings.__name__}.{field} must be named {name}_..."
+        assert env_names(settings, field)[0] == f"CORRGRPO_{field.upper()}"
+
+
+def test_shared_settings_belong_to_no_single_service() -> None:
+    for field in ServiceSettings.model_fields:
+        assert not any(field.startswith(f"{name}_") for name in SERVICES), field
+        assert env_names(ServiceSettings, field) == [f"CORRGRPO_{field.upper()}"]
+
+
+def python_sources() -> list[Path]:
+    return [path for path in (REPO / "services").rglob("*.py") if ".egg-info" not in str(path)]
+
+
+def test_only_settings_modules_read_the_environment() -> None:
+    readers = [p for p in python_sources() if p.name != "settings.py" and re.search(r"os\.environ|getenv\(", p.read_text())]
+    assert readers == []
+
+
+def test_no_service_guesses_where_the_data_lies() -> None:
+    guesses = [p for p in python_sources() if re.search(r"""["']shared["']|\.\./shared""", p.read_text())]
+    assert guesses == []
+
+
+def test_renamed_variables_are_read_and_old_ones_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    toolcall, code = SERVICES["toolcall"].settings, SERVICES["code"].settings
+    monkeypatch.setenv("CORRGRPO_MAX_CALLS", "2")  # the old name: ignored now
+    assert toolcall().limits().max_calls == 64
+    monkeypatch.setenv("CORRGRPO_TOOLCALL_MAX_CALLS", "3")
+    assert toolcall().limits().max_calls == 3
+    monkeypatch.setenv("CORRGRPO_WORKERS", "5")  # deprecated, still read
+    assert code().code_workers == 5
+    monkeypatch.setenv("CORRGRPO_CODE_WORKERS", "7")
+    assert code().code_workers == 7
+
+
+def test_scoring_configs_are_built_from_the_settings_with_the_scorers_defaults() -> None:
+    from corrgrpo_code.scoring import HARNESS_LIMITS, ScoringConfig
+    from corrgrpo_code.settings import CodeSettings
+    from corrgrpo_toolcall.scoring import FormatRules, Limits
+    from corrgrpo_toolcall.settings import ToolCallSettings
+
+    assert CodeSettings().scoring_config() == ScoringConfig() and ScoringConfig().limits == HARNESS_LIMITS
+    assert CodeSettings(code_reference_runs=7, code_cpu_s=1).scoring_config().reference_runs == 7
+    assert CodeSettings(code_cpu_s=1).scoring_config().limits.cpu_s == 1
+    assert (ToolCallSettings().limits(), ToolCallSettings().format_rules()) == (Limits(), FormatRules())
+
+
+def test_readme_tables_match_the_settings() -> None:
+    stale = drifted(write=False)
+    assert stale == [], f"run `make docs` (python -m corrgrpo_service.docs): {stale} drifted from the Field descriptions"
+
+
+def test_a_stale_or_missing_table_is_caught() -> None:
+    fresh = table(ServiceSettings, ["host"])
+    assert "`CORRGRPO_HOST` | `127.0.0.1` |" in fresh
+    stale = f"# x\n\n{BEGIN}\n| old |\n{END}\n\ntail\n"
+    assert rewritten(stale, fresh, Path("x")) == f"# x\n\n{fresh}\n\ntail\n"
+    with pytest.raises(ValueError, match="needs exactly one"):
+        rewritten("# no markers\n", fresh, Path("x"))
+
+
+def test_an_undocumented_setting_fails_the_docs() -> None:
+    class Bare(ServiceSettings):
+        bare_thing: int = 1
+
+    with pytest.raises(ValueError, match="no description"):
+        table(Bare, ["bare_thing"])
