@@ -35,14 +35,6 @@ format: install
 schemas: install
 	$(PY) -m corrgrpo_proto.schemas write proto/schemas
 
-# The READMEs' configuration tables, from the settings' Field descriptions (tests/service/test_settings.py checks them).
-docs: install
-	$(PY) -m corrgrpo_service.docs
-
-# The READMEs' configuration tables, from the settings' Field descriptions (tests/service/test_settings.py checks them).
-docs: install
-	$(PY) -m corrgrpo_service.docs
-
 # docker compose up for real (engine, stand-in base images, scaling, faults): deploy/compose-test.sh.
 compose-test: install
 	bash deploy/compose-test.sh
