@@ -6,7 +6,7 @@ PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test demo lint format docs docs schemas bench clean compose-test
+.PHONY: install test demo lint format docs schemas bench clean compose-test
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ format: install
 
 schemas: install
 	$(PY) -m corrgrpo_proto.schemas write proto/schemas
+
+# The READMEs' configuration tables, from the settings' Field descriptions (tests/service/test_settings.py checks them).
+docs: install
+	$(PY) -m corrgrpo_service.docs
 
 # docker compose up for real (engine, stand-in base images, scaling, faults): deploy/compose-test.sh.
 compose-test: install
