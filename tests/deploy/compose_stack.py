@@ -29,10 +29,11 @@ import pytest
 from docker.models.containers import Container
 
 from corrgrpo_proto import RewardClient
+from corrgrpo_service.registry import default_ports
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE = Path(__file__).with_name("compose.test.yml")
-PORTS = {"code": 8101, "toolcall": 8102, "agentdojo": 8103}
+PORTS = default_ports()  # from the services' declarations
 REPLICAS = 3
 SUMMARY: dict[str, Any] = {}
 

@@ -26,10 +26,12 @@ import pytest
 from conftest import REDIS_URL
 from servers import ServiceProcess, free_port, start_service
 
+from corrgrpo_service.registry import default_ports
+
 REPO = Path(__file__).resolve().parents[2]
 NGINX_DIR = REPO / "deploy" / "nginx"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-SERVICE_PORTS = {"code": 8101, "toolcall": 8102, "agentdojo": 8103}
+SERVICE_PORTS = default_ports()  # from the services' declarations
 REPLICAS = 3
 
 

@@ -13,10 +13,12 @@ from typing import Any
 import httpx
 from servers import ServiceProcess
 
+from corrgrpo_service import declared
+
 BODY_LIMIT = 4 * 1024 * 1024
 """Small enough that a 5 MB body is refused, large enough that multi-megabyte completions are scored."""
 
-SCORING_SERVICES = ["toolcall", "code", "agentdojo"]
+SCORING_SERVICES = list(declared())  # every declared service; `valid_item` must know each
 Services = Callable[[str], ServiceProcess]
 """The `services` fixture: name → the running service."""
 
