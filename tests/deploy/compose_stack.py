@@ -99,7 +99,7 @@ def stack() -> Iterator[Stack]:
     stack = Stack(f"corrgrpo-ct-{uuid.uuid4().hex[:8]}", env, docker.from_env(timeout=300))
     started = time.monotonic()
     try:
-        timed(stack, "build", lambda: stack.compose("build", "code", "toolcall", "agentdojo"))
+        timed(stack, "build", lambda: stack.compose("build", *PORTS))
         timed(stack, "up", lambda: stack.compose("up", "-d", "--wait", "--wait-timeout", "300"))
         yield stack
     finally:
@@ -112,7 +112,7 @@ def stack() -> Iterator[Stack]:
 
 
 def test_every_service_is_healthy_and_scores_through_nginx(stack: Stack) -> None:
-    for service in ("redis", "code", "toolcall", "agentdojo", "lb"):
+    for service in ("redis", *PORTS, "lb"):
         assert len(stack.wait_healthy(service, 1)) == 1
     with httpx.Client(timeout=60) as http:
         code = http.post(

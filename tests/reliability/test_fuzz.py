@@ -7,7 +7,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from reliability.helpers import Services, assert_healthy
+from reliability.helpers import SCORING_SERVICES, Services, assert_healthy
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
@@ -31,7 +31,7 @@ def fuzz_operation(
     run()
 
 
-@pytest.mark.parametrize("name", ["toolcall", "code", "agentdojo"])
+@pytest.mark.parametrize("name", SCORING_SERVICES)
 def test_every_operation_survives_fuzzing(name: str, services: Services, http: httpx.Client) -> None:
     service = services(name)
     schema = schemathesis.openapi.from_url(f"{service.url}/openapi.json")
