@@ -1,113 +1,124 @@
-"""verl reward functions backed by the corrgrpo services.
+"""verl reward function backed by the corrgrpo services: `compute_score` for verl 0.9's reward loop.
 
-Point verl at them with
-`custom_reward_function.path=<site-packages>/corrgrpo_proto/verl.py custom_reward_function.name=compute_score`
-(per-item reward manager) or `name=compute_score_batch` with `reward_model.reward_manager=batch`
-(one HTTP request per service per batch: preferred). Each returns `{"score": total, <component>: value, ...}`
-so verl stores every component in `reward_extra_info`.
+    reward.custom_reward_function.path=pkg://corrgrpo_proto.verl reward.custom_reward_function.name=compute_score
 
-Routing: `extra_info["corrgrpo_service"]` when given, else the `data_source` (see `SOURCES`). Service
-URLs come from `CORRGRPO_CODE_URL`, `CORRGRPO_TOOLCALL_URL`, `CORRGRPO_AGENTDOJO_URL` (defaults: the
-local ports 8101-8103). Ground truth per service:
-- code: a JSON object (an inline problem: task_id, prompt, entry_point, test, reference) or a task_id string;
-- toolcall: the reference response text (ToolRL format);
-- agentdojo: a JSON object `{suite, user_task, injection_task?, attack?}`; the trajectory's calls come from
-  `extra_info["tool_calls"]` (`[{"function", "args"}]`) and the solution string is the final answer.
-An item the service could not score raises `RuntimeError` naming it (a silently wrong reward is worse
-than a failed step); with `CORRGRPO_VERL_ON_ERROR=zero` it gets score 0 and every component 0 instead,
-and the reason in the `corrgrpo_error` column (empty for scored items), so every item has the same keys.
+(a file path to this module works too). Settings are verl's reward kwargs
+(`+reward.custom_reward_function.reward_kwargs.<name>=...`): `corrgrpo_services`, the services and their
+URLs (`{code:'http://127.0.0.1:8101',toolcall:'http://127.0.0.1:8102'}`); `corrgrpo_on_error` (`raise`,
+or `zero`); `corrgrpo_batch_window_s` (0.02). The bearer token, if any, is `CORRGRPO_API_TOKEN`.
+
+verl 0.9 calls the function once per item, concurrently on one event loop: the items that arrive within
+the batch window go to their service in one request.
+
+An item's service is `extra_info["corrgrpo_service"]`, else its `data_source`. The item is generic
+(`corrgrpo_proto.items`): the `extra_info` entries that are item fields, the fields the `ground_truth` label
+carries (a JSON object, or a bare string for the service's label field: a code `task_id`, a tool-call
+reference), and the solution as `completion`.
+
+Each call returns `{"score": total, <component>: value, ..., "corrgrpo_error": ""}` with the same keys for
+every item: the components of every configured service (0 where a service lacks one), because verl builds
+its `reward_extra_info` columns from the first item's keys. An item the service could not score raises
+`RuntimeError` naming it (a silently wrong reward is worse than a failed step); with
+`corrgrpo_on_error=zero` it gets score 0, every component 0, and the reason in `corrgrpo_error`.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
-from collections import defaultdict
-from functools import cache
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Generic, TypeVar
 
-from .client import RewardClient
+from corrgrpo_proto.client import AsyncRewardClient
+from corrgrpo_proto.common import ItemResult
 
-DEFAULT_URLS = {"code": "http://127.0.0.1:8101", "toolcall": "http://127.0.0.1:8102", "agentdojo": "http://127.0.0.1:8103"}
-SOURCES = {
-    "code": "code", "leetcode": "code", "newfacade/LeetCodeDataset": "code", "humaneval": "code",
-    "openai_humaneval": "code", "toolcall": "toolcall", "rlla": "toolcall", "rlla_4k": "toolcall",
-    "toolrl": "toolcall", "api_bank": "toolcall", "agentdojo": "agentdojo",
-}  # fmt: skip
+ERROR_KEY = "corrgrpo_error"
+T = TypeVar("T")
 
 
-def service_for(data_source: str, extra_info: dict[str, Any] | None) -> str:
-    """Which service scores this item; ValueError for a source nobody serves."""
-    if extra_info and extra_info.get("corrgrpo_service"):
-        return str(extra_info["corrgrpo_service"])
-    for prefix, service in SOURCES.items():
-        if data_source == prefix or data_source.startswith(prefix + "/") or data_source.startswith(prefix + "_"):
-            return service
-    raise ValueError(f"no corrgrpo service for data_source {data_source!r}; set extra_info['corrgrpo_service']")
+class _Once(Generic[T]):
+    """The result of `make()`, fetched once by concurrent callers; fetched again after a failure."""
+
+    def __init__(self, make: Callable[[], Awaitable[T]]) -> None:
+        self.make, self.task = make, None
+
+    async def get(self) -> T:
+        if self.task is None or (self.task.done() and self.task.exception() is not None):
+            self.task = asyncio.ensure_future(self.make())
+        return await asyncio.shield(self.task)
 
 
-def build_item(service: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None) -> dict[str, Any]:
-    """The wire item of `service` for one verl sample."""
-    extra = extra_info or {}
-    if service == "code":
-        parsed = _maybe_json(ground_truth)
-        target = {"problem": parsed} if isinstance(parsed, dict) else {"task_id": str(ground_truth)}
-        return {"completion": solution_str, **target}
-    if service == "toolcall":
-        return {"completion": solution_str, "ground_truth": str(ground_truth)}
-    if service == "agentdojo":
-        spec = _maybe_json(ground_truth)
-        if not isinstance(spec, dict):
-            raise ValueError("agentdojo ground_truth must be a JSON object {suite, user_task, ...}")
-        return {**spec, "tool_calls": extra.get("tool_calls", []), "final_answer": solution_str}
-    raise ValueError(f"unknown corrgrpo service {service!r}")
+class _Service:
+    """One service on one event loop: its item shape, and a queue that sends what arrives together as one batch."""
 
+    def __init__(self, name: str, url: str, window_s: float) -> None:
+        self.name, self.window_s = name, window_s
+        self.client = AsyncRewardClient(url, token=os.environ.get("CORRGRPO_API_TOKEN"))
+        self.shape = _Once(self.client.item_shape)
+        self.names = _Once(self._names)
+        self.pending: list[tuple[dict[str, Any], asyncio.Future[ItemResult]]] = []
 
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str):
+    async def _names(self) -> list[str]:
+        return [spec.name for spec in (await self.client.components()).components]
+
+    async def score(self, item: dict[str, Any]) -> ItemResult:
+        future: asyncio.Future[ItemResult] = asyncio.get_running_loop().create_future()
+        self.pending.append((item, future))
+        if len(self.pending) == 1:
+            asyncio.get_running_loop().call_later(self.window_s, lambda: asyncio.ensure_future(self._flush()))
+        return await future
+
+    async def _flush(self) -> None:
+        batch, self.pending = self.pending, []
         try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+            results = await self.client.score([item for item, _ in batch])
+        except Exception as error:  # every caller of this batch sees the failure
+            for _, future in batch:
+                future.set_exception(error)
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            future.set_result(result)
 
 
-@cache
-def _client(service: str) -> RewardClient:
-    url = os.environ.get(f"CORRGRPO_{service.upper()}_URL", DEFAULT_URLS[service])
-    return RewardClient(url, token=os.environ.get("CORRGRPO_API_TOKEN"))
+_services: dict[tuple[int, str, str], _Service] = {}
 
 
-def compute_score_batch(
-    data_sources: list[str], solution_strs: list[str], ground_truths: list[Any], extra_infos: list[dict[str, Any] | None]
-) -> list[dict[str, Any]]:
-    """Score a verl batch: one request per service, results in the batch's order."""
-    by_service: dict[str, list[int]] = defaultdict(list)
-    items: list[dict[str, Any]] = []
-    for index, (source, solution, truth, extra) in enumerate(
-        zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
-    ):
-        service = service_for(source, extra)
-        by_service[service].append(index)
-        items.append(build_item(service, solution, truth, extra))
-    zero_on_error = os.environ.get("CORRGRPO_VERL_ON_ERROR", "raise") == "zero"
-    scores: list[dict[str, Any]] = [{} for _ in items]
-    for service, indices in by_service.items():
-        client = _client(service)
-        for index, result in zip(indices, client.score([items[i] for i in indices]), strict=True):
-            if result.error is None:
-                scores[index] = {"score": float(result.total or 0.0), **(result.components or {}), "corrgrpo_error": ""}
-                continue
-            reason = f"{result.error.code}: {result.error.message}"
-            if not zero_on_error:
-                raise RuntimeError(f"{service} could not score item {index} ({data_sources[index]}): {reason}")
-            zeros = {spec.name: 0.0 for spec in client.components().components}
-            scores[index] = {"score": 0.0, **zeros, "corrgrpo_error": reason}
-    return scores
+def _service(name: str, urls: Mapping[str, str], window_s: float = 0.02) -> _Service:
+    if name not in urls:
+        raise ValueError(f"no URL for corrgrpo service {name!r} in reward_kwargs.corrgrpo_services ({dict(urls)})")
+    key = (id(asyncio.get_running_loop()), name, urls[name])
+    if key not in _services:
+        _services[key] = _Service(name, urls[name], window_s)
+    return _services[key]
 
 
-def compute_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None
+async def all_component_names(urls: Mapping[str, str]) -> list[str]:
+    """The components of every configured service, each name once, in order."""
+    names = [await _service(name, urls).names.get() for name in sorted(urls)]
+    return list(dict.fromkeys(name for part in names for name in part))
+
+
+async def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    corrgrpo_services: Mapping[str, str] | None = None,
+    corrgrpo_on_error: str = "raise",
+    corrgrpo_batch_window_s: float = 0.02,
+    **_: Any,
 ) -> dict[str, Any]:
-    """verl's per-item `compute_score` signature."""
-    return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info])[0]
+    """verl's `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` for one item."""
+    extra, urls = dict(extra_info or {}), dict(corrgrpo_services or {})
+    service = _service(str(extra.get("corrgrpo_service") or data_source), urls, corrgrpo_batch_window_s)
+    shape = await service.shape.get()
+    label = shape.label_fields(ground_truth) if ground_truth is not None else {}
+    item = {**shape.item(solution_str, extra), **label, "completion": solution_str}
+    result, keys = await asyncio.gather(service.score(item), all_component_names(urls))
+    zeros = dict.fromkeys(keys, 0.0)
+    if result.error is None:
+        return {"score": float(result.total or 0.0), **zeros, **(result.components or {}), ERROR_KEY: ""}
+    reason = f"{result.error.code}: {result.error.message}"
+    if corrgrpo_on_error != "zero":
+        raise RuntimeError(f"{service.name} could not score an item of {data_source!r}: {reason}")
+    return {"score": 0.0, **zeros, ERROR_KEY: reason}

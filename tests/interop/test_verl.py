@@ -1,23 +1,20 @@
-"""verl interop: `compute_score` against a real service, and the CorrGRPO estimator's verl signature.
+"""verl interop in this venv: `compute_score` against a real service, the estimator on verl's call signature.
 
-verl itself is not installed here (0.9.1 pins transformers<5.11 and needs ray; TRL 1.16 needs a newer
-transformers), so the estimator is tested against verl's documented call signature, and registration
-against a stand-in `register_adv_est` (the README states this limitation).
+verl itself runs in its own venv (its transformers pin clashes with TRL's): `tests/interop/stacks/test_verl.py`
+drives verl 0.9.1's reward loop and `compute_advantage` with these (`make interop`).
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-import sys
-import types
-from importlib.metadata import entry_points
+import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from servers import start_service
 
+from corrgrpo_proto import RewardServiceError
 from corrgrpo_proto import verl as verl_rewards
 from corrgrpo_trainer import verl_plugin
 from corrgrpo_trainer.advantages import corrgrpo
@@ -26,54 +23,57 @@ GT = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"cit
 WRONG = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Rome", "unit": "C"}}\n</tool_call>'
 
 
-@pytest.fixture
-def toolcall_url(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def toolcall_url() -> str:
     with start_service("toolcall") as service:
-        monkeypatch.setenv("CORRGRPO_TOOLCALL_URL", service.url)
-        verl_rewards._client.cache_clear()
         yield service.url
-        verl_rewards._client.cache_clear()
+
+
+def scores(calls: list[tuple[Any, ...]], **reward_kwargs: Any) -> list[dict[str, Any]]:
+    """Concurrent calls on one event loop, as verl 0.9's reward loop makes them."""
+
+    async def run() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(verl_rewards.compute_score(*call, **reward_kwargs) for call in calls)))
+
+    return asyncio.run(run())
 
 
 def test_compute_score_returns_total_and_components(toolcall_url: str) -> None:
-    right = verl_rewards.compute_score("rlla_4k", GT, GT, {"index": 0})
-    wrong = verl_rewards.compute_score("rlla_4k", WRONG, GT)
+    right, wrong = scores(
+        [("toolcall", GT, GT, {"index": 0}), ("toolcall", WRONG, GT)], corrgrpo_services={"toolcall": toolcall_url}
+    )
     assert right["score"] == pytest.approx(1 + 3)  # format 1 + correctness 3
-    assert set(right) >= {"score", "format", "name", "param_names", "param_values"}
+    assert set(right) == {"score", "format", "name", "param_names", "param_values", "corrgrpo_error"} == set(wrong)
     assert right["name"] + right["param_names"] + right["param_values"] == pytest.approx(3)
     assert wrong["param_values"] < right["param_values"] and wrong["name"] == right["name"]
 
 
-def test_compute_score_batch_keeps_order(toolcall_url: str) -> None:
-    scores = verl_rewards.compute_score_batch(["toolrl", "toolrl", "toolrl"], [GT, WRONG, GT], [GT] * 3, [None] * 3)
-    assert [s["score"] for s in scores] == [scores[0]["score"], scores[1]["score"], scores[0]["score"]]
-    assert scores[1]["score"] < scores[0]["score"]
+def test_concurrent_items_share_one_request(toolcall_url: str) -> None:
+    seen: list[int] = []
+    original = verl_rewards._Service._flush
+
+    async def counting(self: Any) -> None:
+        seen.append(len(self.pending))
+        await original(self)
+
+    verl_rewards._Service._flush = counting  # type: ignore[method-assign]
+    try:
+        out = scores(
+            [("toolcall", GT, GT), ("toolcall", WRONG, GT), ("toolcall", GT, GT)], corrgrpo_services={"toolcall": toolcall_url}
+        )
+    finally:
+        verl_rewards._Service._flush = original  # type: ignore[method-assign]
+    assert seen == [3] and [s["score"] for s in out] == [out[0]["score"], out[1]["score"], out[0]["score"]]
 
 
-def test_unscorable_item_raises_or_zeros(monkeypatch: pytest.MonkeyPatch) -> None:
-    with start_service("code") as service:
-        monkeypatch.setenv("CORRGRPO_CODE_URL", service.url)
-        verl_rewards._client.cache_clear()
-        with pytest.raises(RuntimeError, match="unknown_task"):
-            verl_rewards.compute_score("leetcode", "```python\nx = 1\n```", "no-such-task")
-        monkeypatch.setenv("CORRGRPO_VERL_ON_ERROR", "zero")
-        zeroed = verl_rewards.compute_score("leetcode", "```python\nx = 1\n```", "no-such-task")
-        assert zeroed["score"] == 0.0 and zeroed["correct"] == 0.0 and "unknown_task" in zeroed["corrgrpo_error"]
-        verl_rewards._client.cache_clear()
-
-
-def test_routing_and_item_building() -> None:
-    assert verl_rewards.service_for("newfacade/LeetCodeDataset", None) == "code"
-    assert verl_rewards.service_for("anything", {"corrgrpo_service": "agentdojo"}) == "agentdojo"
-    with pytest.raises(ValueError, match="no corrgrpo service"):
-        verl_rewards.service_for("gsm8k", None)
-    problem = {"task_id": "t", "entry_point": "f", "test": "def check(c): pass", "reference": "def f(): pass"}
-    assert verl_rewards.build_item("code", "c", json.dumps(problem), None)["problem"] == problem
-    assert verl_rewards.build_item("code", "c", "HumanEval/0", None) == {"completion": "c", "task_id": "HumanEval/0"}
-    spec = {"suite": "banking", "user_task": "user_task_0"}
-    calls = [{"function": "get_balance", "args": {}}]
-    item = verl_rewards.build_item("agentdojo", "done", json.dumps(spec), {"tool_calls": calls})
-    assert item == {**spec, "tool_calls": calls, "final_answer": "done"}
+def test_service_from_extra_info_and_errors_raise_or_zero(toolcall_url: str) -> None:
+    services = {"toolcall": toolcall_url}
+    (routed,) = scores([("rlla_4k", GT, GT, {"corrgrpo_service": "toolcall"})], corrgrpo_services=services)
+    assert routed["score"] == pytest.approx(4)
+    with pytest.raises(ValueError, match="no URL for corrgrpo service 'gsm8k'"):
+        scores([("gsm8k", GT, GT)], corrgrpo_services=services)
+    with pytest.raises(RewardServiceError, match=r"items\.0\.nope"):  # a bad label: the service's 422 with the field
+        scores([("toolcall", GT, {"ground_truth": GT, "nope": 1})], corrgrpo_services=services)
 
 
 def verl_inputs(rewards: np.ndarray, uids: list[str]) -> dict:
@@ -126,23 +126,3 @@ def test_missing_component_key_is_a_clear_error() -> None:
     del inputs["non_tensor_batch"]["b"]
     with pytest.raises(KeyError, match=r"\['b'\]"):
         verl_plugin.compute_corrgrpo_outcome_advantage(**inputs)
-
-
-def test_entry_point_registers_with_verl(monkeypatch: pytest.MonkeyPatch) -> None:
-    (point,) = [ep for ep in entry_points(group="verl.plugins") if ep.name == "corrgrpo"]
-    registry: dict[str, object] = {}
-
-    def register_adv_est(name: str):  # verl's decorator-factory signature
-        def wrap(fn: object) -> object:
-            registry[name] = fn
-            return fn
-
-        return wrap
-
-    for name in ("verl", "verl.trainer", "verl.trainer.ppo"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    core_algos = types.ModuleType("verl.trainer.ppo.core_algos")
-    core_algos.register_adv_est = register_adv_est  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "verl.trainer.ppo.core_algos", core_algos)
-    module = importlib.reload(importlib.import_module(point.value))
-    assert registry == {"corrgrpo": module.compute_corrgrpo_outcome_advantage}
