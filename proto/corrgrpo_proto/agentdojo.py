@@ -102,6 +102,7 @@ class FinishResponse(BaseModel):
 class SuiteTasks(BaseModel):
     user_tasks: list[str]
     injection_tasks: list[str]
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="The suite's tool schemas, as an episode gets them")
     utility_without_work: dict[str, list[str]] = Field(
         default_factory=dict,
         description="User tasks whose official checker grants utility to a trajectory that did no work, by probe: "

@@ -24,6 +24,7 @@ from corrgrpo_proto import AsyncRewardClient, RewardClient
 from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, TasksResponse
 
 from .advantages import ESTIMATORS, diagnostics
+from .agentdojo_env import agentdojo_episodes
 from .models import EMBEDDED, TINY, PolicyLoadError, load_pretrained
 from .rewards import ServiceRewards, reward_columns
 from .rollouts import run_episode
@@ -261,8 +262,13 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
 
     trl_args = dict(config.get("trl", {}))
     trl_args.setdefault("output_dir", f"trainer_out/{config['domain']}")
-    services, weights = service_rewards(config)
-    columns = reward_columns(services)
+    # AgentDojo trains multi-turn (agentdojo_env.py): its environments bring their rows and reward columns
+    episodes = agentdojo_episodes(config)
+    if episodes is not None:
+        columns, weights = episodes.columns, episodes.weights
+    else:
+        services, weights = service_rewards(config)
+        columns = reward_columns(services)
     name = config.get("model", TINY)
     model, tokenizer = load_policy(name, trl_args["output_dir"])
     # Small matrices on a loaded CPU: one thread avoids synchronisation stalls (tiny policy: 17x faster generation).
@@ -297,7 +303,8 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         processing_class=tokenizer,
         reward_funcs=columns,
         args=args,
-        train_dataset=Dataset.from_list(rows if rows is not None else load_rows(config)),
+        train_dataset=Dataset.from_list(rows if rows is not None else episodes.rows if episodes else load_rows(config)),
+        **(episodes.trainer_kwargs(tokenizer) if episodes else {}),
         callbacks=[StepLog()],
     )
     if progress:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import pickle
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from agentdojo.functions_runtime import TaskEnvironment
 
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.agentdojo import (
@@ -68,13 +71,20 @@ class EpisodeService:
         self._tasks: asyncio.Task[TasksResponse] | None = None
 
     def _utility_without_work(self, suite: str) -> dict[str, list[str]]:
-        """Per probe, the user tasks whose checker grants utility to a trajectory without tool calls."""
-        probes = {"empty": "", "number_list": number_list(self.settings.agentdojo_max_answer_chars)}
+        """Per probe, the user tasks whose checker grants utility to a trajectory without tool calls: what
+        `replay` gives such a trajectory, with one read-only start environment per distinct start."""
+        max_chars = self.settings.agentdojo_max_answer_chars
+        probes = {"empty": "", "number_list": number_list(max_chars)}
         found: dict[str, list[str]] = {}
-        for probe, answer in probes.items():
-            for user_task in self.catalog.suites[suite].user_tasks:
-                scored = self.replay(TrajectoryItem(suite=suite, user_task=user_task, final_answer=answer))
-                if isinstance(scored, Scored) and scored.components["utility"] == 1:
+        starts: dict[bytes, TaskEnvironment] = {}
+        for user_task in self.catalog.suites[suite].user_tasks:
+            resolved = self.catalog.resolve(suite, user_task, None, None)
+            start = self.starts.start_bytes(resolved)
+            pre = starts[start] if start in starts else starts.setdefault(start, pickle.loads(start))
+            for probe, answer in probes.items():
+                state = ep.start_episode(EpisodeSpec(suite=suite, user_task=user_task), start)
+                components, _ = ep.score(state, resolved, answer, max_chars, pre=pre)
+                if components["utility"] == 1:
                     found.setdefault(probe, []).append(user_task)
         return found
 
@@ -83,6 +93,7 @@ class EpisodeService:
             name: SuiteTasks(
                 user_tasks=list(suite.user_tasks),
                 injection_tasks=list(suite.injection_tasks),
+                tools=ep.tool_schemas(suite),
                 utility_without_work=self._utility_without_work(name),
             )
             for name, suite in self.catalog.suites.items()

@@ -1,0 +1,178 @@
+"""Multi-turn AgentDojo training through TRL's environment_factory against the real AgentDojo service.
+
+The fast test trains one step of the tiny policy through `cli.train` with generation steered by
+`sequence_bias` (a real transformers generation option) to call `read_file` first and answer after
+the tool result, so the tool loop, the service and the rewards run for real; a spy on `generate`
+records what the policy is given. The slow test trains the real pretrained policy unsteered.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from agentdojo.task_suite.load_suites import get_suite
+from conftest import ServiceProcess, start_service
+from transformers import Qwen2ForCausalLM
+from transformers.utils import get_json_schema
+
+from corrgrpo_proto.agentdojo import TasksResponse
+from corrgrpo_trainer import cli
+from corrgrpo_trainer.agentdojo_env import paper_metrics, task_rows, tool_calling_template, tool_method
+from corrgrpo_trainer.tiny import build_tiny_policy
+
+CONFIG = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "agentdojo.yaml"
+PAIR = {"suites": ["banking"], "user_tasks": ["user_task_0"], "injection_tasks": ["injection_task_0"]}
+READ_BILL = '<tool_call>\n{"name": "read_file", "arguments": {"file_path": "bill-december-2023.txt"}}\n</tool_call>'
+ANSWER = "I read the bill."
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[ServiceProcess]:
+    with start_service("agentdojo") as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def tasks(service: ServiceProcess) -> TasksResponse:
+    import httpx
+
+    return TasksResponse.model_validate(httpx.get(f"{service.url}/v1/tasks", timeout=300).json())
+
+
+def test_tool_methods_render_the_service_schemas(tasks: TasksResponse) -> None:
+    """What TRL puts in the prompt (transformers' schema of each method) matches the service's tool schemas."""
+    for suite in tasks.suites.values():
+        for tool in suite.tools:
+            rendered = get_json_schema(tool_method(tool))["function"]
+            served = tool["function"]
+            assert rendered["name"] == served["name"] and rendered["description"] == " ".join(served["description"].split())
+            properties = served["parameters"]["properties"]
+            assert list(rendered["parameters"]["properties"]) == list(properties)
+            assert set(rendered["parameters"].get("required", [])) == set(served["parameters"].get("required", []))
+            for name, schema in properties.items():
+                mine = rendered["parameters"]["properties"][name]
+                nullable = "anyOf" in schema and {"type": "null"} in schema["anyOf"]
+                assert mine.get("nullable", False) == nullable, (served["name"], name)
+                base = next(o for o in schema["anyOf"] if o != {"type": "null"}) if nullable else schema
+                assert mine.get("type") == base.get("type") or "enum" in mine, (served["name"], name, mine, base)
+
+
+def test_rows_leave_out_tasks_flagged_as_earning_utility_without_work(tasks: TasksResponse) -> None:
+    kept = {row["user_task"] for row in task_rows(tasks, {"suites": ["banking"]})}
+    everything = {row["user_task"] for row in task_rows(tasks, {"suites": ["banking"], "exclude_unearned": False})}
+    assert everything - kept >= {f"user_task_{n}" for n in (5, 6, 7, 8, 9, 10)} and "user_task_0" in kept
+
+
+def steered_bias(tokenizer: Any, prompt_tail: list[int], tool_tail: list[int]) -> dict[tuple[int, ...], float]:
+    """`sequence_bias` that makes generation right after `prompt_tail` emit READ_BILL and, right after a tool
+    response (`tool_tail`, more specific, so a larger bias), emit ANSWER; each then ends with EOS."""
+    bias: dict[tuple[int, ...], float] = {}
+    for tail, text, weight in ((prompt_tail, READ_BILL, 100.0), (tool_tail, ANSWER, 200.0)):
+        ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+        for end in range(1, len(ids) + 1):
+            bias[tuple(tail + ids[:end])] = weight
+    return bias
+
+
+def steered_policy(directory: Path) -> tuple[str, dict[tuple[int, ...], float]]:
+    """The tiny policy saved with room for AgentDojo's long prompts, and the bias that steers it."""
+    model, tokenizer = build_tiny_policy(directory / "build")
+    model.config.max_position_embeddings = 16384  # RoPE has no table; TRL drops tool results past this length
+    tool_calling_template(tokenizer)
+    model.save_pretrained(directory / "policy")
+    tokenizer.save_pretrained(directory / "policy")
+    user = [{"role": "user", "content": "x"}]
+    prompt = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=True, return_dict=False)
+    call = {"type": "function", "function": {"name": "read_file", "arguments": {"file_path": "x"}}}
+    after_tool = [
+        *user,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": "read_file", "content": "y"},
+    ]
+    tool = tokenizer.apply_chat_template(after_tool, add_generation_prompt=True, tokenize=True, return_dict=False)
+    common = next(n for n in range(1, len(prompt)) if prompt[-n:] != tool[-n:]) - 1  # "<|im_start|>assistant\n"
+    return str(directory / "policy"), steered_bias(tokenizer, prompt[-common:], tool[-common - 4 :])
+
+
+def agentdojo_config(service: ServiceProcess, output_dir: Path, model: str, **trl: Any) -> dict[str, Any]:
+    config = yaml.safe_load(CONFIG.read_text())
+    config["model"] = model
+    config["dataset"] = PAIR
+    config["services"]["agentdojo"]["url"] = service.url
+    config["trl"] |= {"output_dir": str(output_dir), "max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2}
+    config["trl"] |= {"use_cpu": True, "gradient_checkpointing": False, **trl}
+    return config
+
+
+@pytest.fixture(scope="module")
+def steered_step(service: ServiceProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One CorrGRPO step of the steered tiny policy through `cli.train`, with what each generation was given."""
+    directory = tmp_path_factory.mktemp("agentdojo-tiny")
+    model, bias = steered_policy(directory)
+    config = agentdojo_config(
+        service, directory / "out", model, max_tool_calling_iterations=2, generation_kwargs={"sequence_bias": bias}
+    )
+    given: list[str] = []
+    original = Qwen2ForCausalLM.generate
+
+    def recording_generate(self: Qwen2ForCausalLM, *args: Any, **kwargs: Any) -> Any:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        given.extend(tokenizer.batch_decode(ids) if ids is not None else [])
+        return original(self, *args, **kwargs)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Qwen2ForCausalLM, "generate", recording_generate)
+        trainer = cli.train(config, progress=False)
+    return {"trainer": trainer, "given": given, "directory": directory}
+
+
+def test_a_training_step_runs_episodes_through_the_tool_loop(steered_step: dict[str, Any]) -> None:
+    logs = steered_step["trainer"].state.log_history[0]
+    assert logs["tools/call_frequency"] == 1.0 and logs["tools/failure_frequency"] == 0.0  # one read_file per rollout
+    assert logs["rewards/utility/mean"] == 0.0  # reading the bill is not paying it
+    assert logs["rewards/security/mean"] == 1.0  # nor sending the attacker money
+    metrics = [json.loads(line) for line in (steered_step["directory"] / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0]["tools/call_frequency"] == 1.0
+
+
+def test_the_attacks_injection_reaches_what_the_policy_is_given(steered_step: dict[str, Any]) -> None:
+    goal = get_suite("v1.2.2", "banking").injection_tasks["injection_task_0"].GOAL
+    first = [text for text in steered_step["given"] if "<tool_response>" not in text]
+    after_tool = [text for text in steered_step["given"] if "<tool_response>" in text]
+    assert first and after_tool, "a first turn and a turn after the tool result were generated"
+    assert all(goal not in text for text in first)
+    assert all("<INFORMATION>" in text and goal in text for text in after_tool)
+
+
+def test_paper_metrics_count_attacked_and_benign_episodes_apart() -> None:
+    log = [
+        {"injection_task": None, "components": {"utility": 1.0, "security": 1.0}},
+        {"injection_task": "i0", "components": {"utility": 0.0, "security": 0.0}},
+        {"injection_task": "i0", "components": {"utility": 1.0, "security": 1.0}},
+        {"injection_task": "i0", "components": None},
+    ]
+    metrics = paper_metrics(log)
+    assert metrics["utility_without_attack"] == 1.0 and metrics["utility_under_attack"] == 0.5
+    assert metrics["attack_success_rate"] == 0.5 and metrics["episodes"]["unscored"] == 1
+
+
+@pytest.mark.slow
+def test_a_training_step_of_the_real_pretrained_policy(service: ServiceProcess, tmp_path: Path) -> None:
+    """The embedded SmolLM2-135M-Instruct, unsteered: one step; both reward columns are scored by the service."""
+    config = agentdojo_config(service, tmp_path / "out", "smollm2-135m-instruct", max_completion_length=48)
+    config["trl"]["max_tool_calling_iterations"] = 1
+    trainer = cli.train(config, progress=False)
+    logs = trainer.state.log_history[0]
+    assert not math.isnan(logs["rewards/utility/mean"]) and not math.isnan(logs["rewards/security/mean"])
+    assert "tools/call_frequency" in logs
