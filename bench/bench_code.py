@@ -1,6 +1,6 @@
 """Code scoring throughput: HumanEval's 164 canonical solutions through `POST /v1/score` vs in-process scoring.
 
-Both sides use the same settings (warm fork pool, `CORRGRPO_WORKERS` = CPU count, efficiency on).
+Both sides use the same settings (warm fork pool, `CORRGRPO_CODE_WORKERS` = CPU count, efficiency on).
 A warm-up pass measures and caches every reference time first, so the timed pass is what training
 sees for a known problem: one sandbox execution per item. Also prints the cost of `ast_similarity`
 per item (all 164 canonical solutions against themselves).
@@ -44,7 +44,7 @@ def in_process(items: list[CodeItem]) -> tuple[float, int]:
 
 def over_http(items: list[CodeItem]) -> tuple[float, int]:
     body = {"items": [item.model_dump(exclude_none=True) for item in items]}
-    with start_service("code", env={"CORRGRPO_WORKERS": str(WORKERS), "CORRGRPO_LOG_LEVEL": "WARNING"}) as service:
+    with start_service("code", env={"CORRGRPO_CODE_WORKERS": str(WORKERS), "CORRGRPO_LOG_LEVEL": "WARNING"}) as service:
         httpx.post(f"{service.url}/v1/score", json=body, timeout=300).raise_for_status()  # warm-up
         start = time.perf_counter()
         results = httpx.post(f"{service.url}/v1/score", json=body, timeout=300).json()["results"]

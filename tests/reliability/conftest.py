@@ -21,7 +21,7 @@ def services() -> Iterator[Callable[[str], ServiceProcess]]:
 
         def get(name: str) -> ServiceProcess:
             if name not in started:
-                env = {"CORRGRPO_MAX_BODY_BYTES": str(BODY_LIMIT), "CORRGRPO_WORKERS": "2"}
+                env = {"CORRGRPO_MAX_BODY_BYTES": str(BODY_LIMIT), "CORRGRPO_CODE_WORKERS": "2"}
                 started[name] = stack.enter_context(start_service(name, env=env))
             return started[name]
 

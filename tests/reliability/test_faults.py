@@ -71,7 +71,7 @@ SLOW_ADD = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(0.2)\n    r
 
 async def test_code_replica_sigkilled_mid_batch_client_retries_same_url(http: httpx.Client) -> None:
     port = free_port()
-    env = {"CORRGRPO_WORKERS": "2"}
+    env = {"CORRGRPO_CODE_WORKERS": "2"}
     items = [{"completion": SLOW_ADD, "problem": PROBLEM, "id": f"item-{i}-{uuid.uuid4().hex[:6]}"} for i in range(12)]
     with ExitStack() as stack:
         first = stack.enter_context(start_service("code", env=env, port=port))

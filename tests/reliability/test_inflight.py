@@ -18,7 +18,12 @@ from reliability.helpers import PROBLEM
 from servers import ServiceProcess, start_service
 
 SLEEPER = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(60)\n    return a + b\n```"
-CODE_ENV = {"CORRGRPO_WORKERS": "2", "CORRGRPO_CODE_WALL_S": "4", "CORRGRPO_CODE_CPU_S": "2", "CORRGRPO_SHUTDOWN_GRACE_S": "1"}
+CODE_ENV = {
+    "CORRGRPO_CODE_WORKERS": "2",
+    "CORRGRPO_CODE_WALL_S": "4",
+    "CORRGRPO_CODE_CPU_S": "2",
+    "CORRGRPO_SHUTDOWN_GRACE_S": "1",
+}
 
 
 def inflight(service: ServiceProcess) -> float:
