@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,7 +23,7 @@ from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .limits import BearerAuth, BodyLimit, CancelOnDisconnect, InflightItems, JsonGuard, ShedWhenFull
+from .limits import BearerAuth, BodyLimit, CancelOnDisconnect, InflightItems, JsonGuard, JsonLimits, ShedWhenFull
 from .settings import ServiceSettings
 from .store import Store, make_store
 
@@ -66,8 +66,12 @@ def create_app(
     *,
     readiness: dict[str, ReadinessCheck] | None = None,
     store: Store | None = None,
+    field_limits: Mapping[str, int] | None = None,
 ) -> FastAPI:
-    """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`, `inflight`."""
+    """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`, `inflight`.
+
+    `field_limits` caps string fields by name (`{"ground_truth": 32768}`): a longer one gets 413 naming its path.
+    """
     store = store or make_store(settings.redis_url, settings.store_ttl_s, settings.memory_store_max_bytes)
     checks: dict[str, ReadinessCheck] = {"store": store.ping, **(readiness or {})}
 
@@ -83,7 +87,8 @@ def create_app(
     counters = app.state.metrics
     app.state.inflight = InflightItems(settings.max_inflight_items, counters.inflight_items.labels(service).set)
     # added last = runs first: auth, load shedding, cancellation on disconnect, the body limit, the JSON shape check
-    app.add_middleware(JsonGuard, max_depth=settings.max_json_depth)
+    json_limits = JsonLimits(settings.max_json_depth, settings.max_json_nodes, settings.max_batch_items, field_limits or {})
+    app.add_middleware(JsonGuard, limits=json_limits)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CancelOnDisconnect, on_cancel=counters.rejections.labels(service, "disconnected").inc)
     app.add_middleware(

@@ -14,11 +14,14 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
 
@@ -107,43 +110,118 @@ def _finite_float(literal: str) -> float:
     return value
 
 
-def json_problem(body: bytes, max_depth: int) -> tuple[int, str, str] | None:
-    """(status, error, message) when a JSON body must be refused before parsing; None to let FastAPI parse it.
+@dataclass(frozen=True)
+class JsonLimits:
+    """What one JSON body may hold (0 = no limit); `fields` caps named string fields, e.g. `{"ground_truth": 32768}`."""
 
-    Refused: bytes that are not UTF-8 (400); `NaN`/`Infinity` literals and overflowing numbers
-    like `1e999` (not finite; they would slip through `Any` fields as null); nesting deeper than
-    `max_depth` (the response serializer and the recursion limit would turn it into a 500); and
-    unpaired UTF-16 surrogates (`"\\ud800"`: valid JSON escapes no UTF-8 response can carry).
+    max_depth: int = 64
+    max_values: int = 0
+    max_items: int = 0
+    fields: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a body is refused: HTTP status, machine-readable error, message, and the offending field."""
+
+    status: int
+    error: str
+    message: str
+    loc: str | None = None
+
+    def response(self) -> JSONResponse:
+        details = [ErrorDetail(loc=self.loc, message=self.message)] if self.loc is not None else None
+        return error_response(self.status, self.error, self.message, details)
+
+
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[,\[{]')  # a whole string, or a mark that opens a value
+
+
+def too_many_values(body: bytes, limit: int) -> bool:
+    """Whether a JSON body holds more than `limit` values, decided without parsing it or copying it.
+
+    Every value but the first follows a `,`, `[` or `{`. Counted over the raw bytes first (fast,
+    but strings may hold such marks too); only when that count is over the limit are the marks
+    outside strings counted, stopping as soon as the limit is passed.
+    """
+    if sum(body.count(mark) for mark in (b",", b"[", b"{")) + 1 <= limit:
+        return False
+    count = 1
+    for token in _TOKEN.finditer(body):
+        if body[token.start()] != 0x22:  # not a string
+            count += 1
+            if count > limit:
+                return True
+    return False
+
+
+def _path_to(document: Any, target: Any) -> str:
+    """Dotted path of the node `target` (by identity) in `document`, e.g. `items.3.ground_truth`."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(document, ())]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return ".".join(path) or "body"
+        if isinstance(node, dict):
+            stack.extend((value, (*path, str(key))) for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((value, (*path, str(index))) for index, value in enumerate(node))
+    return "body"
+
+
+def json_problem(body: bytes, max_depth: int = 64, limits: JsonLimits | None = None) -> Problem | None:
+    """Why a JSON body must be refused before FastAPI parses it; None to let FastAPI parse it.
+
+    Refused: bytes that are not UTF-8 (400); more than `max_values` values (413, counted before
+    parsing, so the parse itself stays bounded), an array or object over `max_items` entries (the
+    batch's `items`, a `weights` map) or a capped field over its length (413, naming the field);
+    `NaN`/`Infinity` literals and overflowing numbers like `1e999` (not finite; they would slip
+    through `Any` fields as null); nesting deeper than `max_depth` (the response serializer and the
+    recursion limit would turn it into a 500); and unpaired UTF-16 surrogates (`"\\ud800"`: valid
+    JSON escapes no UTF-8 response can carry).
     A syntax error is left to FastAPI's 422.
     """
+    limits = limits or JsonLimits(max_depth)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
-        return 400, "invalid_encoding", f"request body is not valid UTF-8 (byte {error.start})"
+        return Problem(400, "invalid_encoding", f"request body is not valid UTF-8 (byte {error.start})")
+    if limits.max_values and too_many_values(body, limits.max_values):
+        return Problem(413, "too_many_values", f"more than {limits.max_values} JSON values in one request", "body")
     try:
         document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except _NonFinite as constant:
-        return 422, "non_finite_number", f"{constant} is not valid JSON; send finite numbers"
+        return Problem(422, "non_finite_number", f"{constant} is not valid JSON; send finite numbers")
     except RecursionError:
-        return 422, "json_too_deep", f"JSON nested deeper than {max_depth} levels"
+        return Problem(422, "json_too_deep", f"JSON nested deeper than {limits.max_depth} levels")
     except ValueError:
         return None
     check_strings = _SURROGATE_ESCAPE.search(text) is not None
+    del text
     stack: list[tuple[Any, int]] = [(document, 1)]
     while stack:
         node, depth = stack.pop()
         if isinstance(node, dict | list):
-            if depth > max_depth:
-                return 422, "json_too_deep", f"JSON nested deeper than {max_depth} levels"
+            if depth > limits.max_depth:
+                return Problem(422, "json_too_deep", f"JSON nested deeper than {limits.max_depth} levels")
+            if limits.max_items and len(node) > limits.max_items:
+                message = f"{len(node)} entries, over the limit of {limits.max_items} per array or object"
+                return Problem(413, "too_many_items", message, _path_to(document, node))
             values = node.values() if isinstance(node, dict) else node
             stack.extend((value, depth + 1) for value in values)
-            if check_strings and isinstance(node, dict):
-                stack.extend((key, depth) for key in node)
+            if isinstance(node, dict):
+                if check_strings:
+                    stack.extend((key, depth) for key in node)
+                for name in limits.fields.keys() & node.keys():
+                    value = node[name]
+                    if isinstance(value, str) and len(value) > limits.fields[name]:
+                        message = f"{len(value)} characters, over the limit of {limits.fields[name]}"
+                        return Problem(413, "field_too_long", message, _path_to(document, value))
         elif check_strings and isinstance(node, str):
             try:
                 node.encode("utf-8")
             except UnicodeEncodeError:
-                return 422, "invalid_string", "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+                return Problem(422, "invalid_string", "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
     return None
 
 
@@ -153,10 +231,10 @@ def _is_json(scope: Scope) -> bool:
 
 
 class JsonGuard:
-    """Reads a JSON request body once, refuses it per `json_problem`, else replays it to the app."""
+    """Reads a JSON request body once, refuses it per `json_problem` (in a worker thread), else replays it to the app."""
 
-    def __init__(self, app: ASGIApp, max_depth: int) -> None:
-        self.app, self.max_depth = app, max_depth
+    def __init__(self, app: ASGIApp, limits: JsonLimits) -> None:
+        self.app, self.limits = app, limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH") or not _is_json(scope):
@@ -170,10 +248,10 @@ class JsonGuard:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        problem = json_problem(body, self.max_depth) if body else None
+        del chunks  # one copy of the body, not two
+        problem = await asyncio.to_thread(json_problem, body, self.limits.max_depth, self.limits) if body else None
         if problem is not None:
-            status, error, text = problem
-            return await error_response(status, error, text)(scope, receive, send)
+            return await problem.response()(scope, receive, send)
         replayed = False
 
         async def replay() -> Message:

@@ -54,6 +54,7 @@ class ServiceSettings(BaseSettings):
         1024, gt=0, description="Budget items one request holds at once; a larger batch is scored in chunks of this size"
     )
     max_json_nodes: int = Field(1_000_000, gt=0, description="JSON values in one request body; more get 413")
+    max_batch_items: int = Field(4096, gt=0, description="Entries in any one JSON array or object (`items`); more get 413")
     store_ttl_s: float = Field(7 * 24 * 3600, gt=0, description="TTL of a store key written without one: none lives forever")
     memory_store_max_bytes: int = Field(
         256 * 1024 * 1024, gt=0, description="In-memory store cap: caches evicted past it, new state refused (503)"

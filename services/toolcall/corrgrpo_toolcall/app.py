@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from corrgrpo_proto.toolcall import ToolCallItem, ToolCallScoreRequest
 from corrgrpo_service import Scored, add_score_route
 
 from .declaration import SERVICE
-from .scoring import Score, Unparseable, score
+from .scoring import Score, Unparseable, score_group
 from .settings import ToolCallSettings
 
 
@@ -28,20 +29,29 @@ def describe(result: Score) -> dict[str, Any]:
 
 
 def build(settings: ToolCallSettings) -> FastAPI:
-    app = SERVICE.create_app(settings)
+    app = SERVICE.create_app(settings, field_limits={"ground_truth": settings.toolcall_max_ground_truth_chars})
     rules, limits = settings.format_rules(), settings.limits()
 
-    async def scorer(items: list[ToolCallItem]) -> Sequence[Scored | ItemError]:
-        # Pure CPU work of tens of microseconds per item: running it inline beats a thread hop.
-        answers: list[Scored | ItemError] = []
-        for item in items:
+    def score_items(items: list[ToolCallItem]) -> list[Scored | ItemError]:
+        """Item by item, grouped by ground truth so each distinct one is parsed once."""
+        groups: dict[str, list[int]] = {}
+        for index, item in enumerate(items):
+            groups.setdefault(item.ground_truth, []).append(index)
+        answers: list[Scored | ItemError] = [ItemError(code="internal", message="not scored")] * len(items)
+        for ground_truth, indexes in groups.items():
             try:
-                result = score(item.completion, item.ground_truth, rules, limits)
+                results = score_group([items[i].completion for i in indexes], ground_truth, rules, limits)
             except Unparseable as error:
-                answers.append(ItemError(code="invalid_ground_truth", message=str(error)))
+                for i in indexes:
+                    answers[i] = ItemError(code="invalid_ground_truth", message=str(error))
                 continue
-            answers.append(Scored(result.as_dict(), describe(result)))
+            for i, result in zip(indexes, results, strict=True):
+                answers[i] = Scored(result.as_dict(), describe(result))
         return answers
+
+    async def scorer(items: list[ToolCallItem]) -> Sequence[Scored | ItemError]:
+        # In a worker thread: a large batch (seconds of CPU) must not stall the event loop and /healthz.
+        return await asyncio.to_thread(score_items, items)
 
     add_score_route(app, ToolCallScoreRequest, scorer)
     return app

@@ -252,7 +252,18 @@ def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules()
 
     Raises `Unparseable` when the ground truth has a `<tool_call>` block that does not parse.
     """
+    return score_group([completion], ground_truth, rules, limits)[0]
+
+
+def score_group(
+    completions: Sequence[str], ground_truth: str, rules: FormatRules = FormatRules(), limits: Limits = Limits()
+) -> list[Score]:
+    """Score completions that share a ground truth (a GRPO group): the ground truth is parsed once."""
     truth = _truth_calls(ground_truth) if "<tool_call>" in ground_truth else None
+    return [_score(completion, ground_truth, truth, rules, limits) for completion in completions]
+
+
+def _score(completion: str, ground_truth: str, truth: Sequence[ToolCall] | None, rules: FormatRules, limits: Limits) -> Score:
     if len(completion) > limits.max_chars:
         return _unmatched(0.0, truth, f"completion over {limits.max_chars} characters")
     response = extract_response(completion)
@@ -267,17 +278,18 @@ def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules()
     return Score(fmt, matching.components(), matching)
 
 
-CACHED_TRUTH_CHARS = 65_536  # so 4096 cached ground truths hold at most a few hundred MB
+# Parsed JSON can take ~20x its text (`[[],[],...]`): 256 cached ground truths of 4 KB stay under ~25 MB.
+CACHED_TRUTH_CHARS = 4096
 
 
 def _truth_calls(ground_truth: str) -> tuple[ToolCall, ...]:
-    """Parsed once per distinct ground truth (a group's completions share theirs); callers must not mutate."""
+    """Parsed ground truth, cached across requests when short; callers must not mutate."""
     if len(ground_truth) > CACHED_TRUTH_CHARS:
         return tuple(parse_calls(ground_truth, max_calls=None))
     return _cached_truth_calls(ground_truth)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def _cached_truth_calls(ground_truth: str) -> tuple[ToolCall, ...]:
     return tuple(parse_calls(ground_truth, max_calls=None))
 

@@ -16,6 +16,9 @@ from .scoring import FormatRules, Limits
 
 class ToolCallSettings(ServiceSettings):
     toolcall_max_completion_chars: int = Field(Limits.max_chars, gt=0, description="Longer completions score as unparseable")
+    toolcall_max_ground_truth_chars: int = Field(
+        32_768, gt=0, description="Longer `ground_truth` gets 413 naming the item (RLLA-4K's longest: 2,339)"
+    )
     toolcall_max_calls: int = Field(
         Limits.max_calls, gt=0, description="A `<tool_call>` block with more lines scores as unparseable"
     )

@@ -1,0 +1,44 @@
+"""Per-request size limits in-process: value count, entries per array/object, capped fields, each with its path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corrgrpo_service.limits import JsonLimits, json_problem, too_many_values
+
+LIMITS = JsonLimits(max_depth=64, max_values=1000, max_items=10, fields={"ground_truth": 50})
+
+
+def problem(document: object) -> tuple[int, str, str | None] | None:
+    found = json_problem(json.dumps(document).encode(), limits=LIMITS)
+    return None if found is None else (found.status, found.error, found.loc)
+
+
+def test_values_are_counted_outside_strings_only() -> None:
+    assert too_many_values(b"[1,2,3]", 3) and not too_many_values(b"[1,2,3]", 4)
+    assert not too_many_values(json.dumps(["a, [b], {c}" * 1000]).encode(), 2)  # marks inside a string do not count
+    assert not too_many_values(json.dumps(['say \\"[,\\"', "x"]).encode(), 3)  # nor after escaped quotes
+    assert problem({"items": [[1] * 9] * 9}) is None
+    assert problem({"items": [[1] * 9] * 9 + [[0]] * 5}) == (413, "too_many_items", "items")
+    assert problem({"items": [[]] * 9, "more": [[[[]] * 9] * 9] * 9}) == (413, "too_many_values", "body")
+
+
+@pytest.mark.parametrize(
+    ("document", "loc"),
+    [
+        ({"items": [{}] * 11}, "items"),
+        ({"items": [{}], "weights": {f"w{i}": 1 for i in range(11)}}, "weights"),
+        ({"items": [{"extra": {"deep": list(range(11))}}]}, "items.0.extra.deep"),
+    ],
+)
+def test_any_array_or_object_over_the_cap_is_named(document: object, loc: str) -> None:
+    assert problem(document) == (413, "too_many_items", loc)
+
+
+def test_a_capped_field_over_its_length_is_named() -> None:
+    items = [{"ground_truth": "ok", "completion": "c" * 500}, {"ground_truth": "g" * 51}]
+    assert problem({"items": items}) == (413, "field_too_long", "items.1.ground_truth")
+    assert problem({"items": [{"ground_truth": "g" * 50}]}) is None
+    assert problem({"items": [{"ground_truth": ["not", "a", "string"]}]}) is None  # the schema's business (422)
