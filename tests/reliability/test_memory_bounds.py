@@ -91,5 +91,3 @@ def test_toolcall_ground_truth_over_its_cap_is_413_naming_the_item() -> None:
         response = httpx.post(f"{service.url}/v1/score", json={"items": items}, timeout=60)
     assert response.status_code == 413, response.text
     assert (response.json()["error"], response.json()["details"][0]["loc"]) == ("field_too_long", "items.1.ground_truth")
-
-
