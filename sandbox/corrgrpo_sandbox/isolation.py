@@ -1,34 +1,71 @@
-"""How a worker interpreter is started: inside bubblewrap, or (loudly) in the rlimits-only fallback."""
+"""How a worker interpreter is started: one setting chooses the isolation, and nothing falls back silently.
+
+`auto` takes bubblewrap, else a registered `docker` launcher, else refuses; `unsafe-none` (no isolation at all)
+runs only when asked for by that name. A backend plugs in with `register_launcher(name, factory)`; the module
+`corrgrpo_sandbox.<name>_backend`, when it exists, is imported on first use so that it can register itself.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import itertools
 import logging
 import os
 import shutil
 import subprocess
+import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger("corrgrpo_sandbox")
 
+ISOLATIONS = ("auto", "bwrap", "docker", "unsafe-none")
+AUTO_ORDER = ("bwrap", "docker")
 PACKAGE_DIR = Path(__file__).resolve().parent
 INSIDE_PACKAGE_DIR = "/opt/corrgrpo_sandbox"
+INSIDE_CPU_COUNTER = "/opt/corrgrpo_cpuacct.usage"
 TMP_SIZE_BYTES = 256 * 1024 * 1024  # the sandbox's /tmp is a tmpfs (RAM): cap it
 SHM_SIZE_BYTES = 64 * 1024 * 1024  # /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged user namespaces, or root), "
+    "or, only where the code you run is trusted, choose isolation 'unsafe-none'"
+)
+
+
+class IsolationUnavailable(RuntimeError):
+    """The isolation asked for cannot run here; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
 class Launcher:
-    """The command prefix that starts a worker, and what the worker must know about its surroundings."""
+    """How to start a worker and what the worker may assume about its surroundings."""
 
-    isolation: str  # "bwrap" or "fallback: <reason>"
-    prefix: tuple[str, ...]  # followed by the worker's own arguments
-    in_pid_namespace: bool
+    isolation: str  # "bwrap", "docker", "unsafe-none"
+    head: tuple[str, ...]  # the isolating wrapper and its options; () for none
+    # then the mounts `read_only` makes, then `seal` (e.g. making the root read-only), then:
+    command: tuple[str, ...]  # the worker interpreter; the worker's arguments follow it
+    namespaced: bool  # alone in its own PID and IPC namespaces: kill(-1) and removing every IPC object are safe
     scratch: tuple[str, ...]  # writable mounts the worker wipes after every run ("" = a fresh host temp dir)
+    # options that show a host file read-only at a path inside; None when the worker sees the host's paths
+    read_only: Callable[[str, str], tuple[str, ...]] | None = None
+    cgroups: bool = True  # the worker's processes descend from the launched one (a cgroup entered before exec holds them)
+    seal: tuple[str, ...] = ()
+    stdio: bool = False  # the protocol runs over the worker's stdin/stdout instead of passed fds (e.g. `docker run -i`)
+    environment: dict[str, str] = field(default_factory=dict)  # for the launched command (the worker gets none)
+
+
+LAUNCHERS: dict[str, Callable[[str], Launcher]] = {}
+
+
+def register_launcher(name: str, factory: Callable[[str], Launcher]) -> None:
+    """`factory(python)` returns a working Launcher or raises IsolationUnavailable with the reason."""
+    LAUNCHERS[name] = factory
 
 
 def interpreter_prefix(python: str) -> Path:
@@ -36,7 +73,11 @@ def interpreter_prefix(python: str) -> Path:
     return Path(os.path.realpath(python)).parent.parent
 
 
-def bwrap_prefix(bwrap: str, python: str) -> tuple[str, ...]:
+def worker_command(python: str, package_dir: str) -> tuple[str, ...]:
+    return (os.path.realpath(python), "-I", f"{package_dir}/worker.py")
+
+
+def bwrap_head(bwrap: str, python: str) -> tuple[str, ...]:
     """Whitelist mounts: system dirs and the interpreter read-only; /work, /root, /home, /var, /run never appear.
 
     The environment is cleared twice: bwrap is itself started with an empty environment (its PID 1 inside the
@@ -56,49 +97,141 @@ def bwrap_prefix(bwrap: str, python: str) -> tuple[str, ...]:
         args += ["--ro-bind", str(prefix), str(prefix)]
     args += ["--ro-bind", str(PACKAGE_DIR), INSIDE_PACKAGE_DIR]
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp"]
-    args += ["--size", str(SHM_SIZE_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/"]
-    args += ["--chdir", "/tmp", os.path.realpath(python), "-I", f"{INSIDE_PACKAGE_DIR}/worker.py"]
-    return tuple(args)
+    args += ["--size", str(SHM_SIZE_BYTES), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue"]
+    return (*args, "--remount-ro", "/dev")
 
 
-def probe_bwrap(python: str) -> str | None:
-    """None when bwrap can start `python` here, else why not."""
-    if os.environ.get("CORRGRPO_SANDBOX_BWRAP", "1") == "0":
-        return "disabled by CORRGRPO_SANDBOX_BWRAP=0"
-    return probe_bwrap_once(python)
+BWRAP_SEAL = ("--remount-ro", "/", "--chdir", "/tmp")
 
 
 @functools.cache
-def probe_bwrap_once(python: str) -> str | None:
+def bwrap_launcher(python: str) -> Launcher:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return "bwrap not found on PATH"
-    command = [*bwrap_prefix(bwrap, python)[:-1], "-c", "import os; assert not os.path.exists('/work')"]
+        raise IsolationUnavailable("bwrap not found on PATH")
+    head, command = bwrap_head(bwrap, python), worker_command(python, INSIDE_PACKAGE_DIR)
+    probe = [*head, *BWRAP_SEAL, command[0], "-I", "-c", "import os; assert not os.path.exists('/work')"]
     try:
-        run = subprocess.run(command, env={}, capture_output=True, timeout=30, check=False)
+        run = subprocess.run(probe, env={}, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bwrap probe failed: {error}"
+        raise IsolationUnavailable(f"bwrap probe failed: {error}") from error
     if run.returncode != 0:
-        return f"bwrap probe exited {run.returncode}: {run.stderr.decode(errors='replace').strip()[-300:]}"
-    return None
+        stderr = run.stderr.decode(errors="replace").strip()[-300:]
+        raise IsolationUnavailable(f"bwrap probe exited {run.returncode}: {stderr}")
+    if os.geteuid() == 0:
+        log.warning(
+            "corrgrpo_sandbox runs as uid 0: the kernel ignores RLIMIT_NPROC; a run's processes are bounded by its "
+            "CPU and wall limits over the whole process tree"
+        )
+    return Launcher(
+        "bwrap",
+        head,
+        command,
+        namespaced=True,
+        scratch=("/tmp", "/dev/shm", "/dev/mqueue"),
+        read_only=lambda source, target: ("--ro-bind", source, target),
+        seal=BWRAP_SEAL,
+    )
 
 
-def resolve_launcher(python: str, allow_fallback: bool) -> Launcher:
-    problem = probe_bwrap(python)
-    if problem is None:
-        bwrap = shutil.which("bwrap")
-        assert bwrap is not None
-        if os.geteuid() == 0:
-            log.warning(
-                "corrgrpo_sandbox runs as uid 0: the kernel ignores RLIMIT_NPROC, fork bombs are bounded by the wall timeout only"
-            )
-        return Launcher("bwrap", bwrap_prefix(bwrap, python), True, ("/tmp", "/dev/shm"))
-    if not allow_fallback:
-        raise RuntimeError(f"bubblewrap sandbox unavailable ({problem}) and allow_fallback=False")
+def unsafe_launcher(python: str) -> Launcher:
     message = (
-        f"corrgrpo_sandbox: UNSANDBOXED FALLBACK ({problem}): untrusted code runs with rlimits and a process group only, "
+        "corrgrpo_sandbox: isolation 'unsafe-none': untrusted code runs with rlimits and a process group only, "
         "with the service's uid, file system and network"
     )
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
     log.warning(message)
-    return Launcher(f"fallback: {problem}", (os.path.realpath(python), "-I", str(PACKAGE_DIR / "worker.py")), False, ("",))
+    return Launcher("unsafe-none", (), worker_command(python, str(PACKAGE_DIR)), namespaced=False, scratch=("",))
+
+
+register_launcher("bwrap", bwrap_launcher)
+
+
+def resolve_launcher(python: str, isolation: str) -> Launcher:
+    """The launcher for `isolation` (one of ISOLATIONS), or IsolationUnavailable saying why and what to do."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
+    if isolation == "unsafe-none":
+        return unsafe_launcher(python)
+    reasons = []
+    for name in AUTO_ORDER if isolation == "auto" else (isolation,):
+        if name not in LAUNCHERS:
+            with contextlib.suppress(ModuleNotFoundError):
+                importlib.import_module(f"corrgrpo_sandbox.{name}_backend")  # registers itself
+        factory = LAUNCHERS.get(name)
+        if factory is None:
+            reasons.append(f"{name}: not available in this installation")
+            continue
+        try:
+            return factory(python)
+        except IsolationUnavailable as error:
+            reasons.append(f"{name}: {error}")
+    raise IsolationUnavailable(f"no working sandbox for isolation {isolation!r} ({'; '.join(reasons)}): {INSTALL_HINT}")
+
+
+@functools.cache
+def cgroup_parents() -> tuple[str, ...]:
+    """Writable cgroup v1 `cpuacct` and `cpu` directories of this process (cpuacct first), or () without them.
+
+    A worker in its own cgroup of each gets an exact CPU counter over every process it starts (even ones nobody
+    waited for) and, under contention, one fair share of the CPU however many processes it runs."""
+    mounts: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/self/mounts") as table:
+        for line in table:
+            _, point, kind, options, *_ = line.split()
+            if kind == "cgroup":
+                for controller in ("cpuacct", "cpu"):
+                    if controller in options.split(","):
+                        mounts.setdefault(controller, point)
+    own: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/self/cgroup") as table:
+        for line in table:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for controller in controllers.split(","):
+                own[controller] = path
+    if set(mounts) != {"cpuacct", "cpu"} or not set(mounts) <= set(own):
+        return ()
+    parents = tuple(dict.fromkeys(os.path.join(mounts[c], own[c].lstrip("/")) for c in ("cpuacct", "cpu")))
+    probe = f"corrgrpo-probe-{os.getpid()}"
+    try:
+        for parent in parents:
+            os.mkdir(os.path.join(parent, probe))
+            os.rmdir(os.path.join(parent, probe))
+    except OSError:
+        return ()
+    return parents
+
+
+_cgroup_numbers = itertools.count()
+
+
+class WorkerCgroup:
+    """One worker's cgroups (cpuacct + cpu), created before it starts and removed after it is gone."""
+
+    def __init__(self, parents: tuple[str, ...]) -> None:
+        name = f"corrgrpo-{os.getpid()}-{next(_cgroup_numbers)}"
+        self.paths: list[str] = []
+        for parent in parents:
+            os.mkdir(os.path.join(parent, name))
+            self.paths.append(os.path.join(parent, name))
+        self.cpu_counter = os.path.join(self.paths[0], "cpuacct.usage")
+
+    def enter(self) -> None:
+        """Move the calling process (run between fork and exec) into the cgroups."""
+        for path in self.paths:
+            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    def remove(self) -> None:
+        for path in self.paths:
+            for _ in range(100):  # the killed processes leave the cgroup asynchronously
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)

@@ -20,9 +20,9 @@ from dataclasses import asdict
 from pathlib import PurePosixPath
 from typing import Literal
 
-from corrgrpo_sandbox.isolation import Launcher, resolve_launcher
+from corrgrpo_sandbox.isolation import INSIDE_CPU_COUNTER, Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
 from corrgrpo_sandbox.limits import ExecResult, Limits
-from corrgrpo_sandbox.worker import HEADER
+from corrgrpo_sandbox.worker import HEADER, STREAMS
 
 DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
@@ -30,9 +30,9 @@ MAX_REPLY_BYTES = 64 * 1024 * 1024
 REPLY_FIELDS = {
     "exit_code": (int, type(None)),
     "signal": (int, type(None)),
-    "stdout": str,
-    "stderr": str,
-    "channel": str,
+    "stdout": int,  # lengths: the streams' bytes follow the reply in this order
+    "stderr": int,
+    "channel": int,
     "truncated": bool,
     "timed_out": bool,
     "cpu_s": (float, int),
@@ -53,34 +53,56 @@ class Worker:
         self.runs = 0
         self.host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
         scratch = [path for path in launcher.scratch if path] + self.host_scratch
-        request_read, self.request_fd = os.pipe()
-        self.reply_fd, reply_write = os.pipe()
+        parents = cgroup_parents() if launcher.cgroups else ()
+        self.cgroup = WorkerCgroup(parents) if parents else None
+        mounts: tuple[str, ...] = ()
+        counter = "-"
+        if self.cgroup is not None:
+            counter = self.cgroup.cpu_counter
+            if launcher.read_only is not None:
+                mounts, counter = launcher.read_only(counter, INSIDE_CPU_COUNTER), INSIDE_CPU_COUNTER
+        if launcher.stdio:
+            pass_fds: tuple[int, ...] = ()
+            protocol = ("0", "1")
+        else:
+            request_read, self.request_fd = os.pipe()
+            self.reply_fd, reply_write = os.pipe()
+            pass_fds, protocol = (request_read, reply_write), (str(request_read), str(reply_write))
+        arguments = [*protocol, "1" if launcher.namespaced else "0", counter, *scratch]
         try:
             self.process = subprocess.Popen(
-                [*launcher.prefix, str(request_read), str(reply_write), "1" if launcher.in_pid_namespace else "0", *scratch],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments],
+                stdin=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                pass_fds=(request_read, reply_write),
-                env={},  # never hand the service's environment to anything in the sandbox
+                pass_fds=pass_fds,
+                env=launcher.environment,  # never hand the service's environment to anything in the sandbox
                 start_new_session=True,
+                preexec_fn=self.cgroup.enter if self.cgroup else None,
             )
+        except BaseException:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            raise
         finally:
-            os.close(request_read)
-            os.close(reply_write)
+            for fd in pass_fds:
+                os.close(fd)
+        if launcher.stdio:
+            assert self.process.stdin is not None and self.process.stdout is not None
+            self.request_fd, self.reply_fd = self.process.stdin.fileno(), self.process.stdout.fileno()
 
-    def execute(self, request: bytes, timeout: float) -> dict:
+    def execute(self, header: bytes, body: bytes, timeout: float) -> tuple[dict, list[bytes]]:
+        """Send one request (the header the worker reads, the body its child reads); the reply and the streams."""
         self.runs += 1
         try:
-            os.write(self.request_fd, HEADER.pack(len(request)))
-            view = memoryview(request)
-            while view:
-                view = view[os.write(self.request_fd, view) :]
+            for part in (HEADER.pack(len(header)), header, body):
+                view = memoryview(part)
+                while view:
+                    view = view[os.write(self.request_fd, view) :]
         except OSError as error:
             raise WorkerBroken(f"worker unreachable: {error!r}") from error
         deadline = time.monotonic() + timeout
-        header = self.read_exactly(HEADER.size, deadline)
-        size = HEADER.unpack(header)[0]
+        size = HEADER.unpack(self.read_exactly(HEADER.size, deadline))[0]
         if size > MAX_REPLY_BYTES:
             raise WorkerBroken(f"worker reply of {size} bytes")
         try:
@@ -91,10 +113,12 @@ class Worker:
             raise WorkerBroken("worker reply is not an object")
         if reply.get("anomaly") and set(reply) == {"anomaly"}:
             raise WorkerBroken(str(reply["anomaly"]))
-        for field, kind in REPLY_FIELDS.items():
-            if not isinstance(reply.get(field), kind) or (kind is int and isinstance(reply.get(field), bool)):
-                raise WorkerBroken(f"worker reply field {field!r} is missing or mistyped")
-        return reply
+        for name, kind in REPLY_FIELDS.items():
+            if not isinstance(reply.get(name), kind) or (kind is int and isinstance(reply.get(name), bool)):
+                raise WorkerBroken(f"worker reply field {name!r} is missing or mistyped")
+        if not 0 <= sum(reply[name] for name in STREAMS) <= MAX_REPLY_BYTES or min(reply[name] for name in STREAMS) < 0:
+            raise WorkerBroken("worker reply announces impossible stream sizes")
+        return reply, [self.read_exactly(reply[name], deadline) for name in STREAMS]
 
     def read_exactly(self, size: int, deadline: float) -> bytes:
         chunks: list[bytes] = []
@@ -110,12 +134,19 @@ class Worker:
         return b"".join(chunks)
 
     def close(self) -> None:
-        for fd in (self.request_fd, self.reply_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self.process.stdin is not None and self.process.stdout is not None:  # the protocol runs over stdio
+            for stream in (self.process.stdin, self.process.stdout):
+                with contextlib.suppress(OSError):
+                    stream.close()
+        else:
+            for fd in (self.request_fd, self.reply_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         for path in self.host_scratch:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -137,7 +168,7 @@ class Sandbox:
         limits: Limits = DEFAULT_LIMITS,
         recycle_after: int = 200,
         python: str = sys.executable,
-        allow_fallback: bool = True,
+        isolation: str = "auto",
     ) -> None:
         if mode not in ("pool", "fresh"):
             raise ValueError(f"mode must be 'pool' or 'fresh', got {mode!r}")
@@ -146,7 +177,7 @@ class Sandbox:
         self.mode = mode
         self.limits = limits
         self.recycle_after = recycle_after
-        self.launcher = resolve_launcher(python, allow_fallback)
+        self.launcher = resolve_launcher(python, isolation)
         self.isolation = self.launcher.isolation
         self._closed = False
         self._lock = threading.Lock()
@@ -163,18 +194,19 @@ class Sandbox:
         files = dict(files or {})
         for name in files:
             check_file_name(name)
-        request = {
+        body = {
             "source": source,
             "stdin": base64.b64encode(stdin).decode(),
             "files": {name: base64.b64encode(content).decode() for name, content in files.items()},
-            "limits": asdict(limits),
         }
-        encoded = json.dumps(request).encode()
+        encoded_body = json.dumps(body).encode()
+        header = json.dumps({"limits": asdict(limits), "body": len(encoded_body)}).encode()
         worker = self._take_worker()
         started = time.monotonic()
         reply: dict | None = None
+        streams: list[bytes] = []
         try:
-            reply = worker.execute(encoded, limits.wall_s + REPLY_GRACE_S)
+            reply, streams = worker.execute(header, encoded_body, limits.wall_s + REPLY_GRACE_S)
             anomaly = reply["anomaly"]
         except WorkerBroken as error:
             anomaly = str(error)
@@ -187,9 +219,9 @@ class Sandbox:
         return ExecResult(
             exit_code=reply["exit_code"],
             signal=reply["signal"],
-            stdout=base64.b64decode(reply["stdout"]),
-            stderr=base64.b64decode(reply["stderr"]),
-            channel=base64.b64decode(reply["channel"]),
+            stdout=streams[0],
+            stderr=streams[1],
+            channel=streams[2],
             truncated=reply["truncated"],
             timed_out=reply["timed_out"],
             cpu_s=float(reply["cpu_s"]),

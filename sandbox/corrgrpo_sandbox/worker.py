@@ -1,12 +1,22 @@
 """The worker interpreter that runs INSIDE the sandbox (stdlib only, run as a script with `python -I`).
 
-It reads length-prefixed JSON requests from one pipe and writes replies to another. Per request it forks a
-child that becomes the candidate (own session, rlimits, cwd = a wiped private tmp dir, fds 0-3 wired to a
-memfd and pipes), waits for it with wait4 (so CPU time and peak RSS come from the kernel), kills every
-straggler the child left behind, wipes the writable mounts and reports. The candidate shares the sandbox
-with the worker, so the worker hides its pipes from it (moved to high fds, closed in the child, and the
-worker is non-dumpable so /proc/<worker>/fd and ptrace are refused); if the candidate kills the worker
-anyway, the parent sees a dead worker and reports an anomaly.
+It reads requests from one pipe and writes replies to another. A request is a small header (limits, body size)
+followed by the body (program, stdin, files). The worker reads only the header and forks the child FIRST; the
+child reads the body itself, so no program, input or file ever enters the warm worker's memory, and the next
+child (a copy of the worker) cannot find a previous run's data there. Output is read into fixed buffers that are
+zeroed after each reply for the same reason.
+
+The child becomes the candidate (own session, rlimits, cwd = a private tmp dir, fds 0-3 wired to a memfd and
+pipes). The worker is a child subreaper: every process the candidate starts is its descendant, and CPU time is
+that of the whole process tree (the worker's cgroup counter where it has one, else the rusage of every process
+it reaps plus the live ones in /proc); the tree is killed when it reaches the CPU limit or the wall limit, and
+when the child exits. A run ends only when every one of its processes is reaped. Then the writable mounts are
+wiped (whatever permissions the candidate set) and, in the sandbox's own IPC namespace, every SysV IPC object
+is removed, so nothing survives into the next run.
+
+The candidate shares the sandbox with the worker, so the worker hides its pipes from it (moved to high fds,
+closed in the child, and the worker is non-dumpable so /proc/<worker>/fd and ptrace are refused); if the
+candidate kills the worker anyway, the parent sees a dead worker and reports an anomaly.
 """
 
 from __future__ import annotations
@@ -20,8 +30,8 @@ import math
 import os
 import resource
 import select
-import shutil
 import signal
+import stat
 import struct
 import sys
 import time
@@ -29,12 +39,20 @@ import traceback
 import types
 
 HEADER = struct.Struct(">I")
+SETUP_CPU = struct.Struct(">d")
+STREAMS = ("stdout", "stderr", "channel")
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+IPC_RMID = 0
 PROTOCOL_FD_BASE = 200  # the worker's own pipes live here; the child closes every fd >= 4
 READ_CHUNK = 65536
 DRAIN_READS = 32  # a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
-STRAGGLER_ROUNDS = 200
+STRAGGLER_ROUNDS = 2000  # x 1 ms: how long killed processes may take to disappear before the worker gives up
+POLL_S = 0.02  # how often a running tree's CPU is checked (runs shorter than this never pay for it)
+SETUP_TIMEOUT_S = 5.0  # the child reads its program and sets up before its wall clock starts
+NO_PROGRAM = 111  # the child's exit status when its program never arrived
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def read_message(fd: int) -> dict | None:
@@ -60,14 +78,11 @@ def read_exactly(fd: int, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def write_message(fd: int, message: dict) -> None:
-    body = json.dumps(message).encode()
-    view = memoryview(HEADER.pack(len(body)) + body)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-LIBC = ctypes.CDLL(None, use_errno=True)
+def write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+    for part in parts:
+        view = memoryview(part)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def prctl(option: int, value: int) -> None:
@@ -75,16 +90,94 @@ def prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def wipe(directory: str) -> None:
-    """Delete everything below a writable mount (the candidate may have left anything there)."""
-    if not os.path.isdir(directory):
-        return
-    for entry in os.scandir(directory):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
+class Streams:
+    """Fixed buffers the child's stdout, stderr and channel are read into, each capped, zeroed after every reply."""
+
+    def __init__(self) -> None:
+        self.cap = 0
+        self.memory = bytearray()
+        self.used = [0, 0, 0]
+        self.truncated = False
+
+    def reset(self, cap: int) -> None:
+        if cap != self.cap:
+            self.memory = bytearray(3 * cap + READ_CHUNK)  # the last chunk swallows what lies beyond a cap
+            self.cap = cap
+        self.used = [0, 0, 0]
+        self.truncated = False
+
+    def read(self, fd: int, index: int) -> int:
+        """One read of stream `index` from `fd`: bytes read, 0 at its end, -1 when nothing is there yet."""
+        used = self.used[index]
+        view = memoryview(self.memory)
+        start, end = (index * self.cap + used, (index + 1) * self.cap) if used < self.cap else (3 * self.cap, None)
+        target = view[start:end]
+        try:
+            count = os.readv(fd, [target])
+        except BlockingIOError:
+            return -1
+        if used < self.cap:
+            self.used[index] += count
         else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
+            self.truncated |= count > 0
+        return count
+
+    def views(self) -> list[memoryview]:
+        view = memoryview(self.memory)
+        return [view[index * self.cap : index * self.cap + self.used[index]] for index in range(3)]
+
+    def zero(self) -> None:
+        for index, used in enumerate(self.used):
+            self.memory[index * self.cap : index * self.cap + used] = bytes(used)
+        self.memory[3 * self.cap :] = bytes(READ_CHUNK)
+
+
+def remove_tree(path: str) -> None:
+    """Delete `path` whatever modes the candidate gave it (the owner may always chmod, even without privileges)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        os.chmod(path, 0o700)
+        for entry in os.listdir(path):
+            remove_tree(os.path.join(path, entry))
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
+def wipe(directory: str, mode: int) -> bool:
+    """Delete everything below a writable mount and give it back its `mode`; True when it is empty afterwards."""
+    if not os.path.isdir(directory):
+        return True
+    os.chmod(directory, mode)  # the candidate may have locked the mount point itself
+    for entry in os.listdir(directory):
+        with contextlib.suppress(OSError, RecursionError):  # checked below: what survives makes an anomaly
+            remove_tree(os.path.join(directory, entry))
+    return not os.listdir(directory)
+
+
+def remove_ipc_objects() -> bool:
+    """Remove every SysV shared memory segment, semaphore set and message queue of this IPC namespace (the
+    sandbox's own, see Launcher.namespaced); True when none is left. POSIX IPC lives in the wiped mounts."""
+    removers = {
+        "shm": lambda key: LIBC.shmctl(key, IPC_RMID, None),
+        "sem": lambda key: LIBC.semctl(key, 0, IPC_RMID),
+        "msg": lambda key: LIBC.msgctl(key, IPC_RMID, None),
+    }
+    clean = True
+    for kind, remove in removers.items():
+        path = f"/proc/sysvipc/{kind}"
+        if not os.path.exists(path):
+            continue
+        with open(path) as table:
+            rows = table.read().splitlines()[1:]
+        for row in rows:
+            remove(int(row.split()[1]))
+        with open(path) as table:
+            clean &= len(table.read().splitlines()) <= 1
+    return clean
 
 
 def apply_limits(limits: dict) -> None:
@@ -98,6 +191,11 @@ def apply_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def tree_cpu_cap(limits: dict) -> float:
+    """All of a run's processes together get what one process gets from RLIMIT_CPU: its hard limit."""
+    return max(1, math.ceil(limits["cpu_s"])) + 1
+
+
 def exit_status(error: SystemExit) -> int:
     """The exit status the interpreter would give for an uncaught SystemExit."""
     if error.code is None:
@@ -108,15 +206,45 @@ def exit_status(error: SystemExit) -> int:
     return 1
 
 
-def become_candidate(source: str, workdir: str, limits: dict, fds: tuple[int, int, int, int]) -> None:
-    """In the forked child: detach, rewire fds, limit, run `source` as __main__, exit. Never returns."""
-    status = 1
+def set_up(request: dict, workdir: str) -> None:
+    """In the child: its private cwd with the request's files, and stdin as a memfd on fd 0."""
+    os.mkdir(workdir, 0o700)
+    for name, content in request["files"].items():
+        path = os.path.join(workdir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(base64.b64decode(content))
+    stdin_fd = os.memfd_create("stdin", 0)
+    os.write(stdin_fd, base64.b64decode(request["stdin"]))
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    os.dup2(stdin_fd, 0)
+    os.chdir(workdir)
+
+
+def become_candidate(request_fd: int, size: int, workdir: str, limits: dict, outputs: list[int], go_fd: int) -> None:
+    """In the forked child: read the program, detach, rewire fds, limit, run it as __main__, exit. Never returns.
+
+    The worker learns on `go_fd` that the body was consumed (so the request stream is in step again) and how much
+    CPU the set-up took (subtracted: it is not the candidate's). Everything before that is the worker's code."""
+    status = NO_PROGRAM
     try:
+        body = read_exactly(request_fd, size)
+        if body is None:
+            return
+        status = 1
         os.setsid()
-        for target, fd in enumerate(fds):
+        for target, fd in enumerate(outputs, start=1):
             os.dup2(fd, target)
+        try:
+            request = json.loads(body)
+            del body
+            set_up(request, workdir)
+            source = request["source"]
+            del request
+        finally:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            os.write(go_fd, SETUP_CPU.pack(usage.ru_utime + usage.ru_stime))
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the worker's pipes included
-        os.chdir(workdir)
         apply_limits(limits)
         # sys.stdin/stdout/stderr are the worker's own, never used, so their buffers are empty: after dup2 they are
         # exactly what a fresh interpreter on these fds would have, at no cost
@@ -138,147 +266,253 @@ def become_candidate(source: str, workdir: str, limits: dict, fds: tuple[int, in
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
                 stream.flush()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
     finally:
         os._exit(status)
 
 
-def collect(pipes: dict[int, str], pidfd: int, deadline: float, cap: int) -> tuple[dict[str, bytes], bool, bool]:
-    """Read the child's pipes until it exits or the deadline passes; keep at most `cap` bytes per stream."""
-    data = {name: bytearray() for name in pipes.values()}
-    truncated = False
-    open_fds = set(pipes)
+class ProcessTree:
+    """The processes of one run: every descendant of the worker (a subreaper, so orphans stay descendants)."""
+
+    def __init__(self, namespaced: bool, usage_path: str | None) -> None:
+        self.namespaced = namespaced  # alone in a PID namespace: every process but init and the worker is the run's
+        self.usage_path = usage_path  # the worker's cgroup CPU counter (ns), counting even processes nobody waited for
+        self.me = os.getpid()
+        self.reaped_cpu = 0.0
+        self.peak_rss_kb = 0
+        self.child_status: int | None = None
+        self.child_cpu = 0.0
+        self.child = 0
+
+    def start(self, child: int) -> None:
+        self.child = child
+        self.reaped_cpu = 0.0
+        self.peak_rss_kb = 0
+        self.child_status = None
+        self.child_cpu = 0.0
+        self.counter_start = self.counter()
+
+    def counter(self) -> float:
+        """Cgroup CPU of everything in the worker's cgroup minus the worker's own, in seconds."""
+        if self.usage_path is None:
+            return 0.0
+        with open(self.usage_path, "rb") as counter:
+            total = int(counter.read()) / 1e9
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return total - own.ru_utime - own.ru_stime
+
+    def record(self, pid: int, status: int, usage: resource.struct_rusage) -> None:
+        cpu = usage.ru_utime + usage.ru_stime  # the process's own and that of every descendant it waited for
+        self.reaped_cpu += cpu
+        self.peak_rss_kb = max(self.peak_rss_kb, usage.ru_maxrss)
+        if pid == self.child:
+            self.child_status, self.child_cpu = status, cpu
+
+    def reap_orphans(self) -> None:
+        """Reap exited descendants other than the child (whose exit the pidfd reports) and count their CPU."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == self.child:
+                return
+            self.record(*os.wait4(info.si_pid, 0))
+
+    def descendants(self) -> list[int]:
+        """Live (and zombie) processes of the run, from /proc."""
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+        if self.namespaced:
+            return [pid for pid in pids if pid not in (1, self.me)]
+        parents = {pid: stat_fields(pid)[1:2] for pid in pids}
+        found, frontier = [], {self.me}
+        while frontier:
+            frontier = {pid for pid, parent in parents.items() if parent and int(parent[0]) in frontier}
+            found += frontier
+        return found
+
+    def cpu(self) -> float:
+        """CPU time of every process of the run so far."""
+        if self.usage_path is not None:
+            return max(0.0, self.counter() - self.counter_start)
+        live = 0.0
+        for pid in self.descendants():
+            fields = stat_fields(pid)
+            if len(fields) > 14:  # utime, stime and what it has waited for
+                live += sum(int(value) for value in fields[11:15]) / CLOCK_TICK
+        return self.reaped_cpu + live
+
+    def kill(self) -> None:
+        if self.namespaced:  # every process the worker may signal, except the namespace's init and the worker
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)
+            return
+        for pid in self.descendants():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def end(self) -> bool:
+        """Kill and reap every process of the run; True when none is left."""
+        for _ in range(STRAGGLER_ROUNDS):
+            while True:
+                try:
+                    reaped = os.wait4(-1, os.WNOHANG)
+                except ChildProcessError:  # no child at all: no descendant either
+                    return True
+                if reaped[0] == 0:
+                    break
+                self.record(*reaped)
+            self.kill()
+            time.sleep(0.001)
+        return False
+
+
+def stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (state, ppid, ...), or [] when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].decode().split()
+    except (OSError, IndexError):
+        return []
+
+
+def await_program(go_fd: int, pidfd: int) -> float | None:
+    """The child's set-up CPU once it has its program; None when it ended (or hung) without it."""
+    ready, _, _ = select.select([go_fd, pidfd], [], [], SETUP_TIMEOUT_S)
+    if go_fd not in ready:
+        return None
+    message = read_exactly(go_fd, SETUP_CPU.size)
+    return None if message is None else SETUP_CPU.unpack(message)[0]
+
+
+def supervise(
+    readers: dict[int, int], pidfd: int, tree: ProcessTree, streams: Streams, deadline: float, cpu_cap: float
+) -> tuple[bool, bool]:
+    """Read the outputs until the child exits, the deadline passes or the tree's CPU reaches `cpu_cap`.
+    Returns (child exited, CPU cap reached)."""
+    open_fds = set(readers)
     for fd in open_fds:
         os.set_blocking(fd, False)
-    exited = False
-    while not exited:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        ready, _, _ = select.select([*open_fds, pidfd], [], [], remaining)
+    next_check = time.monotonic() + POLL_S
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return False, False
+        if now >= next_check:
+            tree.reap_orphans()
+            if tree.cpu() >= cpu_cap:
+                return False, True
+            next_check = now + POLL_S
+        ready, _, _ = select.select([*open_fds, pidfd], [], [], min(deadline, next_check) - now)
         exited = pidfd in ready
         for fd in open_fds.copy() if exited else ready:
             if fd == pidfd:
                 continue
             for _ in range(DRAIN_READS if exited else 1):  # after exit, drain what the child left in the pipe
-                try:
-                    chunk = os.read(fd, READ_CHUNK)
-                except BlockingIOError:
-                    break
-                if not chunk:
+                count = streams.read(fd, readers[fd])
+                if count == 0:
                     open_fds.discard(fd)
+                if count <= 0:
                     break
-                buffer = data[pipes[fd]]
-                keep = max(0, cap - len(buffer))
-                buffer += chunk[:keep]
-                truncated |= len(chunk) > keep
-    return {name: bytes(value) for name, value in data.items()}, truncated, exited
+        if exited:
+            return True, False
 
 
-def kill_stragglers(in_pid_namespace: bool) -> bool:
-    """Kill and reap every process the candidate left behind; True when none is left.
+class Worker:
+    """State that lives across runs: the protocol, the scratch mounts, the output buffers."""
 
-    Inside bwrap's PID namespace kill(-1) reaches every process except the worker and the namespace's init;
-    outside (fallback) the worker is a child subreaper, so orphans are reparented to it and found in /proc."""
-    me = str(os.getpid())
-    for _ in range(STRAGGLER_ROUNDS):
-        if in_pid_namespace:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(-1, signal.SIGKILL)
-        children = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as stat:
-                        if stat.read().rsplit(")", 1)[1].split()[1] == me:
-                            children.append(int(entry))
-                except (OSError, IndexError):
-                    continue
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        while True:
+    def __init__(self, argv: list[str]) -> None:
+        self.request_fd, self.reply_fd = (
+            os.dup2(int(fd), PROTOCOL_FD_BASE + i, inheritable=False) for i, fd in enumerate(argv[1:3])
+        )
+        for original in argv[1:3]:
+            if int(original) not in (self.request_fd, self.reply_fd):
+                os.close(int(original))
+        self.namespaced = argv[3] == "1"
+        self.tree = ProcessTree(self.namespaced, None if argv[4] == "-" else argv[4])
+        self.scratch = argv[5:]  # writable mounts wiped after every run; the first one holds the child's cwd
+        self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
+        self.streams = Streams()
+
+    def execute(self, header: dict) -> tuple[dict, list[memoryview]]:
+        limits = header["limits"]
+        self.streams.reset(limits["output_bytes"])
+        pipes = [os.pipe() for _ in STREAMS]
+        go_read, go_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            become_candidate(
+                self.request_fd,
+                header["body"],
+                os.path.join(self.scratch[0], "work"),
+                limits,
+                [write_end for _, write_end in pipes],
+                go_write,
+            )
+        self.tree.start(pid)
+        pidfd = os.pidfd_open(pid)
+        for _, write_end in pipes:
+            os.close(write_end)
+        os.close(go_write)
+        readers = {read_end: index for index, (read_end, _) in enumerate(pipes)}
+        setup_cpu = await_program(go_read, pidfd)
+        started = time.monotonic()
+        exited = cpu_exceeded = False
+        if setup_cpu is not None:
+            exited, cpu_exceeded = supervise(
+                readers, pidfd, self.tree, self.streams, started + limits["wall_s"], tree_cpu_cap(limits) + setup_cpu
+            )
+        clean = self.tree.end()
+        wall = time.monotonic() - started
+        cpu = max(0.0, max(self.tree.reaped_cpu, self.tree.cpu()) - (setup_cpu or 0.0))
+        for fd in (pidfd, go_read, *readers):
+            os.close(fd)
+        for directory, mode in self.modes.items():
+            clean &= wipe(directory, mode)
+        if self.namespaced:
+            clean &= remove_ipc_objects()
+        if setup_cpu is None:
+            return {"anomaly": "the child ended before it had its program"}, []
+        status = self.tree.child_status if self.tree.child_status is not None else 0
+        killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        views = self.streams.views()
+        reply = {
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": killed_by,
+            **{name: len(view) for name, view in zip(STREAMS, views, strict=True)},
+            "truncated": self.streams.truncated,
+            "timed_out": not exited
+            or cpu_exceeded
+            or killed_by == signal.SIGXCPU
+            or (killed_by == signal.SIGKILL and self.tree.child_cpu >= math.ceil(limits["cpu_s"])),
+            "cpu_s": cpu,
+            "wall_s": wall,
+            "peak_rss_kb": self.tree.peak_rss_kb,
+            "anomaly": None if clean else "processes, files or IPC objects left by the candidate could not be removed",
+        }
+        return reply, views
+
+    def serve(self) -> None:
+        prctl(PR_SET_DUMPABLE, 0)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        for directory, mode in self.modes.items():
+            wipe(directory, mode)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # parent gone: die instead of looping on EPIPE
+        while (header := read_message(self.request_fd)) is not None:
+            views: list[memoryview] = []
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
-        if not children:
-            return True
-        time.sleep(0.001)
-    return False
-
-
-def execute(request: dict, in_pid_namespace: bool, scratch: list[str]) -> dict:
-    limits = request["limits"]
-    workdir = os.path.join(scratch[0], "work")
-    os.mkdir(workdir, 0o700)
-    for name, content in request["files"].items():
-        path = os.path.join(workdir, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(base64.b64decode(content))
-    stdin_fd = os.memfd_create("stdin", 0)
-    os.write(stdin_fd, base64.b64decode(request["stdin"]))
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
-    pipes = {name: os.pipe() for name in ("stdout", "stderr", "channel")}
-    started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        become_candidate(request["source"], workdir, limits, (stdin_fd, *(pipes[name][1] for name in pipes)))
-    pidfd = os.pidfd_open(pid)
-    os.close(stdin_fd)
-    for _, write_end in pipes.values():
-        os.close(write_end)
-    readers = {read_end: name for name, (read_end, _) in pipes.items()}
-    streams, truncated, exited = collect(readers, pidfd, started + limits["wall_s"], limits["output_bytes"])
-    if not exited:
-        for target in (-pid, pid):  # its process group, and the child itself should it have left the group
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(target, signal.SIGKILL)
-    _, status, usage = os.wait4(pid, 0)
-    wall = time.monotonic() - started
-    for fd in (pidfd, *readers):
-        os.close(fd)
-    clean = kill_stragglers(in_pid_namespace)
-    for directory in scratch:
-        wipe(directory)
-    killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    return {
-        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        "signal": killed_by,
-        **{name: base64.b64encode(value).decode() for name, value in streams.items()},
-        "truncated": truncated,
-        "timed_out": not exited
-        or killed_by == signal.SIGXCPU
-        or (killed_by == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= math.ceil(limits["cpu_s"])),
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "wall_s": wall,
-        "peak_rss_kb": usage.ru_maxrss,
-        "anomaly": None if clean else "processes left behind by the candidate could not be killed",
-    }
-
-
-def main(argv: list[str]) -> None:
-    request_fd, reply_fd = (os.dup2(int(fd), PROTOCOL_FD_BASE + i, inheritable=False) for i, fd in enumerate(argv[1:3]))
-    for original in argv[1:3]:
-        os.close(int(original))
-    in_pid_namespace = argv[3] == "1"
-    scratch = argv[4:]  # writable mounts wiped after every run; the first one holds the child's cwd
-    prctl(PR_SET_DUMPABLE, 0)
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
-    for directory in scratch:
-        wipe(directory)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # parent gone: die instead of looping on EPIPE
-    while (request := read_message(request_fd)) is not None:
-        try:
-            reply = execute(request, in_pid_namespace, scratch)
-        except Exception as error:
-            reply = {"anomaly": f"worker error: {error!r}"}
-        write_message(reply_fd, reply)
-        if reply.get("anomaly"):
-            return
+                reply, views = self.execute(header)
+            except Exception as error:
+                reply = {"anomaly": f"worker error: {error!r}"}
+            body = json.dumps(reply).encode()
+            write_all(self.reply_fd, [HEADER.pack(len(body)), body, *views])
+            del views
+            self.streams.zero()
+            if reply.get("anomaly"):
+                return
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    Worker(sys.argv).serve()

@@ -8,27 +8,34 @@ from collections.abc import Iterator
 import pytest
 
 from corrgrpo_sandbox import Sandbox
+from corrgrpo_sandbox.isolation import IsolationUnavailable
+
+
+def isolated_sandbox(mode: str, workers: int) -> Sandbox:
+    """A bwrap sandbox; without bubblewrap skip locally, fail under CI (where bwrap is required)."""
+    try:
+        return Sandbox(mode, workers=workers, isolation="bwrap")  # type: ignore[arg-type]
+    except IsolationUnavailable as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
 
 
 @pytest.fixture
 def require_bwrap(pool_sandbox: Sandbox) -> None:
-    """Containment tests are meaningless in the fallback: skip locally, fail under CI (where bwrap is required)."""
-    if pool_sandbox.isolation != "bwrap":
-        message = f"bubblewrap is unavailable here ({pool_sandbox.isolation})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    """Containment tests need bubblewrap (the pool fixture skips or fails without it)."""
+    assert pool_sandbox.isolation == "bwrap"
 
 
 @pytest.fixture(scope="session")
 def pool_sandbox() -> Iterator[Sandbox]:
-    with Sandbox("pool", workers=2) as sandbox:
+    with isolated_sandbox("pool", 2) as sandbox:
         yield sandbox
 
 
 @pytest.fixture(scope="session")
 def fresh_sandbox() -> Iterator[Sandbox]:
-    with Sandbox("fresh") as sandbox:
+    with isolated_sandbox("fresh", 1) as sandbox:
         yield sandbox
 
 

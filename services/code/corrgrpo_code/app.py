@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import logging
 
 from fastapi import FastAPI
 
 from corrgrpo_proto.code import CodeScoreRequest
 from corrgrpo_sandbox import Sandbox
+from corrgrpo_sandbox.isolation import IsolationUnavailable
 from corrgrpo_service import add_score_route, make_store
 
 from .declaration import SERVICE
@@ -15,21 +17,32 @@ from .problems import load_problems
 from .scoring import CodeScorer
 from .settings import CodeSettings
 
+log = logging.getLogger("corrgrpo.code")
+
 
 def build(settings: CodeSettings) -> FastAPI:
-    sandbox = Sandbox(
-        mode=settings.code_sandbox_mode,
-        workers=settings.code_workers,
-        limits=settings.limits(),
-        allow_fallback=settings.code_allow_fallback,
-    )
+    try:
+        sandbox = Sandbox(
+            mode=settings.code_sandbox_mode,
+            workers=settings.code_workers,
+            limits=settings.limits(),
+            isolation=settings.code_isolation,
+        )
+    except IsolationUnavailable as error:
+        raise IsolationUnavailable(
+            f"the code service refuses to run untrusted code without isolation: {error} "
+            "(for the code service: CORRGRPO_CODE_ISOLATION=unsafe-none)"
+        ) from error
+    (log.warning if sandbox.isolation == "unsafe-none" else log.info)("code service: sandbox isolation %s", sandbox.isolation)
     atexit.register(sandbox.close)
     store = make_store(settings.redis_url)
     scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), settings.scoring_config(), settings.code_workers)
 
     async def sandbox_isolation() -> str | None:
-        """`ok` under bwrap; the loud `fallback: <reason>` string as a warning otherwise."""
-        return None if sandbox.isolation == "bwrap" else sandbox.isolation
+        """Ready only with isolation: `unsafe-none` runs (opted in by name) but is never reported ready."""
+        if sandbox.isolation == "unsafe-none":
+            raise RuntimeError("isolation unsafe-none: untrusted code runs unsandboxed")
+        return sandbox.isolation
 
     app = SERVICE.create_app(settings, readiness={"sandbox": sandbox_isolation}, store=store)
     app.state.scorer = scorer

@@ -38,10 +38,10 @@ class CodeSettings(ServiceSettings):
     code_sandbox_mode: Literal["pool", "fresh"] = Field(
         "pool", description="`pool` (warm workers forking per run) or `fresh` (one interpreter per run)"
     )
-    code_allow_fallback: bool = Field(
-        True,
-        description="Without bwrap, run with rlimits + a process group only (reported in `info.isolation` and `/readyz`); "
-        "`false`: refuse to start",
+    code_isolation: Literal["auto", "bwrap", "docker", "unsafe-none"] = Field(
+        "auto",
+        description="Sandbox isolation: `auto` (bwrap, else docker, else refuse to start), `bwrap`, `docker`, or "
+        "`unsafe-none` (untrusted code runs with the service's uid, files and network; `/readyz` stays 503)",
     )
     code_cpu_s: float = Field(DEFAULT.limits.cpu_s, description="CPU seconds per execution (program + all tests)")
     code_wall_s: float = Field(DEFAULT.limits.wall_s, description="Wall-clock seconds per execution")

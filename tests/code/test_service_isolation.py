@@ -1,0 +1,45 @@
+"""Secure default (issue 14.7): the code service runs code only with isolation, and says which one it has."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import start_service
+
+SQUARE = {
+    "task_id": "square",
+    "entry_point": "square",
+    "test": "def check(candidate):\n    assert candidate(3) == 9\n",
+    "reference": "def square(x):\n    return x * x\n",
+}
+
+
+def test_without_bubblewrap_the_service_refuses_to_start(tmp_path: Path) -> None:
+    path = os.path.dirname(os.path.realpath(sys.executable))  # the interpreter, and no bwrap
+    assert not os.path.exists(os.path.join(path, "bwrap"))
+    env = {"PATH": path, "CORRGRPO_WORKERS": "1"}
+    with pytest.raises(RuntimeError, match="exited"), start_service("code", env=env, tmp_dir=str(tmp_path)):
+        pass
+    log = "".join(path.read_text() for path in tmp_path.glob("*.log"))
+    assert "apt-get install bubblewrap" in log and "CORRGRPO_CODE_ISOLATION=unsafe-none" in log
+
+
+def test_unsafe_none_runs_only_by_name_and_is_never_ready() -> None:
+    env = {"CORRGRPO_WORKERS": "1", "CORRGRPO_CODE_ISOLATION": "unsafe-none"}
+    with start_service("code", env=env) as service:
+        response = httpx.get(f"{service.url}/readyz", timeout=10)
+        assert response.status_code == 503 and "unsafe-none" in response.json()["checks"]["sandbox"]
+        item = {"completion": "```python\ndef square(n):\n    return n * n\n```", "problem": SQUARE}
+        result = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, timeout=60).json()["results"][0]
+        assert result["info"]["isolation"] == "unsafe-none"
+        assert "sandbox isolation unsafe-none" in service.log()
+
+
+def test_the_log_says_which_isolation_is_active() -> None:
+    with start_service("code", env={"CORRGRPO_WORKERS": "1"}) as service:
+        assert httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200
+        assert "sandbox isolation bwrap" in service.log()
