@@ -84,11 +84,32 @@ class Matching:
         }
 
 
+# End-of-sequence and end-of-turn tokens of common tokenizers. A completion decoded with special tokens
+# kept (OpenRLHF does) ends in one or several (end of turn, then EOS or padding); they never change a score.
+END_TOKENS = (
+    "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+    "<end_of_turn>", "<eos>", "<｜end▁of▁sentence｜>",
+)  # fmt: skip
+
+
+def strip_end_tokens(text: str) -> str:
+    """`text` without the end tokens (and whitespace) it ends with; linear in their length."""
+    end = len(text)
+    while True:
+        while end and text[end - 1].isspace():
+            end -= 1
+        token = next((t for t in END_TOKENS if end >= len(t) and text.startswith(t, end - len(t))), None)
+        if token is None:
+            return text[:end]
+        end -= len(token)
+
+
 def extract_response(text: str) -> str:
     """The assistant's reply: text after the last assistant-turn marker, before the end-of-turn marker.
 
-    Raw completions pass through (stripped), as in ToolRL, which also cuts at `<|im_end|>`.
+    Raw completions pass through (stripped of trailing end tokens), as in ToolRL, which also cuts at `<|im_end|>`.
     """
+    text = strip_end_tokens(text)
     for start, end in TURN_MARKERS:
         if start in text:
             text = text.rsplit(start, 1)[1]
