@@ -2,7 +2,8 @@
 
 The proof of "a new service is its folder plus one line": a fourth toy service, written into a temp
 folder and installed from its own pyproject.toml (whose entry point is that line), shows up in the
-registry, starts with `python -m`, is a part for the Makefile and first-party for ruff.
+registry, starts with `python -m`, is a part for the Makefile, first-party for ruff and gets its
+configuration table.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import httpx
 import pytest
 from servers import start_service
 
+from corrgrpo_service import docs
 from corrgrpo_service.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,6 +108,7 @@ TOY = {
         [tool.setuptools]
         packages = ["corrgrpo_toy"]
     """,
+    "README.md": "# toy\n\n<!-- settings:begin -->\n<!-- settings:end -->\n",
     "corrgrpo_toy/__init__.py": '"""A toy service."""\n',
     "corrgrpo_toy/__main__.py": """
         from corrgrpo_service.cli import serve
@@ -187,13 +190,15 @@ def toy_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_fourth_service_is_its_folder_plus_one_line(toy_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    site = toy_repo / "site"
-    monkeypatch.syspath_prepend(str(site))
+    site, folder = toy_repo / "site", toy_repo / "services" / "toy"
+    monkeypatch.syspath_prepend(str(site))  # its metadata (the entry point)
+    monkeypatch.syspath_prepend(str(folder))  # its code, imported from the folder as an editable install would
     services = declared()
     assert list(services) == ["code", "toolcall", "agentdojo", "toy"]
     toy = services["toy"]
     assert (toy.version, toy.port, toy.module, toy.settings.__name__) == ("0.3.0", 8104, "corrgrpo_toy", "ToySettings")
     assert "services/toy" in makefile_parts(toy_repo)
+    assert "| `CORRGRPO_TOY_SCALE` | `1` | Multiplies the length |" in docs.tables()[folder / "README.md"]
 
     with start_service("toy", env={"PYTHONPATH": str(site), "CORRGRPO_TOY_SCALE": "2"}) as process:
         assert httpx.get(f"{process.url}/healthz").json() == {"status": "ok", "service": "toy", "version": "0.3.0"}
