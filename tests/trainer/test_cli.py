@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from conftest import require_shared_data
 from servers import start_service
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
-from corrgrpo_trainer.cli import component_table, compute_advantages, main
+from corrgrpo_trainer.cli import COMMANDS, InputError, build_parser, component_table, compute_advantages, main
 
 REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5, 0.2]]]
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
@@ -53,7 +54,7 @@ def test_weights_fold_into_r_and_gdpo_applies_them_to_z_scores(tmp_path: Path) -
 
 
 def test_mismatched_weights_are_refused() -> None:
-    with pytest.raises(ValueError, match="3 weights for K = 2"):
+    with pytest.raises(InputError, match="3 weights for K = 2"):
         compute_advantages({"rewards": REWARDS, "weights": [1, 1, 1]}, ["grpo"])
 
 
@@ -90,3 +91,58 @@ def test_train_command_runs_the_tiny_policy_against_the_live_toolcall_service(
     assert all(f"{name}=" in progress[0] for name in ("format", "name", "param_names", "param_values"))
     assert lines[-2].split() == ["step", "format", "name", "param_names", "param_values", "reward"]
     assert lines[-1].split()[0] == "1" and len(lines[-1].split()) == 6
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[[[1, 2], [3]]]", "rewards[0][1]: 1 components, the first had 2 (ragged)"),
+        ("[[1, 2]]", "rewards[0][0]: expected a non-empty list of components"),
+        ('[[["a", 1]]]', 'rewards[0][0][0]: expected a number or null, got "a"'),
+        ("{bad", "is not JSON"),
+        ('{"weights": [1]}', 'an object with "rewards"'),
+        ('{"rewards": [[[1], [2]]], "weights": {"a": "x"}}', "weights[0]: expected a number"),
+    ],
+)
+def test_malformed_advantages_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    source = tmp_path / "in.json"
+    source.write_text(content)
+    with pytest.raises(SystemExit) as exit_:
+        main(["advantages", "--input", str(source)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_missing_input_file_is_one_line_and_exit_2() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "corrgrpo_trainer", "advantages", "--input", "/no/such/file.json"], capture_output=True, text=True
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert (
+        run.stderr.strip()
+        == "python -m corrgrpo_trainer advantages: error: cannot read /no/such/file.json: No such file or directory"
+    )
+
+
+def test_help_describes_every_command_and_every_option_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    top = " ".join(parser.format_help().split())
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        assert (name in top and COMMANDS[name] in top.replace("\n", " ").replace("  ", " ")) or name in top
+        for action in sub._actions:
+            if action.dest == "help":
+                continue
+            assert action.help, f"{name} {action.option_strings} has no help"
+            assert "default" in action.help or "required" in action.help, f"{name} {action.option_strings}: {action.help}"
+    with pytest.raises(SystemExit) as exit_:
+        main(["rollout", "--config", "x.yaml", "--max-steps", "3"])  # rollout never used it
+    assert exit_.value.code == 2 and "unrecognized arguments: --max-steps" in capsys.readouterr().err
+
+
+def test_a_missing_config_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--config", "/no/such/config.yaml"])
+    assert exit_.value.code == 2 and "cannot read the config /no/such/config.yaml" in capsys.readouterr().err

@@ -1,15 +1,14 @@
-"""The demo's parts (the whole `make demo` takes minutes and runs as its own target)."""
+"""The parts of examples/demo.py (the whole `make demo` takes minutes and runs as its own target)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+import demo
 import pytest
 import torch
 from servers import start_service
-
-from corrgrpo_trainer import demo
 
 
 def test_code_groups_hold_the_canonical_solution_and_one_perturbation_per_stage() -> None:
@@ -45,3 +44,9 @@ def test_toolcall_groups_scored_by_the_live_service_rank_right_above_wrong(tmp_p
         assert values.shape == (3, 6) and (values[:, labels.index("exact")] > values[:, labels.index("bad_json")]).all()
     demo.plot(tmp_path / "demo.png", None, {"toolcall": scored}, {"toolcall": advantages})
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary_names_the_files_and_says_when_the_sandbox_is_unknown() -> None:
+    text = demo.summary(None, trained=True)
+    assert "zero_std_groups=" in text and "|A|=" in text and "unknown (the code service did not start)" in text
+    assert str(demo.OUT / "train" / "metrics.jsonl") in text and str(demo.OUT / "demo.png") in text

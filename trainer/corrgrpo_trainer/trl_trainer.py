@@ -12,6 +12,7 @@ describe the rewards, not the advantages. The estimator's diagnostics go to `sel
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,8 @@ def check_trl_version(version: str = trl.__version__) -> None:
 
 
 check_trl_version()
+# TRL 1.16 reads the deprecated `model.is_gradient_checkpointing` at every generation (transformers 5 warns each time).
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 @dataclass
@@ -62,6 +65,8 @@ class CorrGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        if self.activation_checkpointing is None:  # TRL sets the deprecated alias; pass it on under its new name (no warning)
+            self.activation_checkpointing = self.gradient_checkpointing
         super().__post_init__()
         if self.advantage_estimator not in ESTIMATORS:
             raise ValueError(f"advantage_estimator must be one of {sorted(ESTIMATORS)}, got {self.advantage_estimator!r}")

