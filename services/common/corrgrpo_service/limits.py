@@ -269,8 +269,8 @@ class InflightItems:
 
     A batch that would exceed the limit is refused (the route answers 429 + Retry-After) rather than
     queued, so memory and latency stay bounded under overload; the client backs off and retries.
-    A batch larger than the whole limit is admitted only when nothing else is in flight, so it is
-    slow under load but never refused forever. One event loop per process: no lock needed.
+    The route asks for at most one request's share (`max_request_inflight_items`, never more than
+    the limit), so a large batch is slow, never refused forever. One event loop per process: no lock.
     """
 
     def __init__(self, limit: int, on_change: Callable[[int], None]) -> None:
@@ -281,7 +281,7 @@ class InflightItems:
         return bool(self.limit) and self.count >= self.limit
 
     def try_acquire(self, items: int) -> bool:
-        if self.limit and self.count and self.count + items > self.limit:
+        if self.limit and self.count + items > self.limit:
             return False
         self.count += items
         self.on_change(self.count)
