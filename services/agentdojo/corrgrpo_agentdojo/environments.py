@@ -100,7 +100,6 @@ class StartCache:
         self.size = size
         self._entries: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = self.misses = 0
 
     def _injected(self, suite: TaskSuite, injections: dict[str, str]) -> bytes:
         key = (suite.name, hashlib.sha256(json.dumps(injections, sort_keys=True).encode()).hexdigest())
@@ -108,11 +107,9 @@ class StartCache:
             blob = self._entries.get(key)
             if blob is not None:
                 self._entries.move_to_end(key)
-                self.hits += 1
                 return blob
         blob = pickle.dumps(load_injected_environment(suite, injections), protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
-            self.misses += 1
             self._entries[key] = blob
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
