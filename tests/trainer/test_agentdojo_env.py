@@ -24,7 +24,7 @@ from transformers.utils import get_json_schema
 
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_trainer import cli
-from corrgrpo_trainer.agentdojo_env import paper_metrics, task_rows, tool_calling_template, tool_method
+from corrgrpo_trainer.agentdojo_env import evaluate, paper_metrics, task_rows, tool_calling_template, tool_method
 from corrgrpo_trainer.tiny import build_tiny_policy
 
 CONFIG = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "agentdojo.yaml"
@@ -134,7 +134,7 @@ def steered_step(service: ServiceProcess, tmp_path_factory: pytest.TempPathFacto
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Qwen2ForCausalLM, "generate", recording_generate)
         trainer = cli.train(config, progress=False)
-    return {"trainer": trainer, "given": given, "directory": directory}
+    return {"trainer": trainer, "given": given, "model": model, "bias": bias}
 
 
 def test_a_training_step_runs_episodes_through_the_tool_loop(steered_step: dict[str, Any]) -> None:
@@ -142,7 +142,8 @@ def test_a_training_step_runs_episodes_through_the_tool_loop(steered_step: dict[
     assert logs["tools/call_frequency"] == 1.0 and logs["tools/failure_frequency"] == 0.0  # one read_file per rollout
     assert logs["rewards/utility/mean"] == 0.0  # reading the bill is not paying it
     assert logs["rewards/security/mean"] == 1.0  # nor sending the attacker money
-    metrics = [json.loads(line) for line in (steered_step["directory"] / "out" / "metrics.jsonl").read_text().splitlines()]
+    output_dir = Path(steered_step["trainer"].args.output_dir)
+    metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["tools/call_frequency"] == 1.0
 
 
@@ -153,6 +154,21 @@ def test_the_attacks_injection_reaches_what_the_policy_is_given(steered_step: di
     assert first and after_tool, "a first turn and a turn after the tool result were generated"
     assert all(goal not in text for text in first)
     assert all("<INFORMATION>" in text and goal in text for text in after_tool)
+
+
+def test_evaluation_prints_and_writes_the_papers_metrics(
+    service: ServiceProcess, steered_step: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same pair with and without its attack, through TRL's multi-turn loop (the steered policy reads the bill)."""
+    generation = {"sequence_bias": steered_step["bias"]}
+    config = agentdojo_config(service, tmp_path / "eval", steered_step["model"], generation_kwargs=generation)
+    config["trl"]["max_tool_calling_iterations"] = 2
+    metrics = evaluate(config, str(tmp_path / "metrics.json"))
+    assert metrics["episodes"] == {"without_attack": 1, "under_attack": 1, "unscored": 0}
+    assert metrics["utility_without_attack"] == metrics["utility_under_attack"] == metrics["attack_success_rate"] == 0.0
+    assert "| attack success rate | 0.0% | 1 |" in capsys.readouterr().out
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert sorted(row["injection_task"] or "" for row in written["log"]) == ["", "injection_task_0"]
 
 
 def test_paper_metrics_count_attacked_and_benign_episodes_apart() -> None:

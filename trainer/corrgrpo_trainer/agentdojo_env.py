@@ -104,23 +104,21 @@ def tool_method(tool: dict[str, Any]) -> Callable[..., str]:
 
 @dataclass
 class ServiceClock:
-    """Seconds spent waiting on the service, by call kind, and each tool call's (start, end) for overlap checks."""
+    """Every service call's (start, end) by kind (create, step, finish): time spent and overlap, for measurements."""
 
-    seconds: dict[str, float] = field(default_factory=lambda: {"create": 0.0, "step": 0.0, "finish": 0.0})
-    calls: dict[str, int] = field(default_factory=lambda: {"create": 0, "step": 0, "finish": 0})
-    step_spans: list[tuple[float, float]] = field(default_factory=list)
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {"create": [], "step": [], "finish": []})
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, kind: str, start: float, end: float) -> None:
         with self.lock:
-            self.seconds[kind] += end - start
-            self.calls[kind] += 1
-            if kind == "step":
-                self.step_spans.append((start, end))
+            self.spans[kind].append((start, end))
 
-    def max_overlap(self) -> int:
-        """The most tool calls that were in flight at the same moment (1: TRL ran them one after another)."""
-        events = sorted([(s, 1) for s, _ in self.step_spans] + [(e, -1) for _, e in self.step_spans])
+    def seconds(self, kind: str) -> float:
+        return sum(end - start for start, end in self.spans[kind])
+
+    def max_overlap(self, kind: str) -> int:
+        """The most calls of `kind` in flight at one moment (1: they ran one after another)."""
+        events = sorted([(start, 1) for start, _ in self.spans[kind]] + [(end, -1) for _, end in self.spans[kind]])
         depth = best = 0
         for _, change in events:
             depth += change
@@ -379,7 +377,7 @@ def metrics_table(metrics: dict[str, Any]) -> str:
     )
 
 
-def evaluate(config: dict[str, Any], output: str | None = None, policy: tuple[Any, Any] | None = None) -> dict[str, Any]:
+def evaluate(config: dict[str, Any], output: str | None = None) -> dict[str, Any]:
     """Run every configured episode once with the policy through TRL's multi-turn loop (the trainer's
     `evaluate`, no update) under the config's `dataset`, plus the same user tasks without attack;
     print the paper's metrics as a table and write them (with every episode) as JSON to `output`."""
@@ -393,13 +391,13 @@ def evaluate(config: dict[str, Any], output: str | None = None, policy: tuple[An
     assert attacked is not None
     benign = task_rows(attacked.tasks, {**dataset, "injection_tasks": None})
     rows = benign + [row for row in attacked.rows if row["injection_task"] is not None]
-    trl_args = {k: v for k, v in (config.get("trl") or {}).items() if k not in ("max_steps", "num_generations")}
+    trl_args = {k: v for k, v in (config.get("trl") or {}).items() if k != "max_steps"}
     trl_args.setdefault("output_dir", "trainer_out/agentdojo-eval")
-    model, tokenizer = policy or load_policy(config.get("model", "tiny"), trl_args["output_dir"])
-    batch = trl_args.pop("per_device_eval_batch_size", 4)
-    args = CorrGRPOConfig(
-        per_device_eval_batch_size=batch, num_generations=2, num_generations_eval=1, report_to="none", **trl_args
-    )
+    model, tokenizer = load_policy(config.get("model", "tiny"), trl_args["output_dir"])
+    # one generation per episode; the train-side sizes only have to be valid
+    trl_args |= {"num_generations": 2, "per_device_train_batch_size": 2, "num_generations_eval": 1, "report_to": "none"}
+    trl_args.setdefault("per_device_eval_batch_size", 4)
+    args = CorrGRPOConfig(**trl_args)
     trainer = CorrGRPOTrainer(
         model=model,
         processing_class=tokenizer,
