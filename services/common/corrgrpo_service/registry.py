@@ -10,8 +10,8 @@ and registers it with one entry point in its own pyproject.toml:
     [project.entry-points."corrgrpo.services"]
     code = "corrgrpo_code.declaration:SERVICE"
 
-`declared()` finds every installed one: the entrypoint (`python -m corrgrpo_<name>`), the tests'
-service lists, the deploy checks and the local launcher ask it. Importing a declaration is cheap
+`python -m corrgrpo_<name>` serves its `SERVICE`; `declared()` finds every installed one for the
+tests' service lists, the deploy checks and local launchers. Importing a declaration is cheap
 (settings and component specs only); the app module, which may import heavy packages (agentdojo
 takes seconds), is imported only by `build`.
 """
