@@ -133,11 +133,11 @@ class MemoryStore(Store):
 
     def _evict_for(self, size: int, keep: str) -> None:
         """Drop least recently used cache entries until `size` more bytes fit (never `keep`)."""
-        for key in list(self._lru):
-            if self.bytes + size <= self.max_bytes:
-                return
-            if key != keep:
-                self._remove(key)
+        kept = self._lru.pop(keep, False) is None  # set aside, so the loop never meets it
+        while self._lru and self.bytes + size > self.max_bytes:
+            self._remove(next(iter(self._lru)))
+        if kept:
+            self._lru[keep] = None
 
     def _put(self, key: str, value: bytes, ttl_s: float | None, evictable: bool, admit: bool = False) -> None:
         self._expire()
