@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gzip
 import json
@@ -111,6 +112,20 @@ def test_unknown_task_is_a_per_item_error_and_order_is_kept(sandbox: Sandbox) ->
     assert isinstance(missing, ItemError) and missing.code == "unknown_task"
     assert isinstance(first, Scored) and first.components["correct"] == 1
     assert isinstance(last, Scored) and last.components["correct"] == 0
+
+
+def test_each_distinct_reference_is_parsed_once(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18.3: a 2.8 MB inline reference was re-parsed for every item (1.44 GB peak RSS)."""
+    other = SQUARE.model_copy(update={"reference": SQUARE.reference + "# changed\n"})
+    references, parsed, parse = {SQUARE.reference, other.reference}, [], ast.parse
+    monkeypatch.setattr(
+        ast, "parse", lambda source, *a, **k: (parsed.append(source) if source in references else None) or parse(source, *a, **k)
+    )
+    items = [CodeItem(problem=SQUARE.model_copy(), completion=fenced("def square(x): return x * x")) for _ in range(6)]
+    scorer = scorer_for(sandbox, {}, efficiency=False)  # no reference runs: only AST similarity parses it
+    results = score(scorer, [*items, CodeItem(problem=other, completion=fenced("def square(x): return x * x"))])
+    assert all(isinstance(r, Scored) and r.components["correct"] == 1 for r in results)
+    assert sorted(parsed) == sorted(references)  # once per distinct problem, not per item
 
 
 class AnomalousSandbox:

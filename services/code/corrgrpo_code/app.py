@@ -44,7 +44,8 @@ def build(settings: CodeSettings) -> FastAPI:
             raise RuntimeError("isolation unsafe-none: untrusted code runs unsandboxed")
         return sandbox.isolation
 
-    app = SERVICE.create_app(settings, readiness={"sandbox": sandbox_isolation}, store=store)
+    readiness = {"sandbox": sandbox_isolation}
+    app = SERVICE.create_app(settings, readiness=readiness, store=store, field_limits=settings.field_limits())
     app.state.scorer = scorer
     add_score_route(app, CodeScoreRequest, scorer.score)
     return app

@@ -58,6 +58,23 @@ class CodeSettings(ServiceSettings):
         "`info.stage` = `too_long` (parsing 1 MB of code alone takes seconds)",
     )
     code_efficiency_cap: float = Field(DEFAULT.efficiency_cap, gt=0, description="efficiency = min(t_ref / t, cap)")
+    code_reference_attempts: int = Field(
+        DEFAULT.reference_attempts,
+        ge=1,
+        description="Attempts at measuring t_ref: a failed or noisy measurement (a run over 3x the median) is retried",
+    )
+    code_reference_ttl_s: float = Field(DEFAULT.reference_ttl_s, gt=0, description="Lifetime of a cached t_ref")
+    code_reference_failure_ttl_s: float = Field(
+        DEFAULT.reference_failure_ttl_s,
+        gt=0,
+        description="Lifetime of a failed t_ref measurement in the cache (shared briefly by a batch, then re-measured)",
+    )
+    code_max_prompt_chars: int = Field(100_000, gt=0, description="Longest inline `problem.prompt` (longer: 413 with its path)")
+    code_max_entry_point_chars: int = Field(1_000, gt=0, description="Longest inline `problem.entry_point` (413)")
+    code_max_test_chars: int = Field(
+        1_000_000, gt=0, description="Longest inline `problem.test` (413); LeetCodeDataset's longest is 175k"
+    )
+    code_max_reference_chars: int = Field(100_000, gt=0, description="Longest inline `problem.reference` (413)")
 
     def limits(self) -> Limits:
         return replace(HARNESS_LIMITS, cpu_s=self.code_cpu_s, wall_s=self.code_wall_s, memory_mb=self.code_memory_mb)
@@ -76,4 +93,16 @@ class CodeSettings(ServiceSettings):
             efficiency_cap=self.code_efficiency_cap,
             efficiency=self.code_efficiency,
             max_code_chars=self.code_max_chars,
+            reference_attempts=self.code_reference_attempts,
+            reference_ttl_s=self.code_reference_ttl_s,
+            reference_failure_ttl_s=self.code_reference_failure_ttl_s,
         )
+
+    def field_limits(self) -> dict[str, int]:
+        """String caps by field name, checked by the kit before parsing (413 naming the field's path)."""
+        return {
+            "prompt": self.code_max_prompt_chars,
+            "entry_point": self.code_max_entry_point_chars,
+            "test": self.code_max_test_chars,
+            "reference": self.code_max_reference_chars,
+        }
