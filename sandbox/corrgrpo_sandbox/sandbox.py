@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import PurePosixPath
 from typing import Literal
@@ -183,6 +184,9 @@ class Sandbox:
         self._lock = threading.Lock()
         self._live: set[Worker] = set()
         self._idle: queue.LifoQueue[Worker] = queue.LifoQueue()
+        # bwrap --die-with-parent is bound to the THREAD that started it: workers are started by one thread that
+        # lives as long as the sandbox, not by whichever caller's thread happened to replace a worker
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="corrgrpo-sandbox-starter")
         if mode == "pool":
             for _ in range(workers):
                 self._idle.put(self._start_worker())
@@ -243,7 +247,10 @@ class Sandbox:
                 continue
 
     def _start_worker(self) -> Worker:
-        worker = Worker(self.launcher)
+        try:
+            worker = self._starter.submit(Worker, self.launcher).result()
+        except RuntimeError as error:  # the starter was shut down: closed meanwhile
+            raise RuntimeError("Sandbox is closed") from error
         with self._lock:
             if self._closed:
                 worker.close()
@@ -270,6 +277,7 @@ class Sandbox:
             workers, self._live = list(self._live), set()
         for worker in workers:
             worker.close()
+        self._starter.shutdown(wait=False)
 
     def __enter__(self) -> Sandbox:
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 
 import pytest
@@ -121,6 +122,20 @@ def test_worker_is_recycled_after_n_runs() -> None:
             assert sandbox.run("pass").exit_code == 0
             seen |= {worker.process.pid for worker in sandbox._live}
         assert len(seen) >= 3
+
+
+def test_a_worker_started_by_a_thread_that_ended_still_runs() -> None:
+    """bwrap --die-with-parent fires when the starting THREAD ends: a replacement started in a caller's short-lived
+    thread used to die with it (every first run of a new thread pool's round: 'worker died (exit status -9)')."""
+    with Sandbox("pool", workers=1, recycle_after=1) as sandbox:
+        # its worker is recycled and replaced; the thread lives on until bwrap has surely set up --die-with-parent
+        caller = threading.Thread(target=lambda: (sandbox.run("pass"), time.sleep(0.5)))
+        caller.start()
+        caller.join()
+        time.sleep(0.5)  # SIGKILL from the kernel, asynchronously
+        assert [worker.process.poll() for worker in sandbox._live] == [None]
+        result = sandbox.run("print('alive')")
+        assert (result.stdout, result.anomaly) == (b"alive\n", None)
 
 
 def test_unsafe_none_is_loud_and_still_runs() -> None:
