@@ -62,7 +62,7 @@ def probe_health(service: ServiceProcess, stop: threading.Event, worst: list[flo
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["toolcall", "code", "agentdojo"])
 def test_peak_rss_stays_under_the_stated_bound(name: str) -> None:
-    with start_service(name, env={"CORRGRPO_WORKERS": "2"}, timeout_s=120) as service:
+    with start_service(name, env={"CORRGRPO_CODE_WORKERS": "2"}, timeout_s=120) as service:
         idle = peak_rss_mib(service)
         stop, worst = threading.Event(), [0.0]
         prober = threading.Thread(target=probe_health, args=(service, stop, worst))
