@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +18,7 @@ from corrgrpo_agentdojo.service import EpisodeError, EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
 from corrgrpo_proto.agentdojo import EpisodeSpec, StepRequest, ToolCall, TrajectoryItem
 from corrgrpo_service import MemoryStore, Scored
+from corrgrpo_service import store as store_module
 
 SUITES = ["workspace", "travel", "banking", "slack"]
 EMPTY_INJECTION_GROUND_TRUTHS = [  # agentdojo ships no ground-truth calls for these (README: "Known exceptions")
@@ -146,14 +149,12 @@ def test_cache_shares_environments_between_pairs_with_the_same_injections(servic
     assert service.starts.start_bytes(a) != service.starts.start_bytes(b)
 
 
-async def test_expired_episode_is_unknown(service: EpisodeService) -> None:
+async def test_expired_episode_is_unknown(service: EpisodeService, monkeypatch: pytest.MonkeyPatch) -> None:
     short = EpisodeService(AgentDojoSettings(agentdojo_episode_ttl_s=1), MemoryStore())
     short.catalog, short.starts = service.catalog, service.starts
     episode = await short.create(EpisodeSpec(suite="banking", user_task="user_task_0"))
-    store = short.store
-    assert isinstance(store, MemoryStore)
-    key = next(iter(store._data))
-    store._data[key] = (store._data[key][0], 0.0)  # its deadline has passed
+    later = time.monotonic() + 2  # the store's clock, two seconds on: past the episode's TTL
+    monkeypatch.setattr(store_module, "time", SimpleNamespace(monotonic=lambda: later))
     with pytest.raises(EpisodeError) as refused:
         await short.step(episode.episode_id, StepRequest(tool_calls=[ToolCall(function="get_balance")]))
     assert refused.value.status == 404 and "unknown or expired" in refused.value.message
