@@ -1,0 +1,111 @@
+"""The `docker` isolation: each warm worker runs in its own locked-down container (hosts without bubblewrap).
+
+`docker run -i` carries the worker protocol over the container's stdin/stdout; the worker (`worker.py`, mounted
+read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and times its
+children the same way (wait4). The container: no network, read-only root, no capabilities, no-new-privileges,
+pids and memory limits, a non-root user, tmpfs scratch, an empty environment. The Docker SDK for Python checks the
+engine and the image and removes containers a dead service left behind (by label); `docker run` (the CLI) starts
+each worker. Settings (environment, read when the launcher is made): CORRGRPO_SANDBOX_DOCKER_IMAGE (an image with
+python3 >= 3.10, default the services' base image), CORRGRPO_SANDBOX_DOCKER_MEMORY_MB (default 2048),
+CORRGRPO_SANDBOX_DOCKER_PIDS (default 256).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import socket
+
+from corrgrpo_sandbox.isolation import (
+    INSIDE_PACKAGE_DIR,
+    PACKAGE_DIR,
+    SANDBOX_ENV,
+    SHM_SIZE_BYTES,
+    TMP_SIZE_BYTES,
+    IsolationUnavailable,
+    Launcher,
+    register_launcher,
+)
+
+DEFAULT_IMAGE = "python:3.11.7-slim-bookworm"
+LABEL = "corrgrpo.sandbox"  # value: "<hostname>:<pid>" of the process that started the worker
+UID_NUMBER = 65534  # nobody
+CLIENT_ENV = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "HOME", "PATH")
+
+
+def owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def remove_leftovers(client: object) -> int:
+    """Remove worker containers whose starting process (on this host) is gone; returns how many."""
+    removed = 0
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):  # type: ignore[attr-defined]
+        name, _, pid = container.labels.get(LABEL, "").rpartition(":")
+        if name == host and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+def docker_head(image: str, memory_mb: int, pids: int) -> tuple[str, ...]:
+    """`docker run` options, up to and including the image; `env -i` gives the worker an empty environment."""
+    docker = shutil.which("docker")
+    if docker is None:
+        raise IsolationUnavailable("the docker CLI is not on PATH")
+    args = [docker, "run", "-i", "--rm", "--pull", "never", "--log-driver", "none", "--label", f"{LABEL}={owner()}"]
+    args += ["--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    args += [
+        "--pids-limit",
+        str(pids),
+        "--memory",
+        f"{memory_mb}m",
+        "--memory-swap",
+        f"{memory_mb}m",
+        "--user",
+        f"{UID_NUMBER}:{UID_NUMBER}",
+    ]
+    # Scratch tmpfs owned by the worker's user: it resets their modes after every run.
+    for path, size in (("/tmp", TMP_SIZE_BYTES), ("/dev/shm", SHM_SIZE_BYTES)):
+        args += ["--tmpfs", f"{path}:rw,nosuid,nodev,size={size},mode=700,uid={UID_NUMBER},gid={UID_NUMBER}"]
+    args += ["-v", f"{PACKAGE_DIR}:{INSIDE_PACKAGE_DIR}:ro", "--workdir", "/tmp", "--entrypoint", "/usr/bin/env", image]
+    return (*args, "-i", *(f"{name}={value}" for name, value in SANDBOX_ENV.items()))
+
+
+@functools.cache
+def docker_launcher(python: str) -> Launcher:
+    """Check engine and image with the SDK, clear leftovers; `python` (the host's) is not used inside."""
+    try:
+        import docker
+    except ImportError as error:
+        raise IsolationUnavailable("the Docker SDK for Python is missing: pip install 'corrgrpo-sandbox[docker]'") from error
+    image = os.environ.get("CORRGRPO_SANDBOX_DOCKER_IMAGE", DEFAULT_IMAGE)
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+        client.images.get(image)
+        remove_leftovers(client)
+    except docker.errors.ImageNotFound as error:
+        raise IsolationUnavailable(f"image {image} is not on the engine: docker pull {image}") from error
+    except docker.errors.DockerException as error:
+        raise IsolationUnavailable(f"no Docker engine answers: {error}") from error
+    finally:
+        if "client" in locals():
+            client.close()
+    memory_mb = int(os.environ.get("CORRGRPO_SANDBOX_DOCKER_MEMORY_MB", "2048"))
+    pids = int(os.environ.get("CORRGRPO_SANDBOX_DOCKER_PIDS", "256"))
+    return Launcher(
+        "docker",
+        docker_head(image, memory_mb, pids),
+        ("python3", "-I", f"{INSIDE_PACKAGE_DIR}/worker.py"),
+        namespaced=True,
+        scratch=("/tmp", "/dev/shm"),
+        cgroups=False,  # the container's processes are the engine's children, not the CLI's
+        stdio=True,
+        environment={name: os.environ[name] for name in CLIENT_ENV if name in os.environ},
+    )
+
+
+register_launcher("docker", docker_launcher)
