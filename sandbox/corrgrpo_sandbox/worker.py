@@ -129,7 +129,8 @@ class Streams:
     def zero(self) -> None:
         for index, used in enumerate(self.used):
             self.memory[index * self.cap : index * self.cap + used] = bytes(used)
-        self.memory[3 * self.cap :] = bytes(READ_CHUNK)
+        if self.truncated:
+            self.memory[3 * self.cap :] = bytes(READ_CHUNK)
 
 
 def remove_tree(path: str) -> None:
@@ -175,8 +176,9 @@ def remove_ipc_objects() -> bool:
             rows = table.read().splitlines()[1:]
         for row in rows:
             remove(int(row.split()[1]))
-        with open(path) as table:
-            clean &= len(table.read().splitlines()) <= 1
+        if rows:
+            with open(path) as table:
+                clean &= len(table.read().splitlines()) <= 1
     return clean
 
 
