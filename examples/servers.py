@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import httpx
 
+# The interpreter that runs a service: the project's, also when the caller runs in a side venv (make interop).
+SERVICE_PYTHON = os.environ.get("CORRGRPO_SERVICE_PYTHON", sys.executable)
+
 
 def free_port() -> int:
     """A loopback port nothing listens on now."""
@@ -71,7 +74,7 @@ def launch(name: str, env: dict[str, str] | None = None, port: int | None = None
     log_path = log_path or os.path.join("/tmp", f"corrgrpo-{name}-{port}.log")
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", f"corrgrpo_{name}", "--host", "127.0.0.1", "--port", str(port)],
+            [SERVICE_PYTHON, "-m", f"corrgrpo_{name}", "--host", "127.0.0.1", "--port", str(port)],
             env=env if env is not None else os.environ.copy(),
             stdout=log,
             stderr=subprocess.STDOUT,
