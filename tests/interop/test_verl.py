@@ -76,6 +76,20 @@ def test_service_from_extra_info_and_errors_raise_or_zero(toolcall_url: str) -> 
         scores([("toolcall", GT, {"ground_truth": GT, "nope": 1})], corrgrpo_services=services)
 
 
+def test_unscorable_item_raises_or_zeros_with_the_same_keys() -> None:
+    with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
+        services = {"code": service.url}
+        with pytest.raises(RuntimeError, match="unknown_task"):
+            scores([("code", "```python\nx = 1\n```", "no-such-task")], corrgrpo_services=services)
+        scored, zeroed = scores(
+            [("code", "```python\nx = 1\n```", "HumanEval/0"), ("code", "```python\nx = 1\n```", "no-such-task")],
+            corrgrpo_services=services,
+            corrgrpo_on_error="zero",
+        )
+    assert set(scored) == set(zeroed) and scored["corrgrpo_error"] == ""
+    assert zeroed["score"] == 0.0 and zeroed["correct"] == 0.0 and "unknown_task" in zeroed["corrgrpo_error"]
+
+
 def verl_inputs(rewards: np.ndarray, uids: list[str]) -> dict:
     n = len(uids)
     return {
