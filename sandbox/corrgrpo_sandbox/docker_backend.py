@@ -3,7 +3,7 @@
 `docker run -i` carries the worker protocol over the container's stdin/stdout; the worker (`worker.py`, mounted
 read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and times its
 children the same way (wait4). The container: no network, read-only root, no capabilities, no-new-privileges,
-pids and memory limits, a non-root user, tmpfs scratch, an empty environment. The Docker SDK for Python checks the
+pids and memory limits, a non-root uid of its own, tmpfs scratch, an empty environment. The Docker SDK for Python checks the
 engine and the image and removes containers a dead service left behind (by label); `docker run` (the CLI) starts
 each worker. Settings (environment, read when the launcher is made): CORRGRPO_SANDBOX_DOCKER_IMAGE (an image with
 python3 >= 3.10, default the services' base image), CORRGRPO_SANDBOX_DOCKER_MEMORY_MB (default 2048),
@@ -30,7 +30,6 @@ from corrgrpo_sandbox.isolation import (
 
 DEFAULT_IMAGE = "python:3.11.7-slim-bookworm"
 LABEL = "corrgrpo.sandbox"  # value: "<hostname>:<pid>" of the process that started the worker
-UID_NUMBER = 65534  # nobody
 CLIENT_ENV = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "HOME", "PATH")
 
 
@@ -50,26 +49,29 @@ def remove_leftovers(client: object) -> int:
     return removed
 
 
+# Each worker container gets its own uid, 2000000 + the pid of its `docker run` client (unique among live processes
+# on this host): RLIMIT_NPROC counts processes per uid across the host (no user namespace), so with one shared uid a
+# candidate forking in one container would make a neighbour's fork fail in another.
+UID_BASE = 2_000_000
+WITH_OWN_UID = (
+    'u=$((UID_BASE + $$)); docker=$1; shift; exec "$docker" run --user "$u:$u" '
+    '--tmpfs "/tmp:rw,nosuid,nodev,size=TMP_SIZE,mode=700,uid=$u,gid=$u" '
+    '--tmpfs "/dev/shm:rw,nosuid,nodev,size=SHM_SIZE,mode=700,uid=$u,gid=$u" "$@"'
+)
+
+
 def docker_head(image: str, memory_mb: int, pids: int) -> tuple[str, ...]:
     """`docker run` options, up to and including the image; `env -i` gives the worker an empty environment."""
     docker = shutil.which("docker")
     if docker is None:
         raise IsolationUnavailable("the docker CLI is not on PATH")
-    args = [docker, "run", "-i", "--rm", "--pull", "never", "--log-driver", "none", "--label", f"{LABEL}={owner()}"]
+    # the scratch tmpfs belong to the worker's uid: it resets their modes after every run
+    script = WITH_OWN_UID.replace("UID_BASE", str(UID_BASE))
+    script = script.replace("TMP_SIZE", str(TMP_SIZE_BYTES)).replace("SHM_SIZE", str(SHM_SIZE_BYTES))
+    args = ["/bin/sh", "-c", script, "corrgrpo-docker-worker", docker]
+    args += ["-i", "--rm", "--pull", "never", "--log-driver", "none", "--label", f"{LABEL}={owner()}"]
     args += ["--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
-    args += [
-        "--pids-limit",
-        str(pids),
-        "--memory",
-        f"{memory_mb}m",
-        "--memory-swap",
-        f"{memory_mb}m",
-        "--user",
-        f"{UID_NUMBER}:{UID_NUMBER}",
-    ]
-    # Scratch tmpfs owned by the worker's user: it resets their modes after every run.
-    for path, size in (("/tmp", TMP_SIZE_BYTES), ("/dev/shm", SHM_SIZE_BYTES)):
-        args += ["--tmpfs", f"{path}:rw,nosuid,nodev,size={size},mode=700,uid={UID_NUMBER},gid={UID_NUMBER}"]
+    args += ["--pids-limit", str(pids), "--memory", f"{memory_mb}m", "--memory-swap", f"{memory_mb}m"]
     args += ["-v", f"{PACKAGE_DIR}:{INSIDE_PACKAGE_DIR}:ro", "--workdir", "/tmp", "--entrypoint", "/usr/bin/env", image]
     return (*args, "-i", *(f"{name}={value}" for name, value in SANDBOX_ENV.items()))
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import docker
 import pytest
@@ -56,12 +57,15 @@ def test_worker_containers_are_locked_down(sandbox: Sandbox, engine: object) -> 
     while len(containers := engine.containers.list(filters={"label": label})) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)  # workers start in the background
     assert len(containers) == 2
+    users = {container.attrs["Config"]["User"] for container in containers}
+    assert len(users) == 2, "one uid per worker: RLIMIT_NPROC counts per uid across containers"
     for container in containers:
         host = container.attrs["HostConfig"]
         assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"]
         assert "no-new-privileges" in host["SecurityOpt"] and host["Privileged"] is False
         assert host["PidsLimit"] > 0 and host["Memory"] > 0 and set(host["Tmpfs"]) == {"/tmp", "/dev/shm"}
-        assert container.attrs["Config"]["User"] == "65534:65534"
+        uid = int(container.attrs["Config"]["User"].split(":")[0])
+        assert uid >= docker_backend.UID_BASE and container.attrs["Config"]["User"] == f"{uid}:{uid}"
 
 
 def test_no_network_no_writes_clean_environment_non_root(sandbox: Sandbox) -> None:
@@ -84,7 +88,7 @@ print(json.dumps(seen))
 """
     seen = observe(sandbox, source)
     assert seen["net"] == 101  # ENETUNREACH: only lo
-    assert seen["writes"] == [] and seen["uid"] == 65534
+    assert seen["writes"] == [] and seen["uid"] >= docker_backend.UID_BASE
     assert seen["env"] == ["HOME", "LANG", "PATH", "TMPDIR"]
     assert seen["procs"] == 2  # the worker (PID 1) and this child: no host process is visible
 
@@ -128,3 +132,20 @@ def test_leftover_containers_of_a_dead_service_are_removed(engine: object) -> No
     assert docker_backend.remove_leftovers(engine) >= 1
     with pytest.raises(docker.errors.NotFound):
         leftover.reload()
+
+
+HOLD = "import os, time\nfor _ in range(12):\n    if os.fork() == 0:\n        time.sleep(4)\n        os._exit(0)\ntime.sleep(4)\n"
+FORK = "import os\nfor _ in range(8):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\nprint('forked')\n"
+
+
+def test_a_neighbours_processes_do_not_count_against_a_run(sandbox: Sandbox) -> None:
+    """RLIMIT_NPROC counts per uid across the host: with one uid for every worker, the 13 processes a run holds
+    made the forks of a run in the other container fail (EAGAIN)."""
+    limits = Limits(processes=16, wall_s=20)
+    with ThreadPoolExecutor(2) as pool:
+        holding = pool.submit(sandbox.run, HOLD, limits=limits)
+        time.sleep(1.5)  # the first run holds its processes for 4 s
+        forking = sandbox.run(FORK, limits=limits)
+        assert not holding.done(), "the runs did not overlap: no evidence either way"
+        assert holding.result().exit_code == 0
+    assert forking.exit_code == 0 and forking.stdout == b"forked\n", forking
