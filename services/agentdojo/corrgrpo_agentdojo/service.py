@@ -179,7 +179,7 @@ class EpisodeService:
             raise EpisodeError(409, "episode_busy", message)
 
     async def step(self, episode_id: str, request: StepRequest) -> StepResponse:
-        calls, answer = self._calls_of(request)
+        calls, answer = await asyncio.to_thread(self._calls_of, request)  # a completion can be megabytes: off the loop
         await self._locked(episode_id)
         try:
             state = await self._load(episode_id)
@@ -192,7 +192,9 @@ class EpisodeService:
         return StepResponse(episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer)
 
     async def finish(self, episode_id: str, request: FinishRequest) -> FinishResponse:
-        final_answer = request.final_answer if request.completion is None else read_completion(request.completion).answer
+        final_answer = request.final_answer
+        if request.completion is not None:
+            final_answer = (await asyncio.to_thread(read_completion, request.completion)).answer
         await self._locked(episode_id)
         try:
             state = await self._load(episode_id)
