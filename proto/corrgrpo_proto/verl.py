@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -72,24 +73,29 @@ class _Service:
         batch, self.pending = self.pending, []
         try:
             results = await self.client.score([item for item, _ in batch])
-        except Exception as error:  # every caller of this batch sees the failure
+        except BaseException as error:  # every caller of this batch sees the failure
             for _, future in batch:
-                future.set_exception(error)
+                if not future.done():
+                    future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
             return
         for (_, future), result in zip(batch, results, strict=True):
-            future.set_result(result)
+            if not future.done():
+                future.set_result(result)
 
 
-_services: dict[tuple[int, str, str], _Service] = {}
+# Per event loop: a client's connections and futures belong to the loop that made them.
+_services: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], _Service]] = weakref.WeakKeyDictionary()
 
 
 def _service(name: str, urls: Mapping[str, str], window_s: float = 0.02) -> _Service:
     if name not in urls:
         raise ValueError(f"no URL for corrgrpo service {name!r} in reward_kwargs.corrgrpo_services ({dict(urls)})")
-    key = (id(asyncio.get_running_loop()), name, urls[name])
-    if key not in _services:
-        _services[key] = _Service(name, urls[name], window_s)
-    return _services[key]
+    services = _services.setdefault(asyncio.get_running_loop(), {})
+    if (name, urls[name]) not in services:
+        services[name, urls[name]] = _Service(name, urls[name], window_s)
+    return services[name, urls[name]]
 
 
 async def all_component_names(urls: Mapping[str, str]) -> list[str]:
