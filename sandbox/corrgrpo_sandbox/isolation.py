@@ -192,14 +192,29 @@ def cgroup_parents() -> tuple[str, ...]:
     if set(mounts) != {"cpuacct", "cpu"} or not set(mounts) <= set(own):
         return ()
     parents = tuple(dict.fromkeys(os.path.join(mounts[c], own[c].lstrip("/")) for c in ("cpuacct", "cpu")))
-    probe = f"corrgrpo-probe-{os.getpid()}"
-    try:
-        for parent in parents:
-            os.mkdir(os.path.join(parent, probe))
-            os.rmdir(os.path.join(parent, probe))
+    remove_stale_cgroups(parents)
+    try:  # a process must be able to enter them too (nested containers may allow mkdir only)
+        probe = WorkerCgroup(parents)
     except OSError:
         return ()
+    try:
+        subprocess.run(["/bin/true"], preexec_fn=probe.enter, check=True, env={})
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    finally:
+        probe.remove()
     return parents
+
+
+def remove_stale_cgroups(parents: tuple[str, ...]) -> None:
+    """Empty worker cgroups left by processes that are gone (killed before they could remove them)."""
+    for parent in parents:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(parent):
+                owner = name.split("-")[1] if name.startswith("corrgrpo-") and name.count("-") == 2 else ""
+                if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.join(parent, name))  # fails, harmlessly, while processes remain in it
 
 
 _cgroup_numbers = itertools.count()
@@ -227,11 +242,11 @@ class WorkerCgroup:
 
     def remove(self) -> None:
         for path in self.paths:
-            for _ in range(100):  # the killed processes leave the cgroup asynchronously
+            for _ in range(1000):  # the killed processes leave the cgroup asynchronously (usually within ~10 ms)
                 try:
                     os.rmdir(path)
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    time.sleep(0.01)
+                    time.sleep(0.001)
