@@ -33,7 +33,9 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import marshal
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -305,9 +307,30 @@ _os._exit(0)
 """
 
 
-def _program(prelude: str, solution: str, body: str, **constants: object) -> str:
-    header = "".join(f"_{name.upper()} = {value!r}\n" for name, value in constants.items())
-    return f"_PRELUDE = {prelude!r}\n_SOLUTION = {solution!r}\n{header}{_CHILD_ENCODER}{body}"
+class _Precompiled:
+    """The harness's own (constant) code, compiled once here and shipped marshalled: compiling ~100 lines in
+    every child cost ~2 ms a run. A child whose interpreter differs (another image) compiles the text instead."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.code = marshal.dumps(compile(text, "<harness>", "exec"))
+
+    def program(self, constants: dict[str, object]) -> str:
+        header = "".join(f"_{name.upper()} = {value!r}\n" for name, value in constants.items())
+        return (
+            f"{header}import marshal as _marshal, sys as _sys_\n"
+            f"exec(_marshal.loads({self.code!r}) if _sys_.implementation.cache_tag == {sys.implementation.cache_tag!r}"
+            f" else compile({self.text!r}, '<harness>', 'exec'))\n"
+        )
+
+
+_IO_PROGRAM = _Precompiled(_CHILD_ENCODER + _IO_MAIN)
+_ASSERT_PROGRAM = _Precompiled(_CHILD_ENCODER + _ASSERT_MAIN)
+_JUDGE_PROGRAM = _Precompiled(_DECODER + _JUDGE_MAIN)
+
+
+def _program(prelude: str, solution: str, body: _Precompiled, **constants: object) -> str:
+    return body.program({"prelude": prelude, "solution": solution, **constants})
 
 
 def _messages(channel: bytes) -> list[dict[str, Any]]:
@@ -376,7 +399,7 @@ def run_io(
     total = len(tests)
     if error := syntax_error(solution):
         return HarnessResult("syntax", "io", 0, total, error)
-    program = _program(prelude, solution, _IO_MAIN, entry=entry_point, calls=[t.call for t in tests])
+    program = _program(prelude, solution, _IO_PROGRAM, entry=entry_point, calls=[t.call for t in tests])
     result = sandbox.run(program, limits=limits)
     try:
         messages = _messages(result.channel)
@@ -419,7 +442,7 @@ def _judge(
     if not pending:
         return None
     checks = {str(i): tests[i].check for i in pending}
-    program = f"_CHECKS = {checks!r}\n{_DECODER}{_JUDGE_MAIN}"
+    program = _JUDGE_PROGRAM.program({"checks": checks})
     stdin = json.dumps([[i, outputs[i]["out"]] for i in pending]).encode()  # type: ignore[index]
     judge = sandbox.run(program, stdin=stdin, limits=limits)
     if judge.anomaly:
@@ -475,7 +498,7 @@ def run_assert(
     """Assert mode: `check(candidate)` runs in the child; weaker, see the module docstring. Counts one test."""
     if error := syntax_error(solution):
         return HarnessResult("syntax", "assert", 0, 1, error)
-    program = _program(prelude, solution, _ASSERT_MAIN, entry=entry_point, test=test_source)
+    program = _program(prelude, solution, _ASSERT_PROGRAM, entry=entry_point, test=test_source)
     result = sandbox.run(program, limits=limits)
     try:
         messages = _messages(result.channel)

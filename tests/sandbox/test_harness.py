@@ -223,3 +223,12 @@ def test_prelude_classes_may_be_returned_in_assert_mode(sandbox: Sandbox) -> Non
     assert run_assert(sandbox, prelude, "def f(x): return Node(x)", "f", test, LIMITS).stage == "passed"
     own_class = "class Mine:\n    v = 2\ndef f(x): return Mine()"
     assert run_assert(sandbox, prelude, own_class, "f", test, LIMITS).stage == "test_error"
+
+
+def test_a_child_with_another_interpreter_compiles_the_harness_text(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness ships its code marshalled for this interpreter; any other one (an image's) gets the text."""
+    import sys
+
+    monkeypatch.setattr(sys.implementation, "cache_tag", "another-interpreter")
+    assert run_io(sandbox, "", RIGHT, "f", IO_TESTS + JUDGED, LIMITS).stage == "passed"
+    assert run_assert(sandbox, "", RIGHT, "f", ASSERT_TEST, LIMITS).stage == "passed"
