@@ -163,9 +163,9 @@ def remove_ipc_objects() -> bool:
     """Remove every SysV shared memory segment, semaphore set and message queue of this IPC namespace (the
     sandbox's own, see Launcher.namespaced); True when none is left. POSIX IPC lives in the wiped mounts."""
     removers = {
-        "shm": lambda key: LIBC.shmctl(key, IPC_RMID, None),
-        "sem": lambda key: LIBC.semctl(key, 0, IPC_RMID),
-        "msg": lambda key: LIBC.msgctl(key, IPC_RMID, None),
+        "shm": lambda ident: LIBC.shmctl(ident, IPC_RMID, None),
+        "sem": lambda ident: LIBC.semctl(ident, 0, IPC_RMID),
+        "msg": lambda ident: LIBC.msgctl(ident, IPC_RMID, None),
     }
     clean = True
     for kind, remove in removers.items():
@@ -406,7 +406,8 @@ def supervise(
             tree.reap_orphans()
             if tree.cpu() >= cpu_cap:
                 return False, True
-            next_check = now + POLL_S
+            # a /proc scan of a whole host (no namespace, no cgroup) may be slow: keep checking to ~5% of a core
+            next_check = now + max(POLL_S, 20 * (time.monotonic() - now))
         ready, _, _ = select.select([*open_fds, pidfd], [], [], min(deadline, next_check) - now)
         exited = pidfd in ready
         for fd in open_fds.copy() if exited else ready:

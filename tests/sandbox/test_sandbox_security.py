@@ -226,3 +226,15 @@ def test_no_isolation_refuses_with_instructions(tmp_path: Path, monkeypatch: pyt
             Sandbox("pool", workers=1, isolation="docker")
     with pytest.raises(ValueError, match="isolation must be one of"):
         Sandbox("pool", workers=1, isolation="none")
+
+
+def test_without_cgroups_the_tree_is_still_counted_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts without writable cgroup v1 (containers, cgroup v2 only): rusage of every reaped process + /proc."""
+    monkeypatch.setattr("corrgrpo_sandbox.sandbox.cgroup_parents", lambda: ())
+    with Sandbox("pool", workers=1) as sandbox:
+        assert all(worker.cgroup is None for worker in sandbox._live)
+        orphaned = sandbox.run(GRANDCHILD_DOES_THE_WORK.format(ignore_sigchld=False), limits=Limits(wall_s=30))
+        assert (orphaned.exit_code, orphaned.stdout) == (0, b"done\n") and orphaned.cpu_s >= 0.5, orphaned
+        hog = sandbox.run(SETSID_BUSY_LOOPS, limits=Limits(cpu_s=1, wall_s=120))
+        assert hog.timed_out and 1.5 <= hog.cpu_s <= 5.0 and hog.wall_s < 60, hog
+        assert only_worker_remains(sandbox)
