@@ -112,9 +112,9 @@ def config_for(task: str, url: str, estimator: str, seed: int, out: Path, args: 
 
 def run_task(task: str, args: argparse.Namespace) -> None:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from corrgrpo_trainer.cli import train
+    from corrgrpo_trainer.models import load_pretrained
 
     train_rows, eval_rows = task_rows(task, args)
     base = args.out / task
@@ -133,8 +133,7 @@ def run_task(task: str, args: argparse.Namespace) -> None:
         if not (before / "eval.json").is_file():
             before.mkdir(exist_ok=True)
             started = time.monotonic()
-            tokenizer = AutoTokenizer.from_pretrained(args.policy_dir)
-            model = AutoModelForCausalLM.from_pretrained(args.policy_dir)
+            model, tokenizer = load_pretrained(args.policy_dir, dtype=None)
             metrics = evaluate(task, eval_rows, generate(model, tokenizer, eval_rows, args.max_tokens), before, args)
             (before / "eval.json").write_text(json.dumps(metrics))
             print(f"[bench] {task} before: {metrics} ({time.monotonic() - started:.0f} s)", flush=True)

@@ -89,8 +89,11 @@ def test_train_command_runs_the_tiny_policy_against_the_live_toolcall_service(
     progress = [line for line in lines if line.startswith("[train] step")]
     assert [line.split()[2] for line in progress] == ["1/1"]
     assert all(f"{name}=" in progress[0] for name in ("format", "name", "param_names", "param_values"))
-    assert lines[-2].split() == ["step", "format", "name", "param_names", "param_values", "reward"]
-    assert lines[-1].split()[0] == "1" and len(lines[-1].split()) == 6
+    assert lines[-3].split() == ["step", "format", "name", "param_names", "param_values", "reward"]
+    assert lines[-2].split()[0] == "1" and len(lines[-2].split()) == 6
+    [step] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert step["step"] == 1 and step["rewards/format/mean"] == 0.0 and step["model/params"] < 100_000
+    assert step["frac_reward_zero_std"] == 1.0 and step["advantages/abs_mean"] == 0.0  # the random policy: nothing varies
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 The tokenizer is a byte-level BPE trained on a handful of strings, so any text round-trips
 (unknown words fall back to bytes); it carries a ChatML chat template like Qwen's, so TRL's
-conversational path works unchanged. The model is randomly initialised (~100k parameters).
+conversational path works unchanged. The model is randomly initialised (~32k parameters).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from .models import quiet
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -74,6 +76,7 @@ def build_tiny_policy(path: str | Path, seed: int = 0) -> tuple[Qwen2ForCausalLM
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     Path(path).mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    with quiet():  # no "Writing model shards" bar
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
     return model, tokenizer
