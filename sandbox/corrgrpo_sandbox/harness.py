@@ -31,6 +31,7 @@ reports the execution untrustworthy (`ExecResult.anomaly`).
 from __future__ import annotations
 
 import ast
+import base64
 import itertools
 import json
 import marshal
@@ -313,13 +314,14 @@ class _Precompiled:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.code = marshal.dumps(compile(text, "<harness>", "exec"))
+        self.code = base64.b64encode(marshal.dumps(compile(text, "<harness>", "exec")))  # 1/3 the size of a bytes repr
 
     def program(self, constants: dict[str, object]) -> str:
         header = "".join(f"_{name.upper()} = {value!r}\n" for name, value in constants.items())
         return (
-            f"{header}import marshal as _marshal, sys as _sys_\n"
-            f"exec(_marshal.loads({self.code!r}) if _sys_.implementation.cache_tag == {sys.implementation.cache_tag!r}"
+            f"{header}import binascii as _binascii, marshal as _marshal, sys as _sys_\n"
+            f"exec(_marshal.loads(_binascii.a2b_base64({self.code!r}))"
+            f" if _sys_.implementation.cache_tag == {sys.implementation.cache_tag!r}"
             f" else compile({self.text!r}, '<harness>', 'exec'))\n"
         )
 
