@@ -84,7 +84,7 @@ def test_train_command_runs_the_tiny_policy_against_the_live_toolcall_service(
     with start_service("toolcall") as service:
         config["services"]["toolcall"]["url"] = service.url
         (tmp_path / "toolcall.yaml").write_text(yaml.safe_dump(config))
-        assert main(["train", "--config", str(tmp_path / "toolcall.yaml"), "--max-steps", "1"]) == 0
+        assert main(["train", "--config", str(tmp_path / "toolcall.yaml"), "--model", "tiny", "--max-steps", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     progress = [line for line in lines if line.startswith("[train] step")]
     assert [line.split()[2] for line in progress] == ["1/1"]

@@ -269,7 +269,7 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
     else:
         services, weights = service_rewards(config)
         columns = reward_columns(services)
-    name = config.get("model", TINY)
+    name = config.get("model", EMBEDDED)
     model, tokenizer = load_policy(name, trl_args["output_dir"])
     # Small matrices on a loaded CPU: one thread avoids synchronisation stalls (tiny policy: 17x faster generation).
     threads = config.get("torch_threads", 1 if name == TINY else None)
@@ -346,7 +346,9 @@ def train_command(args: argparse.Namespace) -> int:
 def rollout_command(args: argparse.Namespace) -> int:
     """Run multi-turn episodes with the configured policy and print utility/security per episode."""
     config = read_config(args.config, args)
-    model, tokenizer = load_policy(config.get("model", TINY), config.get("trl", {}).get("output_dir", "trainer_out/agentdojo"))
+    model, tokenizer = load_policy(
+        config.get("model", EMBEDDED), config.get("trl", {}).get("output_dir", "trainer_out/agentdojo")
+    )
     max_new_tokens = config.get("trl", {}).get("max_completion_length", 128)
 
     async def generate(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
