@@ -478,11 +478,11 @@ class Worker:
             clean &= remove_ipc_objects()
         if setup_cpu is None:
             return {"anomaly": "the child ended before it had its program"}, []
-        status = self.tree.child_status if self.tree.child_status is not None else 0
-        killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        status = self.tree.child_status
+        killed_by = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
         views = self.streams.views()
         reply = {
-            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "exit_code": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None,
             "signal": killed_by,
             **{name: len(view) for name, view in zip(STREAMS, views, strict=True)},
             "truncated": self.streams.truncated,
