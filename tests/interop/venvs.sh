@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side environments for `make interop`: the other RL stacks' own code, from PyPI, outside .venv.
-#   .venv-verl      a venv with verl 0.9.1 (its transformers pin clashes with TRL's), corrgrpo-proto, and
-#                   corrgrpo-trainer without its dependencies (the verl plugin needs torch only).
+#   .venv-verl      a venv with verl 0.9.1 (its transformers pin clashes with TRL's), corrgrpo-proto and the
+#                   core of corrgrpo-trainer (torch only: the verl plugin), as a verl user would install them.
 #   .venv-openrlhf  OpenRLHF 0.11.0 and 0.11.2 side by side (`pip --target`, no dependencies) plus the two
 #                   modules `openrlhf.utils` imports that .venv lacks; the tests import them from .venv.
 # Idempotent: each is rebuilt only when this script or its pins change (stamp file).
@@ -14,9 +14,8 @@ verl_stamp=".venv-verl/.built-$(stamp_of tests/interop/verl-constraints.txt)"
 if [ ! -f "$verl_stamp" ]; then
   rm -rf .venv-verl
   python3 -m venv .venv-verl
-  pip=(.venv-verl/bin/pip install -q -c tests/interop/verl-constraints.txt)
-  "${pip[@]}" verl cachetools fastapi uvicorn pytest pytest-asyncio -e proto
-  "${pip[@]}" --no-deps -e trainer
+  .venv-verl/bin/pip install -q -c tests/interop/verl-constraints.txt \
+    verl cachetools fastapi uvicorn pytest pytest-asyncio -e proto -e trainer
   touch "$verl_stamp"
 fi
 
