@@ -141,6 +141,17 @@ def test_plugin_registers_the_estimator_and_patches_the_legacy_trainer() -> None
     assert getattr(ray_trainer.compute_advantage, "corrgrpo_passes_components", False)
 
 
+def test_the_command_line_passes_verls_config_validation() -> None:
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    parts = ("actor.ppo", "rollout.log_prob", "ref.log_prob")
+    batch_sizes = [f"actor_rollout_ref.{part}_micro_batch_size_per_gpu=4" for part in parts]
+    config = verl_config([*overrides({"code": "http://127.0.0.1:8101"}), *batch_sizes])
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    assert not need_critic(config) and config.algorithm.corrgrpo_reward_keys == KEYS
+
+
 @pytest.mark.parametrize("form", ["pkg", "file"])
 def test_reward_function_loads_by_package_or_file_path(form: str, urls: dict[str, str], tokenizer_dir: str) -> None:
     path = "pkg://corrgrpo_proto.verl" if form == "pkg" else corrgrpo_proto.verl.__file__
