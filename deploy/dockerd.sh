@@ -30,6 +30,8 @@ dockerd_down() {
   [ "$dockerd_started" = 1 ] && [ -s "$dockerd_run/dockerd.pid" ] || return 0
   local pid
   pid=$(cat "$dockerd_run/dockerd.pid")
+  # Our private data root: drop the images that rebuilds left untagged (the build cache stays).
+  docker image prune -f >/dev/null 2>&1 || true
   kill "$pid" 2>/dev/null || return 0
   for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
   echo "dockerd $pid did not stop within 30 s" >&2
