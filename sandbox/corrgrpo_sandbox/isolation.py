@@ -118,10 +118,10 @@ def bwrap_launcher(python: str) -> Launcher:
     if run.returncode != 0:
         stderr = run.stderr.decode(errors="replace").strip()[-300:]
         raise IsolationUnavailable(f"bwrap probe exited {run.returncode}: {stderr}")
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and "pids" not in cgroup_parents():
         log.warning(
-            "corrgrpo_sandbox runs as uid 0: the kernel ignores RLIMIT_NPROC; a run's processes are bounded by its "
-            "CPU and wall limits over the whole process tree"
+            "corrgrpo_sandbox runs as uid 0 without a pids cgroup: the kernel ignores RLIMIT_NPROC; a run's processes "
+            "are bounded by its CPU and wall limits over the whole process tree"
         )
     return Launcher(
         "bwrap",
@@ -169,18 +169,23 @@ def resolve_launcher(python: str, isolation: str) -> Launcher:
     raise IsolationUnavailable(f"no working sandbox for isolation {isolation!r} ({'; '.join(reasons)}): {INSTALL_HINT}")
 
 
+CGROUP_CONTROLLERS = ("cpuacct", "cpu", "pids")  # pids is optional
+
+
 @functools.cache
-def cgroup_parents() -> tuple[str, ...]:
-    """Writable cgroup v1 `cpuacct` and `cpu` directories of this process (cpuacct first), or () without them.
+def cgroup_parents() -> dict[str, str]:
+    """Writable cgroup v1 directories of this process per controller (`cpuacct`, `cpu`, and `pids` where mounted),
+    or {} without `cpuacct` and `cpu`.
 
     A worker in its own cgroup of each gets an exact CPU counter over every process it starts (even ones nobody
-    waited for) and, under contention, one fair share of the CPU however many processes it runs."""
+    waited for), under contention one fair share of the CPU however many processes it runs, and a process limit
+    that holds for uid 0 too (RLIMIT_NPROC does not)."""
     mounts: dict[str, str] = {}
     with contextlib.suppress(OSError), open("/proc/self/mounts") as table:
         for line in table:
             _, point, kind, options, *_ = line.split()
             if kind == "cgroup":
-                for controller in ("cpuacct", "cpu"):
+                for controller in CGROUP_CONTROLLERS:
                     if controller in options.split(","):
                         mounts.setdefault(controller, point)
     own: dict[str, str] = {}
@@ -189,26 +194,26 @@ def cgroup_parents() -> tuple[str, ...]:
             _, controllers, path = line.rstrip("\n").split(":", 2)
             for controller in controllers.split(","):
                 own[controller] = path
-    if set(mounts) != {"cpuacct", "cpu"} or not set(mounts) <= set(own):
-        return ()
-    parents = tuple(dict.fromkeys(os.path.join(mounts[c], own[c].lstrip("/")) for c in ("cpuacct", "cpu")))
+    if not {"cpuacct", "cpu"} <= set(mounts) <= set(own):
+        return {}
+    parents = {controller: os.path.join(mounts[controller], own[controller].lstrip("/")) for controller in mounts}
     remove_stale_cgroups(parents)
     try:  # a process must be able to enter them too (nested containers may allow mkdir only)
         probe = WorkerCgroup(parents)
     except OSError:
-        return ()
+        return {}
     try:
         subprocess.run(["/bin/true"], preexec_fn=probe.enter, check=True, env={})
     except (OSError, subprocess.SubprocessError):
-        return ()
+        return {}
     finally:
         probe.remove()
     return parents
 
 
-def remove_stale_cgroups(parents: tuple[str, ...]) -> None:
+def remove_stale_cgroups(parents: dict[str, str]) -> None:
     """Empty worker cgroups left by processes that are gone (killed before they could remove them)."""
-    for parent in parents:
+    for parent in set(parents.values()):
         with contextlib.suppress(OSError):
             for name in os.listdir(parent):
                 owner = name.split("-")[1] if name.startswith("corrgrpo-") and name.count("-") == 2 else ""
@@ -221,15 +226,28 @@ _cgroup_numbers = itertools.count()
 
 
 class WorkerCgroup:
-    """One worker's cgroups (cpuacct + cpu), created before it starts and removed after it is gone."""
+    """One worker's cgroups (cpuacct, cpu, pids), created before it starts and removed after it is gone."""
 
-    def __init__(self, parents: tuple[str, ...]) -> None:
+    def __init__(self, parents: dict[str, str]) -> None:
         name = f"corrgrpo-{os.getpid()}-{next(_cgroup_numbers)}"
         self.paths: list[str] = []
-        for parent in parents:
-            os.mkdir(os.path.join(parent, name))
-            self.paths.append(os.path.join(parent, name))
-        self.cpu_counter = os.path.join(self.paths[0], "cpuacct.usage")
+        try:
+            for parent in dict.fromkeys(parents.values()):  # controllers mounted together share one directory
+                os.mkdir(os.path.join(parent, name))
+                self.paths.append(os.path.join(parent, name))
+        except OSError:
+            self.remove()
+            raise
+        self.cpu_counter = os.path.join(parents["cpuacct"], name, "cpuacct.usage")
+        self.pids_max = os.path.join(parents["pids"], name, "pids.max") if "pids" in parents else None
+        self.tasks_limit: int | None = None
+
+    def limit_tasks(self, count: int) -> None:
+        """At most `count` processes and threads in the cgroup at once (fork fails with EAGAIN beyond)."""
+        if self.pids_max is not None and count != self.tasks_limit:
+            with open(self.pids_max, "w") as limit:
+                limit.write(str(count))
+            self.tasks_limit = count
 
     def enter(self) -> None:
         """Move the calling process (run between fork and exec) into the cgroups."""

@@ -14,7 +14,7 @@ class Limits:
     memory_mb: int = 1024  # RLIMIT_AS
     file_mb: int = 16  # RLIMIT_FSIZE
     open_files: int = 64  # RLIMIT_NOFILE
-    processes: int = 16  # RLIMIT_NPROC (the kernel ignores it for uid 0, see README)
+    processes: int = 16  # RLIMIT_NPROC, and the worker's pids cgroup where there is one (uid 0 too, see README)
     output_bytes: int = 65536  # cap for each of stdout / stderr / channel
 
     def __post_init__(self) -> None:

@@ -28,6 +28,7 @@ from corrgrpo_sandbox.worker import HEADER, STREAMS
 DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
 MAX_REPLY_BYTES = 64 * 1024 * 1024
+WORKER_TASKS = 3  # bwrap, the namespace's init and the worker share the worker's pids cgroup with the run
 REPLY_FIELDS = {
     "exit_code": (int, type(None)),
     "signal": (int, type(None)),
@@ -54,7 +55,7 @@ class Worker:
         self.runs = 0
         self.host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
         scratch = [path for path in launcher.scratch if path] + self.host_scratch
-        parents = cgroup_parents() if launcher.cgroups else ()
+        parents = cgroup_parents() if launcher.cgroups else {}
         self.cgroup = WorkerCgroup(parents) if parents else None
         mounts: tuple[str, ...] = ()
         counter = "-"
@@ -92,9 +93,14 @@ class Worker:
             assert self.process.stdin is not None and self.process.stdout is not None
             self.request_fd, self.reply_fd = self.process.stdin.fileno(), self.process.stdout.fileno()
 
-    def execute(self, header: bytes, body: bytes, timeout: float) -> tuple[dict, list[bytes]]:
+    def execute(self, header: bytes, body: bytes, processes: int, timeout: float) -> tuple[dict, list[bytes]]:
         """Send one request (the header the worker reads, the body its child reads); the reply and the streams."""
         self.runs += 1
+        if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
+            try:
+                self.cgroup.limit_tasks(processes + WORKER_TASKS)
+            except OSError as error:
+                raise WorkerBroken(f"cannot set the worker's process limit: {error!r}") from error
         try:
             for part in (HEADER.pack(len(header)), header, body):
                 view = memoryview(part)
@@ -210,7 +216,7 @@ class Sandbox:
         reply: dict | None = None
         streams: list[bytes] = []
         try:
-            reply, streams = worker.execute(header, encoded_body, limits.wall_s + REPLY_GRACE_S)
+            reply, streams = worker.execute(header, encoded_body, limits.processes, limits.wall_s + REPLY_GRACE_S)
             anomaly = reply["anomaly"]
         except WorkerBroken as error:
             anomaly = str(error)

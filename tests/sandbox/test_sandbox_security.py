@@ -113,6 +113,21 @@ def test_a_dozen_setsid_busy_loops_are_capped_killed_and_counted() -> None:
     assert 1.5 <= hog_result.cpu_s <= 5.0 and hog_result.wall_s < 60, hog_result
 
 
+def test_the_process_limit_holds_for_root() -> None:
+    """The kernel ignores RLIMIT_NPROC for uid 0 (a root service's sandbox): 40 forks all succeeded."""
+    if "pids" not in cgroup_parents():
+        pytest.skip("no writable cgroup v1 pids controller here: RLIMIT_NPROC only (see README)")
+    source = (
+        "import os, time\nforked = 0\nfor _ in range(40):\n    try:\n        if os.fork() == 0:\n"
+        "            time.sleep(60)\n        forked += 1\n    except OSError:\n        pass\nprint(forked)"
+    )
+    with Sandbox("pool", workers=1) as sandbox:
+        result = sandbox.run(source, limits=Limits(processes=8))
+        assert result.exit_code == 0 and int(result.stdout) == 7, result  # the child itself is the 8th
+        assert int(sandbox.run(source).stdout) == 15  # the limit follows each run's Limits.processes (16)
+        assert only_worker_remains(sandbox)
+
+
 # 14.5: IPC and leftovers between runs
 
 SYSV_AND_POSIX_IPC = """
