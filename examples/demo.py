@@ -200,7 +200,7 @@ def train_policy(url: str, model: str) -> list[dict[str, Any]]:
             "max_steps": TRAIN_STEPS,
             "per_device_train_batch_size": 8,
             "num_generations": 4,
-            "max_completion_length": 112,
+            "max_completion_length": 96,
             "learning_rate": 2e-5,
             "temperature": 1.0,
             "logging_steps": 1,
@@ -243,14 +243,14 @@ def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Sco
 
 
 def isolation(url: str | None) -> str:
-    """How the code service sandboxes candidates, from its /readyz (`ok` = bwrap)."""
+    """How the code service sandboxes candidates: its /readyz `sandbox` check (the isolation's name, or why not ready)."""
     if url is None:
         return "unknown (the code service did not start)"
     try:
         check = httpx.get(f"{url}/readyz", timeout=10).json()["checks"]["sandbox"]
     except (httpx.HTTPError, KeyError, ValueError) as error:
         return f"unknown ({type(error).__name__})"
-    return "bubblewrap (no network, own PID namespace, read-only root, clean env)" if check == "ok" else check
+    return f"{check} (candidates ran in bubblewrap; see sandbox/README.md)" if check == "bwrap" else check
 
 
 def summary(code_url: str | None, trained: bool) -> str:
@@ -267,6 +267,8 @@ def summary(code_url: str | None, trained: bool) -> str:
             "  [train] lines  one CorrGRPO step of SmolLM2-135M-Instruct: 2 HumanEval prompts x 4 sampled completions;",
             "                 <component>= its batch mean, zero_std_groups= the fraction of prompt groups whose total",
             "                 reward did not vary (their advantages are 0, nothing to learn), |A|= mean |advantage|.",
+            "                 Each step draws new prompts, so 3 steps' means show the signal, not yet learning:",
+            "                 bench/bench_policy.py compares the estimators on held-out prompts (docs/policy_experiment.md).",
         ]
     lines += [
         f"  code sandbox   {isolation(code_url)}",
@@ -309,7 +311,7 @@ def main() -> int:
             print_domain(domain, result, advantages[domain])
         history = None
         if "code" in urls and model:
-            say(f"[3/4] training {TRAIN_STEPS} CorrGRPO steps of SmolLM2-135M-Instruct on HumanEval (each ~1 min on 2 cores)")
+            say(f"[3/4] training {TRAIN_STEPS} CorrGRPO steps of SmolLM2-135M-Instruct on HumanEval (~40 s of CPU each)")
             history = train_policy(urls["code"], model)
         else:
             say("[3/4] training skipped (no code service or no policy)")
