@@ -1,7 +1,7 @@
 """Pure scoring of code items: extraction, tests in the sandbox, the seven components, shared t_ref.
 
-`CodeScorer.score(items)` is the kit's scorer: one `Scored | ItemError` per item, in order. Sandbox
-executions (blocking) run in a thread pool of `workers` threads, so at most that many run at once.
+`CodeScorer.score(items)` is the kit's scorer: one `Scored | ItemError` per item, in order. All of an
+item's blocking work runs in a thread pool; the sandbox runs at most `workers` executions at once.
 """
 
 from __future__ import annotations
@@ -127,7 +127,9 @@ class CodeScorer:
         self, sandbox: Sandbox, store: Store, problems: dict[str, CodeProblem], config: ScoringConfig, workers: int
     ) -> None:
         self.sandbox, self.store, self.problems, self.config = sandbox, store, problems, config
-        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="code-sandbox")
+        # Twice the sandbox's workers: while one thread does an item's own work (extraction, parsing, similarity),
+        # another keeps its sandbox worker busy; the sandbox itself admits at most `workers` runs at once.
+        self.pool = ThreadPoolExecutor(max_workers=2 * max(1, workers), thread_name_prefix="code-sandbox")
         self._prepared: OrderedDict[str, PreparedProblem] = OrderedDict()
         self._prepare_lock = threading.Lock()
 
