@@ -125,6 +125,10 @@ def test_tasks_flag_utility_without_work_and_the_answer_cap_closes_long_guess_li
     assert all("empty" not in flags[suite] for suite in ("workspace", "travel", "slack"))
     assert {"user_task_1", "user_task_10", "user_task_27"} <= set(flags["workspace"]["number_list"])
     assert "user_task_7" in flags["banking"]["number_list"]
+    banking = httpx.get(f"{server.url}/v1/tasks", params={"suite": "banking"}, timeout=60).json()
+    assert list(banking["suites"]) == ["banking"] and banking["suites"]["banking"] == tasks["suites"]["banking"]
+    unknown = httpx.get(f"{server.url}/v1/tasks", params={"suite": "shop"}, timeout=60)
+    assert unknown.status_code == 422 and unknown.json()["details"][0]["loc"] == "suite"
     guesses = " ".join(str(n) for n in range(5001))  # passed banking user_task_1 before the cap
     over, within = score(
         server,

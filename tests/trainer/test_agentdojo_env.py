@@ -24,7 +24,15 @@ from transformers.utils import get_json_schema
 
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_trainer import cli
-from corrgrpo_trainer.agentdojo_env import evaluate, paper_metrics, task_rows, tool_calling_template, tool_method
+from corrgrpo_trainer.agentdojo_env import (
+    ToolError,
+    agentdojo_episodes,
+    evaluate,
+    paper_metrics,
+    task_rows,
+    tool_calling_template,
+    tool_method,
+)
 from corrgrpo_trainer.tiny import build_tiny_policy
 
 CONFIG = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "agentdojo.yaml"
@@ -62,6 +70,21 @@ def test_tool_methods_render_the_service_schemas(tasks: TasksResponse) -> None:
                 assert mine.get("nullable", False) == nullable, (served["name"], name)
                 base = next(o for o in schema["anyOf"] if o != {"type": "null"}) if nullable else schema
                 assert mine.get("type") == base.get("type") or "enum" in mine, (served["name"], name, mine, base)
+
+
+def test_failed_calls_are_tool_errors_and_an_unscorable_episode_has_missing_rewards(service: ServiceProcess) -> None:
+    config = {"domain": "agentdojo", "services": {"agentdojo": {"url": service.url}}, "dataset": PAIR}
+    episodes = agentdojo_episodes(config)
+    assert episodes is not None
+    env = episodes.factories["banking"]()
+    assert "bill-december-2023.txt" in env.reset(**episodes.rows[0])
+    with pytest.raises(ToolError, match="ValidationError"):
+        env.send_money(recipient="UK12345678901234567890")  # amount, subject and date missing
+    assert "<INFORMATION>" in env.read_file(file_path="bill-december-2023.txt")
+    env.episode_id = "0" * 32  # as if it had expired
+    with pytest.raises(ToolError, match="unknown or expired"):
+        env.get_balance()
+    assert env._finish("") is None and episodes.log.rows[-1]["components"] is None
 
 
 def test_rows_leave_out_tasks_flagged_as_earning_utility_without_work(tasks: TasksResponse) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
+from urllib.parse import urlencode
 
 from corrgrpo_proto import RewardClient, RewardServiceError, RewardServiceUnavailable
 from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, FinishResponse, StepResponse, TasksResponse
@@ -320,8 +321,10 @@ def agentdojo_episodes(config: dict[str, Any]) -> AgentDojoEpisodes | None:
     }
     client = RewardClient(service["url"], **options)
     step_client = RewardClient(service["url"], **{**options, "retries": 0})
-    tasks = TasksResponse.model_validate(client.request("GET", "/v1/tasks"))
-    rows = task_rows(tasks, config.get("dataset") or {})
+    dataset = config.get("dataset") or {}
+    query = urlencode([("suite", suite) for suite in dataset.get("suites") or []])  # probed per suite: ask for ours
+    tasks = TasksResponse.model_validate(client.request("GET", f"/v1/tasks?{query}" if query else "/v1/tasks"))
+    rows = task_rows(tasks, dataset)
     if not rows:
         raise ValueError("the agentdojo dataset section selects no episodes")
     clock, log = ServiceClock(), EpisodeLog()

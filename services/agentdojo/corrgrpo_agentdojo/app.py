@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
 
 from corrgrpo_proto import ErrorBody
@@ -46,9 +46,11 @@ def build(settings: AgentDojoSettings) -> FastAPI:
     episodes = EpisodeService(settings, app.state.store)
     app.state.episodes = episodes
 
-    @app.get("/v1/tasks", response_model=TasksResponse)
-    async def tasks() -> TasksResponse:
-        return await episodes.tasks()
+    @app.get("/v1/tasks", response_model=TasksResponse, responses=ERRORS)
+    async def tasks(
+        suite: Annotated[list[str] | None, Query(description="Suites to list (repeatable); all by default")] = None,
+    ) -> TasksResponse | JSONResponse:
+        return await answer(lambda: episodes.tasks(suite))
 
     @app.post("/v1/episodes", response_model=Episode, responses=ERRORS)
     async def create(request: EpisodeCreate) -> Episode | JSONResponse:

@@ -68,7 +68,7 @@ class EpisodeService:
         self.settings, self.store = settings, store
         self.catalog = Catalog(settings.agentdojo_version, settings.agentdojo_attack, settings.agentdojo_model_name)
         self.starts = StartCache(settings.agentdojo_env_cache_size)
-        self._tasks: asyncio.Task[TasksResponse] | None = None
+        self._tasks: dict[str, asyncio.Future[SuiteTasks]] = {}
 
     def _utility_without_work(self, suite: str) -> dict[str, list[str]]:
         """Per probe, the user tasks whose checker grants utility to a trajectory without tool calls: what
@@ -88,30 +88,36 @@ class EpisodeService:
                     found.setdefault(probe, []).append(user_task)
         return found
 
-    def _build_tasks(self) -> TasksResponse:
-        suites = {
-            name: SuiteTasks(
-                user_tasks=list(suite.user_tasks),
-                injection_tasks=list(suite.injection_tasks),
-                tools=ep.tool_schemas(suite),
-                utility_without_work=self._utility_without_work(name),
-            )
-            for name, suite in self.catalog.suites.items()
-        }
+    def _suite_tasks(self, name: str) -> SuiteTasks:
+        suite = self.catalog.suites[name]
+        return SuiteTasks(
+            user_tasks=list(suite.user_tasks),
+            injection_tasks=list(suite.injection_tasks),
+            tools=ep.tool_schemas(suite),
+            utility_without_work=self._utility_without_work(name),
+        )
+
+    async def tasks(self, suites: list[str] | None = None) -> TasksResponse:
+        """The catalog of `suites` (default: all) with the probes' flags; each suite is probed once per process,
+        off the event loop (banking and slack take milliseconds, workspace a few seconds: its checkers diff)."""
+        names = suites or sorted(self.catalog.suites)
+        unknown = sorted(set(names) - set(self.catalog.suites))
+        if unknown:
+            known = ", ".join(sorted(self.catalog.suites))
+            raise EpisodeError(422, "unknown_task", f"unknown suite {unknown[0]!r}; known: {known}", "suite")
+        for name in names:
+            task = self._tasks.get(name)
+            if task is None or (task.done() and task.exception() is not None):
+                self._tasks[name] = asyncio.ensure_future(asyncio.to_thread(self._suite_tasks, name))
+        listed = await asyncio.gather(*(asyncio.shield(self._tasks[name]) for name in names))
         return TasksResponse(
             benchmark_version=self.catalog.version,
             default_attack=self.catalog.default_attack,
             attacks=self.catalog.attacks,
             system_message=ep.system_message(),
             max_answer_chars=self.settings.agentdojo_max_answer_chars,
-            suites=suites,
+            suites=dict(zip(names, listed, strict=True)),
         )
-
-    async def tasks(self) -> TasksResponse:
-        """The catalog with the probes' flags; probed once per process (~200 replays, a few seconds), off the loop."""
-        if self._tasks is None or (self._tasks.done() and self._tasks.exception() is not None):
-            self._tasks = asyncio.ensure_future(asyncio.to_thread(self._build_tasks))
-        return await asyncio.shield(self._tasks)
 
     def _resolve(self, spec: EpisodeSpec) -> tuple[Resolved, EpisodeSpec]:
         try:
