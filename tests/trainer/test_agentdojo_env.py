@@ -191,7 +191,10 @@ def test_evaluation_prints_and_writes_the_papers_metrics(
     assert metrics["utility_without_attack"] == metrics["utility_under_attack"] == metrics["attack_success_rate"] == 0.0
     assert "| attack success rate | 0.0% | 1 |" in capsys.readouterr().out
     written = json.loads((tmp_path / "metrics.json").read_text())
-    assert sorted(row["injection_task"] or "" for row in written["log"]) == ["", "injection_task_0"]
+    assert sorted((row["injection_task"] or "", row["attack"] or "") for row in written["log"]) == [
+        ("", ""),
+        ("injection_task_0", "important_instructions"),
+    ]
 
 
 def test_paper_metrics_count_attacked_and_benign_episodes_apart() -> None:

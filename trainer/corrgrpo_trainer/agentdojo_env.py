@@ -169,7 +169,8 @@ class AgentDojoEnvironment:
         if spec.suite != self.suite:
             raise ValueError(f"a {spec.suite} row reached the {self.suite} environment")
         episode = Episode.model_validate(self._timed("create", self.client, "/v1/episodes", spec.model_dump(exclude_none=True)))
-        self.episode_id, self.spec, self._result = episode.episode_id, spec.model_dump(), None
+        self.episode_id, self._result = episode.episode_id, None
+        self.spec = {key: getattr(episode, key) for key in SPEC_KEYS}  # as the service resolved it (default attack named)
         return str(episode.messages[-1]["content"])
 
     def _run_tool(self, function: str, arguments: dict[str, Any]) -> str:
