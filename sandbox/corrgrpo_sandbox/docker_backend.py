@@ -1,13 +1,13 @@
 """The `docker` isolation: each warm worker runs in its own locked-down container (hosts without bubblewrap).
 
 `docker run -i` carries the worker protocol over the container's stdin/stdout; the worker (`worker.py`, mounted
-read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and times its
-children the same way (wait4). The container: no network, read-only root, no capabilities, no-new-privileges,
-pids and memory limits, a non-root uid of its own, tmpfs scratch, an empty environment. The Docker SDK for Python checks the
-engine and the image and removes containers a dead service left behind (by label); `docker run` (the CLI) starts
-each worker. Settings (environment, read when the launcher is made): CORRGRPO_SANDBOX_DOCKER_IMAGE (an image with
-python3 >= 3.10, default the services' base image), CORRGRPO_SANDBOX_DOCKER_MEMORY_MB (default 2048),
-CORRGRPO_SANDBOX_DOCKER_PIDS (default 256).
+read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and accounts its
+children's CPU by rusage + /proc (no cgroups of its own inside the container). The container: no network,
+read-only root, no capabilities, no-new-privileges, pids and memory limits, a non-root uid of its own, tmpfs
+scratch, an empty environment. The Docker SDK for Python checks the engine and the image and removes containers a
+dead service left behind (by label); `docker run` (the CLI) starts each worker. Settings (environment, read when
+the launcher is made): CORRGRPO_SANDBOX_DOCKER_IMAGE (an image with python3 >= 3.10, default the services' base
+image), CORRGRPO_SANDBOX_DOCKER_MEMORY_MB (default 2048), CORRGRPO_SANDBOX_DOCKER_PIDS (default 256).
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ class ExecResult:
     channel: bytes  # what the child wrote to fd 3 (a pipe only the parent reads), capped
     truncated: bool  # any stream hit Limits.output_bytes
     timed_out: bool  # the wall-clock timeout fired or the CPU limit killed the child
-    cpu_s: float  # child user+sys CPU time from the kernel (wait4 rusage)
-    wall_s: float  # monotonic wall time from fork to reap
+    cpu_s: float  # user+sys CPU of the run's whole process tree, from the kernel (cgroup cpuacct, else rusage + /proc)
+    wall_s: float  # monotonic wall time from the end of the child's set-up until every process of the run is gone
     peak_rss_kb: int
-    isolation: str  # "bwrap" or "fallback: <reason>"
+    isolation: str  # "bwrap", "docker" or "unsafe-none"
     anomaly: str | None  # worker died / protocol broke: the execution is NOT trustworthy
