@@ -393,6 +393,7 @@ def test_kubernetes_code_autoscaler_and_no_bwrap_overlay() -> None:
     env = {e["name"]: e["value"] for e in overlay_code["containers"][0]["env"]}
     assert env["CORRGRPO_CODE_ISOLATION"] == "unsafe-none" and "hostUsers" not in overlay_code
     assert overlay_code["containers"][0]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert overlay_code["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"  # /readyz is 503 unisolated
 
 
 def test_readme_commands_name_real_files() -> None:
