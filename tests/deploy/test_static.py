@@ -137,7 +137,8 @@ def test_dockerfile_is_multistage_pinned_and_unprivileged(service: str) -> None:
     assert installs and all(re.search(r"pip install -c /src/constraints[-\w]*\.txt", run) for run in installs)
     copied = {rest.split()[0] for key, rest in steps if key == "COPY" and not rest.startswith("--from")}
     # What the image installs: the folders pip is given (the services' LOCAL_PARTS included), or copies.
-    installed = {word.removeprefix("/src/") for run in installs for word in run.split() if word.startswith("/src/")}
+    words = (word.strip("'\"").split("[")[0] for run in installs for word in run.split())  # "/src/part[extras]"
+    installed = {word.removeprefix("/src/") for word in words if word.startswith("/src/")}
     installed |= set(build_args(service).get("LOCAL_PARTS", "").split())
     installed = {part for part in installed if (REPO / part).is_dir()} or copied - {"trainer/configs"}
     assert {part for part in installed if (REPO / part).is_dir()} == IMAGE_PARTS[service]
