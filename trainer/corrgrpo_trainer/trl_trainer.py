@@ -51,8 +51,9 @@ def check_trl_version(version: str = trl.__version__) -> None:
 
 
 check_trl_version()
-# TRL 1.16 reads the deprecated `model.is_gradient_checkpointing` at every generation (transformers 5 warns each time).
-warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+# TRL 1.16 calls transformers 5's deprecated checkpointing names (`model.is_gradient_checkpointing` at every generation).
+CHECKPOINTING_WARNING = r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
+warnings.filterwarnings("ignore", message=CHECKPOINTING_WARNING, category=FutureWarning)
 
 
 @dataclass
