@@ -45,7 +45,7 @@ class CodeSettings(ServiceSettings):
     )
     code_cpu_s: float = Field(DEFAULT.limits.cpu_s, description="CPU seconds per execution (program + all tests)")
     code_wall_s: float = Field(DEFAULT.limits.wall_s, description="Wall-clock seconds per execution")
-    code_memory_mb: int = Field(DEFAULT.limits.memory_mb, description="Address-space limit (RLIMIT_AS) of each process of an execution, MiB")
+    code_memory_mb: int = Field(DEFAULT.limits.memory_mb, description="RLIMIT_AS of each process of a run, MiB")
     code_cache_prefix: str = Field(DEFAULT.cache_prefix, description="Store key prefix of the reference-time cache")
     code_reference_runs: int = Field(DEFAULT.reference_runs, ge=1, description="Runs of the reference averaged into t_ref")
     code_efficiency: bool = Field(
