@@ -3,7 +3,7 @@
 The state is the environment as the agent's calls left it, the start environment (pickled bytes,
 for the checkers' `pre_environment`) and the trace of calls (the traces-based checkers read it).
 `dumps`/`loads` pickle it: pydantic JSON round trips of these environments are not guaranteed
-lossless (DESIGN §3), pickle is, and a test checks equality after real episodes in every suite.
+lossless, pickle is, and a test checks equality after real episodes in every suite.
 Pickle must only be loaded from a trusted store (the service's own Redis), never from clients.
 """
 
