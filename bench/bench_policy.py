@@ -207,7 +207,8 @@ def plot(out: Path, tasks: list[str], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(task, c) for task in tasks for c in (CODE_COMPONENTS if task == "code" else TOOL_COMPONENTS)]
+    trained = [task for task in tasks if read_runs(out, task)]
+    panels = [(task, c) for task in trained for c in (CODE_COMPONENTS if task == "code" else TOOL_COMPONENTS)]
     cols = 4
     fig, axes = plt.subplots(
         (len(panels) + cols - 1) // cols, cols, figsize=(4 * cols, 3 * ((len(panels) + cols - 1) // cols)), squeeze=False
