@@ -15,7 +15,7 @@ CORRECT = "```python\ndef square(n):\n    return n * n\n```"
 
 
 def test_two_replicas_share_the_reference_time_and_score_in_order(redis_url: str, key_prefix: str) -> None:
-    env = {"CORRGRPO_REDIS_URL": redis_url, "CORRGRPO_CODE_CACHE_PREFIX": key_prefix, "CORRGRPO_WORKERS": "1"}
+    env = {"CORRGRPO_REDIS_URL": redis_url, "CORRGRPO_CODE_CACHE_PREFIX": key_prefix, "CORRGRPO_CODE_WORKERS": "1"}
     with start_service("code", env=env) as first, start_service("code", env=env) as second:
         items = [
             {"id": f"{key_prefix}a", "completion": CORRECT, "problem": SQUARE},  # unique: the kit remembers ids
@@ -40,7 +40,7 @@ def test_two_replicas_share_the_reference_time_and_score_in_order(redis_url: str
 
 
 def test_readyz_reports_the_sandbox_isolation() -> None:
-    with start_service("code", env={"CORRGRPO_WORKERS": "1"}) as service:
+    with start_service("code", env={"CORRGRPO_CODE_WORKERS": "1"}) as service:
         response = httpx.get(f"{service.url}/readyz", timeout=10)
         assert response.status_code == 200
         checks = response.json()["checks"]

@@ -21,7 +21,7 @@ SQUARE = {
 def test_without_bubblewrap_the_service_refuses_to_start(tmp_path: Path) -> None:
     path = os.path.dirname(os.path.realpath(sys.executable))  # the interpreter, and no bwrap
     assert not os.path.exists(os.path.join(path, "bwrap"))
-    env = {"PATH": path, "CORRGRPO_WORKERS": "1"}
+    env = {"PATH": path, "CORRGRPO_CODE_WORKERS": "1"}
     with pytest.raises(RuntimeError, match="exited"), start_service("code", env=env, tmp_dir=str(tmp_path)):
         pass
     log = "".join(path.read_text() for path in tmp_path.glob("*.log"))
@@ -29,7 +29,7 @@ def test_without_bubblewrap_the_service_refuses_to_start(tmp_path: Path) -> None
 
 
 def test_unsafe_none_runs_only_by_name_and_is_never_ready() -> None:
-    env = {"CORRGRPO_WORKERS": "1", "CORRGRPO_CODE_ISOLATION": "unsafe-none"}
+    env = {"CORRGRPO_CODE_WORKERS": "1", "CORRGRPO_CODE_ISOLATION": "unsafe-none"}
     with start_service("code", env=env) as service:
         response = httpx.get(f"{service.url}/readyz", timeout=10)
         assert response.status_code == 503 and "unsafe-none" in response.json()["checks"]["sandbox"]
@@ -40,6 +40,6 @@ def test_unsafe_none_runs_only_by_name_and_is_never_ready() -> None:
 
 
 def test_the_log_says_which_isolation_is_active() -> None:
-    with start_service("code", env={"CORRGRPO_WORKERS": "1"}) as service:
+    with start_service("code", env={"CORRGRPO_CODE_WORKERS": "1"}) as service:
         assert httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200
         assert "sandbox isolation bwrap" in service.log()

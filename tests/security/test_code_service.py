@@ -43,7 +43,7 @@ def prefix() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def service(prefix: str) -> Iterator[ServiceProcess]:
-    env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_WORKERS": "2"}
+    env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_CODE_WORKERS": "2"}
     with start_service("code", env=env) as running:
         ready = httpx.get(f"{running.url}/readyz", timeout=30).json()
         if ready["checks"].get("sandbox") != "bwrap":  # these are containment tests: meaningless without bwrap

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from corrgrpo_service import ServiceSettings, declared
 from corrgrpo_service.docs import BEGIN, END, drifted, rewritten, table
-from corrgrpo_service.settings import env_names
+from corrgrpo_service.settings import env_name
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = declared()
@@ -22,13 +23,13 @@ def test_a_services_own_settings_are_named_after_it(name: str) -> None:
     assert own, f"{name} declares no settings of its own"
     for field in own:
         assert field.startswith(f"{name}_"), f"{settings.__name__}.{field} must be named {name}_..."
-        assert env_names(settings, field)[0] == f"CORRGRPO_{field.upper()}"
+        assert env_name(settings, field) == f"CORRGRPO_{field.upper()}"
 
 
 def test_shared_settings_belong_to_no_single_service() -> None:
     for field in ServiceSettings.model_fields:
         assert not any(field.startswith(f"{name}_") for name in SERVICES), field
-        assert env_names(ServiceSettings, field) == [f"CORRGRPO_{field.upper()}"]
+        assert env_name(ServiceSettings, field) == f"CORRGRPO_{field.upper()}"
 
 
 def python_sources() -> list[Path]:
@@ -51,8 +52,8 @@ def test_renamed_variables_are_read_and_old_ones_are_not(monkeypatch: pytest.Mon
     assert toolcall().limits().max_calls == 64
     monkeypatch.setenv("CORRGRPO_TOOLCALL_MAX_CALLS", "3")
     assert toolcall().limits().max_calls == 3
-    monkeypatch.setenv("CORRGRPO_WORKERS", "5")  # deprecated, still read
-    assert code().code_workers == 5
+    monkeypatch.setenv("CORRGRPO_WORKERS", "5")  # the old shared name: ignored now
+    assert code().code_workers == (os.cpu_count() or 1)
     monkeypatch.setenv("CORRGRPO_CODE_WORKERS", "7")
     assert code().code_workers == 7
 

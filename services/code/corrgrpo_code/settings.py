@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import Field
 
 from corrgrpo_sandbox import Limits
 from corrgrpo_service import ServiceSettings
@@ -30,7 +30,6 @@ class CodeSettings(ServiceSettings):
     )
     code_workers: int = Field(
         default_factory=cpu_count,
-        validation_alias=AliasChoices("CORRGRPO_CODE_WORKERS", "CORRGRPO_WORKERS"),
         description="Sandbox workers = concurrent executions (a thread pool runs the blocking `Sandbox.run`); default: CPU count",
     )
     code_extract: ExtractMode = Field(DEFAULT.extract, description="Which fenced python block is the code: last, first, only")

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 
 from fastapi import FastAPI
-from pydantic import AliasChoices, Field
+from pydantic import Field
 
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
@@ -41,7 +41,6 @@ class DemoSettings(ServiceSettings):
     demo_item_ms: float = Field(0.0, ge=0, description="Simulated work per item, in milliseconds")
     demo_workers: int = Field(
         default_factory=cpu_count,
-        validation_alias=AliasChoices("CORRGRPO_DEMO_WORKERS", "CORRGRPO_WORKERS"),
         description="Items worked on at once (default: CPU count)",
     )
 

@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from .registry import declared
-from .settings import ServiceSettings, env_names
+from .settings import ServiceSettings, env_name
 
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
 BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
@@ -40,15 +40,13 @@ def shown_default(info: FieldInfo) -> str:
 
 
 def table(settings: type[ServiceSettings], fields: list[str]) -> str:
-    """A markdown table of `fields`: variable (deprecated names after it), default, description."""
+    """A markdown table of `fields`: variable, default, description."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for field in fields:
         info = settings.model_fields[field]
         if not info.description:
             raise ValueError(f"{settings.__name__}.{field} has no description: the docs are made from it")
-        first, *old = env_names(settings, field)
-        variable = f"`{first}`" + "".join(f" (or deprecated `{name}`)" for name in old)
-        rows.append(f"| {variable} | {shown_default(info)} | {info.description.replace('|', '/')} |")
+        rows.append(f"| `{env_name(settings, field)}` | {shown_default(info)} | {info.description.replace('|', '/')} |")
     return "\n".join([BEGIN, *rows, END])
 
 

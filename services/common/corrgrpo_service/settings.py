@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import os
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-def env_names(settings: type[BaseSettings], field: str) -> list[str]:
-    """The variables a field is read from, first the documented one (later ones: deprecated names)."""
-    alias = settings.model_fields[field].validation_alias
-    if isinstance(alias, AliasChoices):
-        return [str(choice) for choice in alias.choices]
-    if isinstance(alias, str):
-        return [alias]
-    return [f"{settings.model_config.get('env_prefix', '')}{field}".upper()]
+def env_name(settings: type[BaseSettings], field: str) -> str:
+    """The environment variable a field is read from."""
+    return f"{settings.model_config.get('env_prefix', '')}{field}".upper()
 
 
 def cpu_count() -> int:
