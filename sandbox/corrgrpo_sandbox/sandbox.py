@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import PurePosixPath
@@ -28,6 +28,7 @@ from corrgrpo_sandbox.worker import HEADER, STREAMS
 DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
 MAX_REPLY_BYTES = 64 * 1024 * 1024
+CANCEL_POLL_S = 0.05  # how soon a cancelled run notices
 WORKER_TASKS = 3  # bwrap, the namespace's init and the worker share the worker's pids cgroup with the run
 REPLY_FIELDS = {
     "exit_code": (int, type(None)),
@@ -42,6 +43,10 @@ REPLY_FIELDS = {
     "peak_rss_kb": int,
     "anomaly": (str, type(None)),
 }
+
+
+class RunCancelled(Exception):
+    """The caller cancelled the run (`Sandbox.cancellable`): its worker, and every process of the run, was killed."""
 
 
 class WorkerBroken(Exception):
@@ -93,7 +98,9 @@ class Worker:
             assert self.process.stdin is not None and self.process.stdout is not None
             self.request_fd, self.reply_fd = self.process.stdin.fileno(), self.process.stdout.fileno()
 
-    def execute(self, header: bytes, body: bytes, processes: int, timeout: float) -> tuple[dict, list[bytes]]:
+    def execute(
+        self, header: bytes, body: bytes, processes: int, timeout: float, cancel: threading.Event | None = None
+    ) -> tuple[dict, list[bytes]]:
         """Send one request (the header the worker reads, the body its child reads); the reply and the streams."""
         self.runs += 1
         if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
@@ -109,7 +116,7 @@ class Worker:
         except OSError as error:
             raise WorkerBroken(f"worker unreachable: {error!r}") from error
         deadline = time.monotonic() + timeout
-        size = HEADER.unpack(self.read_exactly(HEADER.size, deadline))[0]
+        size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
         if size > MAX_REPLY_BYTES:
             raise WorkerBroken(f"worker reply of {size} bytes")
         try:
@@ -127,12 +134,17 @@ class Worker:
             raise WorkerBroken("worker reply announces impossible stream sizes")
         return reply, [self.read_exactly(reply[name], deadline) for name in STREAMS]
 
-    def read_exactly(self, size: int, deadline: float) -> bytes:
+    def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
         chunks: list[bytes] = []
         while size:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([self.reply_fd], [], [], remaining)[0]:
+            if remaining <= 0:
                 raise WorkerBroken("worker did not answer in time")
+            if cancel is not None and cancel.is_set():
+                raise RunCancelled("run cancelled")
+            wait = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
+            if not select.select([self.reply_fd], [], [], wait)[0]:
+                continue
             chunk = os.read(self.reply_fd, min(size, 1 << 20))
             if not chunk:
                 raise WorkerBroken(f"worker died (exit status {self.process.poll()})")
@@ -193,9 +205,20 @@ class Sandbox:
         # bwrap --die-with-parent is bound to the THREAD that started it: workers are started by one thread that
         # lives as long as the sandbox, not by whichever caller's thread happened to replace a worker
         self._starter = ThreadPoolExecutor(1, thread_name_prefix="corrgrpo-sandbox-starter")
+        self._cancel = threading.local()
         if mode == "pool":
             for _ in range(workers):
                 self._idle.put(self._start_worker())
+
+    @contextlib.contextmanager
+    def cancellable(self, event: threading.Event) -> Iterator[None]:
+        """Runs this thread starts inside the block raise `RunCancelled` soon after `event` is set, their worker
+        killed with every process of the run (a client that went away must not keep a worker busy)."""
+        self._cancel.event = event
+        try:
+            yield
+        finally:
+            self._cancel.event = None
 
     def run(
         self, source: str, *, stdin: bytes = b"", files: Mapping[str, bytes] | None = None, limits: Limits | None = None
@@ -211,12 +234,13 @@ class Sandbox:
         }
         encoded_body = json.dumps(body).encode()
         header = json.dumps({"limits": asdict(limits), "body": len(encoded_body)}).encode()
-        worker = self._take_worker()
+        cancel: threading.Event | None = getattr(self._cancel, "event", None)
+        worker = self._take_worker(cancel)
         started = time.monotonic()
         reply: dict | None = None
         streams: list[bytes] = []
         try:
-            reply, streams = worker.execute(header, encoded_body, limits.processes, limits.wall_s + REPLY_GRACE_S)
+            reply, streams = worker.execute(header, encoded_body, limits.processes, limits.wall_s + REPLY_GRACE_S, cancel)
             anomaly = reply["anomaly"]
         except WorkerBroken as error:
             anomaly = str(error)
@@ -241,14 +265,18 @@ class Sandbox:
             anomaly=anomaly,
         )
 
-    def _take_worker(self) -> Worker:
+    def _take_worker(self, cancel: threading.Event | None = None) -> Worker:
+        if cancel is not None and cancel.is_set():
+            raise RunCancelled("run cancelled")
         if self.mode == "fresh":
             return self._start_worker()
         while True:
             if self._closed:
                 raise RuntimeError("Sandbox is closed")
+            if cancel is not None and cancel.is_set():
+                raise RunCancelled("run cancelled")
             try:
-                return self._idle.get(timeout=0.5)
+                return self._idle.get(timeout=0.5 if cancel is None else CANCEL_POLL_S)
             except queue.Empty:
                 continue
 

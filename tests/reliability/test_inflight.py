@@ -87,3 +87,21 @@ def test_sigterm_ends_in_bounded_time_with_work_in_flight() -> None:
             client.close()
     assert service.process.returncode is not None
     print(f"SIGTERM with 200 sleeping items in flight: exited in {took:.1f}s")
+
+
+def test_disconnect_ends_the_runs_already_going() -> None:
+    """A run that started is ended by the disconnect (its worker killed), not left to run out its 60 s wall limit."""
+    env = {**CODE_ENV, "CORRGRPO_CODE_WALL_S": "60"}
+    with start_service("code", env=env) as service:
+        client = post_and_leave(service, sleepers(2))  # one run per worker, each sleeping 60 s
+        wait_for(lambda: inflight(service) == 2, 60, "both runs in flight")
+        time.sleep(1.0)  # both are in their sandbox runs now
+        client.close()
+        wait_for(lambda: inflight(service) == 0, 30, "the budget released after the client left")
+        started = time.monotonic()
+        item = {"completion": "```python\ndef add(a, b):\n    return a + b\n```", "problem": PROBLEM}
+        response = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, timeout=120)
+        waited = time.monotonic() - started
+        assert response.status_code == 200 and response.json()["results"][0]["components"]["correct"] == 1.0
+        assert waited < 40, f"a fresh item waited {waited:.1f}s: the abandoned runs kept both workers for their wall limit"
+        print(f"runs of a disconnected client ended; fresh item scored in {waited:.1f}s")

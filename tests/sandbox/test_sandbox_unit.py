@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from corrgrpo_sandbox import ExecResult, Limits, Sandbox
+from corrgrpo_sandbox import ExecResult, Limits, RunCancelled, Sandbox
 
 
 def test_stdout_stderr_exit_code_and_stdin(sandbox: Sandbox) -> None:
@@ -164,3 +164,26 @@ def test_non_daemon_threads_finish_before_exit(pool_sandbox: Sandbox) -> None:
     source = "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.1), print('late'))).start()\nprint('main')"
     result = pool_sandbox.run(source)
     assert (result.exit_code, result.stdout) == (0, b"main\nlate\n")
+
+
+def test_a_cancelled_run_ends_at_once_and_its_worker_is_replaced(pool_sandbox: Sandbox) -> None:
+    cancel, outcome = threading.Event(), {}
+
+    def sleep_a_minute() -> None:
+        with pool_sandbox.cancellable(cancel):
+            try:
+                pool_sandbox.run("import time\ntime.sleep(60)", limits=Limits(wall_s=60))
+            except RunCancelled as error:
+                outcome["error"] = error
+
+    thread = threading.Thread(target=sleep_a_minute)
+    thread.start()
+    time.sleep(1.0)
+    started = time.monotonic()
+    cancel.set()
+    thread.join(30)
+    assert not thread.is_alive() and isinstance(outcome.get("error"), RunCancelled)
+    assert time.monotonic() - started < 20  # not the 60 s the run asked for
+    with pool_sandbox.cancellable(cancel), pytest.raises(RunCancelled):  # still set: a run under it never begins
+        pool_sandbox.run("print(1)")
+    assert pool_sandbox.run("print(2)").stdout == b"2\n"  # outside the block, runs go on as before

@@ -155,16 +155,26 @@ class CodeScorer:
         problem = item.problem or self.problems.get(item.task_id or "")
         if problem is None:
             return ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
+        cancelled = threading.Event()
         try:
-            outcome = await asyncio.get_running_loop().run_in_executor(self.pool, self.evaluate, problem, item.completion)
+            outcome = await asyncio.get_running_loop().run_in_executor(
+                self.pool, self._evaluate_cancellable, cancelled, problem, item.completion
+            )
             if outcome.cpu_s is not None and outcome.prepared is not None:
                 await self._add_efficiency(outcome)
             return outcome.scored
+        except asyncio.CancelledError:  # the client went away: end the item's sandbox run now, not at its wall limit
+            cancelled.set()
+            raise
         except SandboxFault as error:
             return ItemError(code="sandbox_anomaly", message=f"sandbox broken: {error}")
         except Exception as error:  # one item's failure never fails the batch
             log.exception("scoring failed", extra={"task_id": problem.task_id})
             return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
+
+    def _evaluate_cancellable(self, cancelled: threading.Event, problem: CodeProblem, completion: str) -> _Outcome:
+        with self.sandbox.cancellable(cancelled):
+            return self.evaluate(problem, completion)
 
     def evaluate(self, problem: CodeProblem, completion: str) -> _Outcome:
         """Everything but t_ref, blocking (extraction, parsing, the run, AST similarity): off the event loop."""
