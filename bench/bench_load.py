@@ -1,6 +1,6 @@
 """Load test of a reward service over loopback: 1×, 4× and 10× its sustainable rate.
 
-`python bench/bench_load.py [--services toolcall demo] [--seconds 8]` starts each service as its
+`python bench/bench_load.py [--services toolcall toy] [--seconds 8]` starts each service as its
 container does (`python -m corrgrpo_<name>`), measures the sustainable rate with a closed loop of
 4 senders, then offers an open-loop load of 1×, 4× and 10× that rate (fixed arrival schedule,
 bounded at `--max-outstanding` requests in the generator itself, which counts arrivals beyond it as
@@ -8,8 +8,8 @@ bounded at `--max-outstanding` requests in the generator itself, which counts ar
 prints a markdown table: answered throughput, p50/p99 latency of the answered requests, 429 and
 other error counts, and the peak RSS of the service process. The generator shares the machine.
 
-`demo` is the kit's toy service (`corrgrpo_service.demo`) whose items wait asynchronously
-(`CORRGRPO_DEMO_ITEM_MS`, like a sandbox run), so the in-flight budget applies; `toolcall` scores
+`toy` is a toy service on the kit (`bench/corrgrpo_toy.py`) whose items wait asynchronously
+(`CORRGRPO_TOY_ITEM_MS`, like a sandbox run), so the in-flight budget applies; `toolcall` scores
 inline on the event loop (tens of µs per item), so overload queues in the socket backlog instead.
 """
 
@@ -33,11 +33,16 @@ BATCH = 32
 TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
 ITEMS = {
     "toolcall": [{"completion": TOOL_CALL, "ground_truth": TOOL_CALL}] * BATCH,
-    "service.demo": [{"text": "x" * 200}] * BATCH,
+    "toy": [{"text": "x" * 200}] * BATCH,
 }
 ENV = {
     "toolcall": {"CORRGRPO_MAX_INFLIGHT_ITEMS": "512"},
-    "service.demo": {"CORRGRPO_MAX_INFLIGHT_ITEMS": "512", "CORRGRPO_DEMO_ITEM_MS": "20", "CORRGRPO_DEMO_WORKERS": "64"},
+    "toy": {
+        "CORRGRPO_MAX_INFLIGHT_ITEMS": "512",
+        "CORRGRPO_TOY_ITEM_MS": "20",
+        "CORRGRPO_TOY_WORKERS": "64",
+        "PYTHONPATH": str(Path(__file__).resolve().parent),  # corrgrpo_toy lives here, not in a package
+    },
 }
 
 
@@ -153,13 +158,13 @@ async def bench(name: str, seconds: float, cap: int) -> list[str]:
         for factor in (1, 4, 10):
             phase = Phase(f"{factor}×", sustainable * factor)
             await open_loop(port, body, phase, seconds, cap, process)
-            rows.append(row(name.removeprefix("service."), phase))
+            rows.append(row(name, phase))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--services", nargs="+", default=["toolcall", "demo"], help="toolcall and/or demo")
+    parser.add_argument("--services", nargs="+", default=["toolcall", "toy"], help="toolcall and/or toy")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each load phase")
     parser.add_argument("--max-outstanding", type=int, default=256, help="bound on requests in flight in the generator")
     args = parser.parse_args()
@@ -167,7 +172,7 @@ def main() -> None:
     print("| service | load | offered req/s | answered req/s | items/s | p50 ms | p99 ms | 429 | errors | dropped | RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.services:
-        for line in asyncio.run(bench("service.demo" if name == "demo" else name, args.seconds, args.max_outstanding)):
+        for line in asyncio.run(bench(name, args.seconds, args.max_outstanding)):
             print(line, flush=True)
 
 
