@@ -23,7 +23,7 @@ from corrgrpo_proto.common import ErrorDetail
 from corrgrpo_service import StoreUnavailable, add_score_route, error_response
 
 from .declaration import SERVICE
-from .service import EpisodeError, EpisodeService
+from .scoring import EpisodeError, EpisodeService
 from .settings import AgentDojoSettings
 
 ERRORS = {status: {"model": ErrorBody} for status in (404, 409, 422, 503)}
