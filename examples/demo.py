@@ -162,10 +162,11 @@ async def score_domains(urls: dict[str, str]) -> dict[str, Scored]:
 
 
 def estimator_advantages(scored: Scored) -> dict[str, torch.Tensor]:
-    """[B, G] advantages of each estimator on the same rewards (weights folded in; GDPO weights its z-scores, as TRL)."""
+    """[B, G] advantages of each estimator on the same rewards and weights."""
     weights = torch.tensor(scored.weights, dtype=scored.rewards.dtype)
-    folded = scored.rewards * weights
-    return {"GRPO": grpo(folded), "GDPO": gdpo(scored.rewards, weights=weights), "CorrGRPO": corrgrpo(folded)}
+    return {
+        name: estimator(scored.rewards, weights) for name, estimator in (("GRPO", grpo), ("GDPO", gdpo), ("CorrGRPO", corrgrpo))
+    }
 
 
 def print_domain(domain: str, scored: Scored, advantages: dict[str, torch.Tensor]) -> None:

@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from corrgrpo_proto import AsyncRewardClient, RewardClient
-from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, TasksResponse
+from corrgrpo_proto.agentdojo import EpisodeSpec, TasksResponse
 
 from .advantages import ESTIMATORS, diagnostics
 from .agentdojo_env import agentdojo_episodes
@@ -93,14 +93,10 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
 
 
 def compute_advantages(payload: Any, estimators: Sequence[str]) -> dict[str, Any]:
-    """{"advantages": {estimator: [B][G]}, "diagnostics": {...}} with weights folded in (GDPO: applied to z-scores, as TRL)."""
+    """{"advantages": {estimator: [B][G]}, "diagnostics": {...}}; each estimator applies the weights its own way."""
     rewards, weights, names = load_rewards(payload)
-    folded = rewards * torch.tensor(weights, dtype=rewards.dtype) if weights is not None else rewards
-    advantages = {
-        name: (ESTIMATORS[name](rewards, weights=weights) if name == "gdpo" else ESTIMATORS[name](folded)).tolist()
-        for name in estimators
-    }
-    return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(folded, names=names)}
+    advantages = {name: ESTIMATORS[name](rewards, weights).tolist() for name in estimators}
+    return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(rewards, weights, names=names)}
 
 
 def read_json(source: str) -> Any:
@@ -154,25 +150,6 @@ def toolcall_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def agentdojo_rows(spec: dict[str, Any], url: str) -> list[dict[str, Any]]:
-    """Episodes opened on the service for their first messages; the tool schemas go into the system prompt."""
-    client = RewardClient(url)
-    tasks = TasksResponse.model_validate(client.request("GET", "/v1/tasks"))
-    rows = []
-    for suite in spec.get("suites") or list(tasks.suites):
-        for user_task in tasks.suites[suite].user_tasks[: spec.get("user_tasks_per_suite", 2)]:
-            for injection_task in spec.get("injection_tasks") or [None]:
-                episode_spec = EpisodeSpec(
-                    suite=suite, user_task=user_task, injection_task=injection_task, attack=spec.get("attack")
-                )
-                episode = Episode.model_validate(
-                    client.request("POST", "/v1/episodes", episode_spec.model_dump(exclude_none=True))
-                )
-                rows.append({"prompt": with_tools(episode.messages, episode.tools)} | episode_spec.model_dump())
-    client.close()
-    return rows
-
-
 def with_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages with the tool schemas and the call format appended to the system message (templates without tools work)."""
     note = (
@@ -188,9 +165,7 @@ def with_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> l
 
 
 def load_rows(config: dict[str, Any]) -> list[dict[str, Any]]:
-    domain, spec = config["domain"], config["dataset"]
-    if domain == "agentdojo":
-        return agentdojo_rows(spec, config["services"]["agentdojo"]["url"])
+    domain, spec = config["domain"], config["dataset"]  # agentdojo: its environments bring their rows (agentdojo_env.py)
     return {"code": code_rows, "toolcall": toolcall_rows}[domain](spec)
 
 
