@@ -11,7 +11,7 @@ import pytest
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
 from corrgrpo_service import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
-from corrgrpo_service.limits import json_problem
+from corrgrpo_service.limits import JsonLimits, json_problem
 from corrgrpo_service.store import RedisStore, redacted
 
 JSON = {"content-type": "application/json"}
@@ -91,9 +91,9 @@ async def test_hostile_json_gets_a_4xx(body: bytes, status: int, error: str) -> 
 
 def test_json_problem_accepts_what_is_fine() -> None:
     paired = b'{"s": "\\ud83d\\ude00", "code": "x = \'\\\\ud800\'", "n": [1.5, -2e10, [[{}]]]}'
-    assert json_problem(paired, max_depth=8) is None
-    assert json_problem(b'{"a": [[[]]]}', max_depth=3) is not None
-    assert json_problem(b'{"a": [[]]}', max_depth=3) is None
+    assert json_problem(paired, JsonLimits(max_depth=8)) is None
+    assert json_problem(b'{"a": [[[]]]}', JsonLimits(max_depth=3)) is not None
+    assert json_problem(b'{"a": [[]]}', JsonLimits(max_depth=3)) is None
 
 
 async def test_extra_deep_but_allowed_nesting_scores() -> None:

@@ -169,7 +169,7 @@ def _path_to(document: Any, target: Any) -> str:
     return "body"
 
 
-def json_problem(body: bytes, max_depth: int = 64, limits: JsonLimits | None = None) -> Problem | None:
+def json_problem(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | None:
     """Why a JSON body must be refused before FastAPI parses it; None to let FastAPI parse it.
 
     Refused: bytes that are not UTF-8 (400); more than `max_values` values (413, counted before
@@ -181,7 +181,6 @@ def json_problem(body: bytes, max_depth: int = 64, limits: JsonLimits | None = N
     JSON escapes no UTF-8 response can carry).
     A syntax error is left to FastAPI's 422.
     """
-    limits = limits or JsonLimits(max_depth)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -249,7 +248,7 @@ class JsonGuard:
                 break
         body = b"".join(chunks)
         del chunks  # one copy of the body, not two
-        problem = await asyncio.to_thread(json_problem, body, self.limits.max_depth, self.limits) if body else None
+        problem = await asyncio.to_thread(json_problem, body, self.limits) if body else None
         if problem is not None:
             return await problem.response()(scope, receive, send)
         replayed = False
