@@ -8,6 +8,7 @@ of TRL with all_gather_object) and exits non-zero on a mismatch.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -116,8 +117,15 @@ def main(model_dir: str, output_dir: str, estimator: str = "corrgrpo") -> int:
         if not torch.equal(trainer.trained[step].sort().values, trainer.scored[step].sort().values):
             failures.append(f"rank {rank} step {step}: the loss saw other advantages than scoring produced")
     print("\n".join(failures) or f"rank {rank}/{world}: advantages match over {STEPS} steps", flush=True)
+    dist.barrier()  # every rank is past its last collective
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    status = main(*sys.argv[1:])
+    # Not a normal exit: tearing down DDP's reducer at interpreter exit destroys the gloo process group, whose
+    # thread may still need the GIL to free a finished work's tensors; that aborted a rank in CI ("terminate
+    # called without an active exception") and hung one here (pytorch/pytorch#179291 describes the race).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
