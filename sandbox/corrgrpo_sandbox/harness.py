@@ -364,17 +364,23 @@ def _ran_out_of_time(result: ExecResult) -> bool:
     return result.timed_out or result.signal in _CPU_SIGNALS
 
 
-def syntax_error(solution: str) -> str | None:
-    """Why `solution` cannot be compiled, or None. Absurd nesting is the solution's failure, never a crash."""
+def parse_solution(solution: str) -> ast.Module | str:
+    """The solution's syntax tree, or why it cannot be compiled. Absurd nesting is the solution's failure, never a crash."""
     if not solution.strip():
         return "no code"
     try:
-        ast.parse(solution)
+        return ast.parse(solution)
     except (SyntaxError, ValueError) as error:  # ValueError: null bytes
         return f"{type(error).__name__}: {error}"
     except (RecursionError, MemoryError) as error:  # the parser's own stack: deeply nested expressions
         return f"{type(error).__name__}: nested too deeply to compile"
-    return None
+
+
+def _syntax_error(solution: str, parsed: bool) -> str | None:
+    if parsed:
+        return None
+    tree = parse_solution(solution)
+    return tree if isinstance(tree, str) else None
 
 
 def _early_stage(result: ExecResult, messages: list[dict[str, Any]]) -> tuple[Stage, str | None] | None:
@@ -396,10 +402,13 @@ def run_io(
     entry_point: str,
     tests: Sequence[IOTest],
     limits: Limits | None = None,
+    *,
+    parsed: bool = False,
 ) -> HarnessResult:
-    """I/O mode: the child returns outputs as data; the parent or the judge decides (see module docstring)."""
+    """I/O mode: the child returns outputs as data; the parent or the judge decides (see module docstring).
+    `parsed`: the caller has parsed `solution` with `parse_solution` already; it is not parsed twice."""
     total = len(tests)
-    if error := syntax_error(solution):
+    if error := _syntax_error(solution, parsed):
         return HarnessResult("syntax", "io", 0, total, error)
     program = _program(prelude, solution, _IO_PROGRAM, entry=entry_point, calls=[t.call for t in tests])
     result = sandbox.run(program, limits=limits)
@@ -496,9 +505,12 @@ def run_assert(
     entry_point: str,
     test_source: str,
     limits: Limits | None = None,
+    *,
+    parsed: bool = False,
 ) -> HarnessResult:
-    """Assert mode: `check(candidate)` runs in the child; weaker, see the module docstring. Counts one test."""
-    if error := syntax_error(solution):
+    """Assert mode: `check(candidate)` runs in the child; weaker, see the module docstring. Counts one test.
+    `parsed` as in `run_io`."""
+    if error := _syntax_error(solution, parsed):
         return HarnessResult("syntax", "assert", 0, 1, error)
     program = _program(prelude, solution, _ASSERT_PROGRAM, entry=entry_point, test=test_source)
     result = sandbox.run(program, limits=limits)

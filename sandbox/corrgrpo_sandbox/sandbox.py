@@ -185,7 +185,7 @@ class Sandbox:
         mode: Literal["pool", "fresh"] = "pool",
         workers: int = os.cpu_count() or 1,
         limits: Limits = DEFAULT_LIMITS,
-        recycle_after: int = 200,
+        recycle_after: int = 1000,
         python: str = sys.executable,
         isolation: str = "auto",
     ) -> None:

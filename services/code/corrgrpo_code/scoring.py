@@ -21,7 +21,7 @@ from typing import Any
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult, IOTest, run_assert, run_io
+from corrgrpo_sandbox.harness import HarnessResult, IOTest, parse_solution, run_assert, run_io
 from corrgrpo_service import Scored, Store, StoreUnavailable
 
 from .extract import FENCE_LANGUAGES, ExtractMode, extract_code, format_score
@@ -69,19 +69,19 @@ class PreparedProblem:
         return cls(problem, key, split_check(problem.test), ReferenceTree.of(problem.reference))
 
 
-def _run_once(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits) -> HarnessResult:
+def _run_once(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool) -> HarnessResult:
     problem = prepared.problem
     if prepared.io_tests is not None:
-        return run_io(sandbox, problem.prompt, solution, problem.entry_point, prepared.io_tests, limits)
-    return run_assert(sandbox, problem.prompt, solution, problem.entry_point, problem.test, limits)
+        return run_io(sandbox, problem.prompt, solution, problem.entry_point, prepared.io_tests, limits, parsed=parsed)
+    return run_assert(sandbox, problem.prompt, solution, problem.entry_point, problem.test, limits, parsed=parsed)
 
 
-def run_tests(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits) -> HarnessResult:
+def run_tests(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool = False) -> HarnessResult:
     """The harness run for `solution`, retried once on a sandbox anomaly. An anomaly that repeats while a
     trivial probe passes is the solution's doing (it killed its worker, say): returned as stage `anomaly`,
     scored as a failure. Raises SandboxFault when the probe fails too (the sandbox itself is broken)."""
     for _ in range(2):
-        result = _run_once(sandbox, prepared, solution, limits)
+        result = _run_once(sandbox, prepared, solution, limits, parsed)
         if result.stage != "anomaly":
             return result
         log.warning("sandbox anomaly, retrying once", extra={"task_id": prepared.problem.task_id, "anomaly": result.error})
@@ -186,8 +186,10 @@ class CodeScorer:
             zeros = dict.fromkeys(("syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency"), 0.0)
             return _Outcome(Scored({"format": fmt, **zeros}, {"stage": "too_long", "error": error}))
         prepared = self.prepare(problem)
-        result = run_tests(self.sandbox, prepared, code or "", config.limits)
-        similarity = prepared.reference.similarity(code) if code is not None else 0.0
+        tree = parse_solution(code or "")
+        parsed = not isinstance(tree, str)  # the syntax check and the similarity share one parse
+        result = run_tests(self.sandbox, prepared, code or "", config.limits, parsed)
+        similarity = prepared.reference.similarity(tree) if not isinstance(tree, str) else 0.0
         info: dict[str, Any] = {
             "stage": result.stage,
             "error": result.error,

@@ -35,13 +35,28 @@ def _subtree_ids(tree: ast.AST, interner: _Interner) -> Counter[int]:
     ids: Counter[int] = Counter()
 
     def visit(node: ast.AST) -> int:
-        children = tuple(visit(child) for child in ast.iter_child_nodes(node) if not isinstance(child, ast.expr_context))
-        node_id = interner.id((type(node).__name__, children))
+        children = []
+        for name in node._fields:  # what ast.iter_child_nodes does, without its generators (the hot loop here)
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for child in value:
+                    if isinstance(child, ast.AST):
+                        children.append(visit(child))
+            elif isinstance(value, ast.AST) and not isinstance(value, ast.expr_context):
+                children.append(visit(value))
+        node_id = interner.id((type(node).__name__, tuple(children)))
         ids[node_id] += 1
         return node_id
 
     visit(tree)
     return ids
+
+
+def _parse(source: str) -> ast.AST | None:
+    try:
+        return ast.parse(source)
+    except _UNPARSABLE:
+        return None
 
 
 @dataclass(frozen=True)
@@ -54,22 +69,24 @@ class ReferenceTree:
     @classmethod
     def of(cls, reference: str) -> ReferenceTree:
         interner = _Interner()
+        tree = _parse(reference)
         try:
-            ids = _subtree_ids(ast.parse(reference), interner)
-        except _UNPARSABLE:
+            return cls(interner.overlay, _subtree_ids(tree, interner)) if tree is not None else cls({}, None)
+        except RecursionError:
             return cls({}, None)
-        return cls(interner.overlay, ids)
 
-    def similarity(self, candidate: str) -> float:
+    def similarity(self, candidate: ast.AST) -> float:
+        """Similarity of a candidate's syntax tree (parsed once by the caller, who needs it for the syntax check too)."""
         if self.ids is None:
             return 0.0
         try:
-            a = _subtree_ids(ast.parse(candidate), _Interner(self.table))
-        except _UNPARSABLE:
+            a = _subtree_ids(candidate, _Interner(self.table))
+        except RecursionError:  # nested deeper than Python's stack, though the parser took it
             return 0.0
         union = sum((a | self.ids).values())
         return sum((a & self.ids).values()) / union if union else 1.0
 
 
 def ast_similarity(candidate: str, reference: str) -> float:
-    return ReferenceTree.of(reference).similarity(candidate)
+    tree = _parse(candidate)
+    return ReferenceTree.of(reference).similarity(tree) if tree is not None else 0.0
