@@ -53,6 +53,15 @@ def test_weights_fold_into_r_and_gdpo_applies_them_to_z_scores(tmp_path: Path) -
     assert "grpo/var_share/style" in answer["diagnostics"]
 
 
+def test_undefined_numbers_are_null_so_the_output_is_strict_json(tmp_path: Path) -> None:
+    source, output = tmp_path / "in.json", tmp_path / "out.json"
+    source.write_text(json.dumps([[[1.0, 2.0], [3.0, 1.0]]]))  # two anti-correlated components: Σρ = 0, shares 0/0
+    assert main(["advantages", "--input", str(source), "--estimator", "all", "--output", str(output)]) == 0
+    answer = json.loads(output.read_text(), parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert answer["diagnostics"]["corrgrpo/share/0"] is None
+    assert answer["advantages"]["grpo"][0][0] < 0 < answer["advantages"]["grpo"][0][1]
+
+
 def test_mismatched_weights_are_refused() -> None:
     with pytest.raises(InputError, match="3 weights for K = 2"):
         compute_advantages({"rewards": REWARDS, "weights": [1, 1, 1]}, ["grpo"])

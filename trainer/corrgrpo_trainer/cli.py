@@ -111,10 +111,21 @@ def read_json(source: str) -> Any:
         raise InputError(f"{source} is not JSON: {error}") from None
 
 
+def strict_json(value: Any) -> Any:
+    """NaN and ±inf as null: JSON has no such numbers, and other stacks' parsers refuse Python's `NaN`."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [strict_json(item) for item in value]
+    return value
+
+
 def advantages_command(args: argparse.Namespace) -> int:
     payload = read_json(args.input)
     estimators = list(ESTIMATORS) if args.estimator == "all" else [args.estimator]
-    text = json.dumps(compute_advantages(payload, estimators), indent=2)
+    text = json.dumps(strict_json(compute_advantages(payload, estimators)), indent=2, allow_nan=False)
     if args.output:
         Path(args.output).write_text(text + "\n")
     else:
@@ -385,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument(
         "--estimator", choices=[*ESTIMATORS, "all"], default="corrgrpo", help="which advantages (default: %(default)s)"
     )
-    adv.add_argument("--output", help="write the JSON to this file (default: stdout)")
+    adv.add_argument("--output", help="write the JSON to this file (default: stdout); undefined numbers are null")
     adv.set_defaults(handler=advantages_command)
     return parser
 
