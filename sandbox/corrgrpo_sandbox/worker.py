@@ -395,8 +395,8 @@ def supervise(
 ) -> tuple[bool, bool]:
     """Read the outputs until the child exits, the deadline passes or the tree's CPU reaches `cpu_cap`.
     Returns (child exited, CPU cap reached). After each read the pipes rest for `COALESCE_S` (the exit still
-    wakes the worker at once): the harness writes one message per test, and a wake-up for each cost a context
-    switch each, about 15% of a short run; a pipe holds 64 KiB meanwhile, so a flood still flows."""
+    wakes the worker at once): the harness writes one message per test, and waking for each message cost a
+    context switch per message, about 15% of a short run; a pipe holds 64 KiB meanwhile, so a flood still flows."""
     open_fds = set(readers)
     for fd in open_fds:
         os.set_blocking(fd, False)
