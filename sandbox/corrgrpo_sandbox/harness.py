@@ -376,9 +376,8 @@ def parse_solution(solution: str) -> ast.Module | str:
         return f"{type(error).__name__}: nested too deeply to compile"
 
 
-def _syntax_error(solution: str, parsed: bool) -> str | None:
-    if parsed:
-        return None
+def syntax_error(solution: str) -> str | None:
+    """Why `solution` cannot be compiled, or None."""
     tree = parse_solution(solution)
     return tree if isinstance(tree, str) else None
 
@@ -408,7 +407,7 @@ def run_io(
     """I/O mode: the child returns outputs as data; the parent or the judge decides (see module docstring).
     `parsed`: the caller has parsed `solution` with `parse_solution` already; it is not parsed twice."""
     total = len(tests)
-    if error := _syntax_error(solution, parsed):
+    if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "io", 0, total, error)
     program = _program(prelude, solution, _IO_PROGRAM, entry=entry_point, calls=[t.call for t in tests])
     result = sandbox.run(program, limits=limits)
@@ -510,7 +509,7 @@ def run_assert(
 ) -> HarnessResult:
     """Assert mode: `check(candidate)` runs in the child; weaker, see the module docstring. Counts one test.
     `parsed` as in `run_io`."""
-    if error := _syntax_error(solution, parsed):
+    if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "assert", 0, 1, error)
     program = _program(prelude, solution, _ASSERT_PROGRAM, entry=entry_point, test=test_source)
     result = sandbox.run(program, limits=limits)

@@ -416,7 +416,7 @@ def supervise(
         wake = min(deadline, next_check, resting_until) if resting else min(deadline, next_check)
         ready, _, _ = select.select([pidfd] if resting else [*open_fds, pidfd], [], [], wake - now)
         exited = pidfd in ready
-        if exited or (ready and not resting):
+        if ready:  # while resting only the exit is watched
             for fd in open_fds.copy():
                 for _ in range(DRAIN_READS if exited else 1):  # after exit, drain what the child left in the pipe
                     count = streams.read(fd, readers[fd])
