@@ -26,17 +26,16 @@ Stages, in order: ``syntax`` (the solution does not parse), ``toplevel`` (its mo
 ``assertion`` (a test's check failed), ``timeout`` (during the tests; a top level that runs out of
 time is ``toplevel``), ``passed``; plus ``anomaly`` when the sandbox
 reports the execution untrustworthy (`ExecResult.anomaly`).
+
+What runs in the child is `harness_child.py`, which every worker preloads: a run's program is one call.
 """
 
 from __future__ import annotations
 
 import ast
-import base64
 import itertools
 import json
-import marshal
 import signal
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -98,7 +97,7 @@ def _pair(item: Any) -> tuple[Any, Any]:
 
 
 def encode(value: Any) -> Any:
-    """Builtin data → the tagged JSON the child writes (the parent's twin of `_CHILD_ENCODER`, for literals)."""
+    """Builtin data → the tagged JSON the child writes (the parent's twin of `harness_child.encode`, for literals)."""
     kind = type(value)
     if value is None or kind in (bool, int, float, str):
         return value
@@ -167,172 +166,12 @@ class HarnessResult:
         return self.stage == "passed"
 
 
-# Tagged JSON back to builtin data, in the judge (a sandboxed run: hash containers cost only its limits).
-_DECODER = r"""
-class _Unencodable:
-    def __init__(self, type_name):
-        self.type_name = type_name
-    def __repr__(self):
-        return "<unencodable " + self.type_name + ">"
-def _decode(value):
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    tag, items = value.get("__t"), value.get("v")
-    if tag == "tuple":
-        return tuple(_decode(v) for v in items)
-    if tag == "set":
-        return {_decode(v) for v in items}
-    if tag == "frozenset":
-        return frozenset(_decode(v) for v in items)
-    if tag == "dict":
-        return {_decode(k): _decode(v) for k, v in items}
-    if tag == "bytes":
-        return bytes.fromhex(items)
-    if tag == "unencodable":
-        return _Unencodable(str(items))
-    raise ValueError("unknown tag " + repr(tag))
-"""
-
-# Runs in the child before any candidate code; exact `type(x) is T` checks, so subclasses of builtins
-# (an int whose __eq__ is always True) are not sent as data. The solution's top level runs in a copy
-# of the prelude's namespace: the prelude's own functions keep theirs (assert mode's test runs there).
-_CHILD_ENCODER = r"""
-import json as _json, os as _os, sys as _sys
-_chan = _os.fdopen(3, "wb")
-def _send(message):
-    _chan.write((_json.dumps(message) + "\n").encode())
-    _chan.flush()
-def _describe(error):
-    return (type(error).__name__ + ": " + str(error))[:300]
-_SCALARS = (type(None), bool, int, float, str)
-def _encode(x):
-    t = type(x)
-    if t in _SCALARS:
-        return x
-    if t is list:
-        return [_encode(v) for v in x]
-    if t is tuple:
-        return {"__t": "tuple", "v": [_encode(v) for v in x]}
-    if t is set or t is frozenset:
-        return {"__t": t.__name__, "v": [_encode(v) for v in x]}
-    if t is dict:
-        return {"__t": "dict", "v": [[_encode(k), _encode(v)] for k, v in x.items()]}
-    if t is bytes:
-        return {"__t": "bytes", "v": x.hex()}
-    return {"__t": "unencodable", "v": t.__name__}
-_prelude_ns = {"__name__": "__main__", "__builtins__": __builtins__}
-try:
-    exec(compile(_PRELUDE, "<prelude>", "exec"), _prelude_ns)
-    _prelude_types = frozenset(v for v in _prelude_ns.values() if isinstance(v, type))
-    _ns = dict(_prelude_ns)
-    exec(compile(_SOLUTION, "<solution>", "exec"), _ns)
-except BaseException as _error:
-    _send({"toplevel": _describe(_error)})
-    _os._exit(1)
-_send({"toplevel": "ok"})
-"""
-
-_IO_MAIN = r"""
-try:
-    candidate = eval(_ENTRY, _ns)
-except BaseException as _error:
-    _send({"i": 0, "error": _describe(_error)})
-    _os._exit(1)
-_ns["candidate"] = candidate
-for _i, _call in enumerate(_CALLS):
-    try:
-        _out = _encode(eval(_call, _ns))
-    except BaseException as _error:
-        _send({"i": _i, "error": _describe(_error)})
-        _os._exit(1)
-    _send({"i": _i, "out": _out})
-_send({"done": True})
-_os._exit(0)
-"""
-
-_ASSERT_MAIN = r"""
-def _plain(x, depth=0):
-    t = type(x)
-    if depth > 200:
-        return False
-    if t in _SCALARS or t is bytes:
-        return True
-    if t in (list, tuple, set, frozenset):
-        return all(_plain(v, depth + 1) for v in x)
-    if t is dict:
-        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in x.items())
-    if t in _prelude_types:
-        return all(_plain(v, depth + 1) for v in vars(x).values())
-    return False
-def _guard(function):
-    def guarded(*args, **kwargs):
-        result = function(*args, **kwargs)
-        if not _plain(result):
-            raise TypeError("candidate returned " + type(result).__name__ + ", not plain data")
-        return result
-    return guarded
-try:
-    for _name in compile(_ENTRY, "<entry>", "eval").co_names:  # the function under test is the solution's
-        if _name in _ns:
-            _prelude_ns[_name] = _ns[_name]
-    exec(compile(_TEST, "<test>", "exec"), _prelude_ns)
-    _candidate = _guard(eval(_ENTRY, _ns))
-    _prelude_ns["check"](_candidate)
-except AssertionError as _error:
-    _send({"assertion": _describe(_error)})
-    _os._exit(1)
-except BaseException as _error:
-    _send({"error": _describe(_error)})
-    _os._exit(1)
-_send({"done": True})
-_os._exit(0)
-"""
-
-# The judge: never the candidate's process, never sees its code; gets `[[index, tagged output], ...]` on stdin.
-_JUDGE_MAIN = r"""
-import json as _json, math, os as _os, sys as _sys
-from math import inf, nan
-_chan = _os.fdopen(3, "wb")
-for _i, _tagged in _json.loads(_sys.stdin.buffer.read()):
-    try:
-        _scope = {"math": math, "inf": inf, "nan": nan, "_out": _decode(_tagged)}
-        _message = {"i": _i, "ok": bool(eval(_CHECKS[str(_i)], _scope))}
-    except BaseException as _error:
-        _message = {"i": _i, "error": (type(_error).__name__ + ": " + str(_error))[:300]}
-    _chan.write((_json.dumps(_message) + "\n").encode())
-_chan.write(b'{"done": true}\n')
-_chan.flush()
-_os._exit(0)
-"""
+CHILD_MODULE = "harness_child"  # the child's half, preloaded by every worker (`worker.PRELOADED`)
 
 
-class _Precompiled:
-    """The harness's own (constant) code, compiled once here and shipped marshalled: compiling ~100 lines in
-    every child cost ~2 ms a run. A child whose interpreter differs (another image) compiles the text instead."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.code = base64.b64encode(marshal.dumps(compile(text, "<harness>", "exec")))  # 1/3 the size of a bytes repr
-
-    def program(self, constants: dict[str, object]) -> str:
-        header = "".join(f"_{name.upper()} = {value!r}\n" for name, value in constants.items())
-        return (
-            f"{header}import binascii as _binascii, marshal as _marshal, sys as _sys_\n"
-            f"exec(_marshal.loads(_binascii.a2b_base64({self.code!r}))"
-            f" if _sys_.implementation.cache_tag == {sys.implementation.cache_tag!r}"
-            f" else compile({self.text!r}, '<harness>', 'exec'))\n"
-        )
-
-
-_IO_PROGRAM = _Precompiled(_CHILD_ENCODER + _IO_MAIN)
-_ASSERT_PROGRAM = _Precompiled(_CHILD_ENCODER + _ASSERT_MAIN)
-_JUDGE_PROGRAM = _Precompiled(_DECODER + _JUDGE_MAIN)
-
-
-def _program(prelude: str, solution: str, body: _Precompiled, **constants: object) -> str:
-    return body.program({"prelude": prelude, "solution": solution, **constants})
+def _program(function: str, *arguments: object) -> str:
+    """A run's whole program: one call into the preloaded child half, with the arguments as literals."""
+    return f"from {CHILD_MODULE} import {function}\n{function}({', '.join(map(repr, arguments))})\n"
 
 
 def _messages(channel: bytes) -> list[dict[str, Any]]:
@@ -409,7 +248,7 @@ def run_io(
     total = len(tests)
     if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "io", 0, total, error)
-    program = _program(prelude, solution, _IO_PROGRAM, entry=entry_point, calls=[t.call for t in tests])
+    program = _program("run_io", prelude, solution, entry_point, [t.call for t in tests])
     result = sandbox.run(program, limits=limits)
     try:
         messages = _messages(result.channel)
@@ -452,7 +291,7 @@ def _judge(
     if not pending:
         return None
     checks = {str(i): tests[i].check for i in pending}
-    program = _JUDGE_PROGRAM.program({"checks": checks})
+    program = _program("judge", checks)
     stdin = json.dumps([[i, outputs[i]["out"]] for i in pending]).encode()  # type: ignore[index]
     judge = sandbox.run(program, stdin=stdin, limits=limits)
     if judge.anomaly:
@@ -511,7 +350,7 @@ def run_assert(
     `parsed` as in `run_io`."""
     if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "assert", 0, 1, error)
-    program = _program(prelude, solution, _ASSERT_PROGRAM, entry=entry_point, test=test_source)
+    program = _program("run_assert", prelude, solution, entry_point, test_source)
     result = sandbox.run(program, limits=limits)
     try:
         messages = _messages(result.channel)

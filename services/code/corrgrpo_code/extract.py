@@ -44,13 +44,21 @@ def python_blocks(response: str, languages: tuple[str, ...] = FENCE_LANGUAGES) -
     return [body for tag, body in _fenced_blocks(response) if tag in languages]
 
 
-def extract_code(response: str, mode: ExtractMode = "last", languages: tuple[str, ...] = FENCE_LANGUAGES) -> str | None:
-    """The code to score, or None when the response has none under `mode`."""
-    blocks = python_blocks(response, languages)
+def pick_block(blocks: list[str], mode: ExtractMode = "last") -> str | None:
+    """The block to score among a response's Python blocks, or None when there is none under `mode`."""
     if not blocks or (mode == "only" and len(blocks) != 1):
         return None
     return blocks[0] if mode == "first" else blocks[-1]
 
 
+def format_of(blocks: list[str]) -> float:
+    return 1.0 if len(blocks) == 1 else 0.0
+
+
+def extract_code(response: str, mode: ExtractMode = "last", languages: tuple[str, ...] = FENCE_LANGUAGES) -> str | None:
+    """The code to score, or None when the response has none under `mode`."""
+    return pick_block(python_blocks(response, languages), mode)
+
+
 def format_score(response: str, languages: tuple[str, ...] = FENCE_LANGUAGES) -> float:
-    return 1.0 if len(python_blocks(response, languages)) == 1 else 0.0
+    return format_of(python_blocks(response, languages))

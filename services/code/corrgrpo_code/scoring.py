@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import queue
 import statistics
 import threading
 import time
@@ -20,11 +21,11 @@ from typing import Any
 
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import CodeItem, CodeProblem
-from corrgrpo_sandbox import Limits, Sandbox
+from corrgrpo_sandbox import Limits, RunCancelled, Sandbox
 from corrgrpo_sandbox.harness import HarnessResult, IOTest, parse_solution, run_assert, run_io
 from corrgrpo_service import Scored, Store, StoreUnavailable
 
-from .extract import FENCE_LANGUAGES, ExtractMode, extract_code, format_score
+from .extract import FENCE_LANGUAGES, ExtractMode, format_of, pick_block, python_blocks
 from .problems import problem_hash
 from .similarity import ReferenceTree
 from .split import split_check
@@ -35,6 +36,7 @@ WAIT_POLL_S = 0.05
 HARNESS_LIMITS = Limits(output_bytes=1 << 20)  # the channel carries every test's output
 PREPARED_CACHE = 256  # distinct problems kept prepared (split tests, reference tree)
 PROBE = "def f():\n    return 1\n"  # a run the sandbox must pass when it is healthy
+REFERENCE_MEMO_S = 300.0  # how long a replica keeps a successful t_ref in memory instead of asking the store
 
 
 class SandboxFault(RuntimeError):
@@ -56,12 +58,14 @@ class ScoringConfig:
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
 
 
-@dataclass(frozen=True)
+@dataclass
 class PreparedProblem:
     problem: CodeProblem
     key: str
     io_tests: list[IOTest] | None  # None: assert mode
     reference: ReferenceTree
+    t_ref: dict[str, Any] | None = None  # a successful t_ref, kept until `t_ref_until` (CodeScorer.reference_time)
+    t_ref_until: float = 0.0
 
     @classmethod
     def of(cls, problem: CodeProblem, key: str | None = None) -> PreparedProblem:
@@ -118,8 +122,15 @@ def _noisy(times: list[float]) -> bool:
 @dataclass
 class _Outcome:
     scored: Scored
-    prepared: PreparedProblem | None = None
-    cpu_s: float | None = None  # set when correct: efficiency needs t_ref
+    timed: PreparedProblem | None = None  # set when correct: efficiency needs this problem's t_ref
+    cpu_s: float = 0.0
+
+
+def _item_error(error: BaseException, task_id: str) -> ItemError:
+    if isinstance(error, SandboxFault):
+        return ItemError(code="sandbox_anomaly", message=f"sandbox broken: {error}")
+    log.error("scoring failed", exc_info=error, extra={"task_id": task_id})
+    return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
 
 
 class CodeScorer:
@@ -129,58 +140,85 @@ class CodeScorer:
         self.sandbox, self.store, self.problems, self.config = sandbox, store, problems, config
         # Twice the sandbox's workers: while one thread does an item's own work (extraction, parsing, similarity),
         # another keeps its sandbox worker busy; the sandbox itself admits at most `workers` runs at once.
-        self.pool = ThreadPoolExecutor(max_workers=2 * max(1, workers), thread_name_prefix="code-sandbox")
-        self._prepared: OrderedDict[str, PreparedProblem] = OrderedDict()
+        self.lanes = 2 * max(1, workers)
+        self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
+        self._prepared: OrderedDict[tuple[str, ...], PreparedProblem] = OrderedDict()
         self._prepare_lock = threading.Lock()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def score(self, items: Sequence[CodeItem]) -> list[Scored | ItemError]:
-        return list(await asyncio.gather(*(self.score_one(item) for item in items)))
+        """Evaluate every item in `lanes` threads that take the next item as they finish one (one hand-off to the
+        event loop per lane, not per item), then add efficiency with one t_ref lookup per distinct problem."""
+        answers: list[_Outcome | ItemError | None] = [None] * len(items)
+        pending = queue.SimpleQueue[int]()
+        for index in range(len(items)):
+            pending.put(index)
+        cancelled = threading.Event()
+        loop = asyncio.get_running_loop()
+        lanes = (loop.run_in_executor(self.pool, self._lane, items, answers, pending, cancelled) for _ in items[: self.lanes])
+        try:
+            await asyncio.gather(*lanes)
+        except asyncio.CancelledError:  # the client went away: end the batch's sandbox runs now, not at their wall limit
+            cancelled.set()
+            raise
+        timed = [(i, a, a.timed) for i, a in enumerate(answers) if isinstance(a, _Outcome) and a.timed is not None]
+        problems = {prepared.key: prepared for _, _, prepared in timed}
+        references = await asyncio.gather(*(self.reference_time(p) for p in problems.values()), return_exceptions=True)
+        by_key = dict(zip(problems, references, strict=True))
+        for index, outcome, prepared in timed:
+            reference = by_key[prepared.key]
+            if isinstance(reference, BaseException):
+                answers[index] = _item_error(reference, prepared.problem.task_id)
+            else:
+                self._add_efficiency(outcome, reference)
+        done = [a.scored if isinstance(a, _Outcome) else a for a in answers if a is not None]
+        assert len(done) == len(items), "lanes end early only when the batch is cancelled"
+        return done
+
+    def _lane(
+        self,
+        items: Sequence[CodeItem],
+        answers: list[_Outcome | ItemError | None],
+        pending: queue.SimpleQueue[int],
+        cancelled: threading.Event,
+    ) -> None:
+        with self.sandbox.cancellable(cancelled):
+            while not cancelled.is_set():
+                try:
+                    index = pending.get_nowait()
+                except queue.Empty:
+                    return
+                item = items[index]
+                problem = item.problem or self.problems.get(item.task_id or "")
+                if problem is None:
+                    answers[index] = ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
+                    continue
+                try:
+                    answers[index] = self.evaluate(problem, item.completion)
+                except RunCancelled:
+                    return
+                except Exception as error:  # one item's failure never fails the batch
+                    answers[index] = _item_error(error, problem.task_id)
 
     def prepare(self, problem: CodeProblem) -> PreparedProblem:
         """Once per distinct problem (LRU): splitting a big check and parsing the reference cost seconds."""
-        key = problem_hash(problem)
+        content = (problem.prompt, problem.entry_point, problem.test, problem.reference)  # what problem_hash covers
         with self._prepare_lock:  # the items of one batch share one preparation
-            prepared = self._prepared.get(key)
+            prepared = self._prepared.get(content)
             if prepared is None:
-                prepared = self._prepared[key] = PreparedProblem.of(problem, key)
+                prepared = self._prepared[content] = PreparedProblem.of(problem)
                 if len(self._prepared) > PREPARED_CACHE:
                     self._prepared.popitem(last=False)
-            self._prepared.move_to_end(key)
+            self._prepared.move_to_end(content)
             return prepared
-
-    async def score_one(self, item: CodeItem) -> Scored | ItemError:
-        problem = item.problem or self.problems.get(item.task_id or "")
-        if problem is None:
-            return ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
-        cancelled = threading.Event()
-        try:
-            outcome = await asyncio.get_running_loop().run_in_executor(
-                self.pool, self._evaluate_cancellable, cancelled, problem, item.completion
-            )
-            if outcome.cpu_s is not None and outcome.prepared is not None:
-                await self._add_efficiency(outcome)
-            return outcome.scored
-        except asyncio.CancelledError:  # the client went away: end the item's sandbox run now, not at its wall limit
-            cancelled.set()
-            raise
-        except SandboxFault as error:
-            return ItemError(code="sandbox_anomaly", message=f"sandbox broken: {error}")
-        except Exception as error:  # one item's failure never fails the batch
-            log.exception("scoring failed", extra={"task_id": problem.task_id})
-            return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
-
-    def _evaluate_cancellable(self, cancelled: threading.Event, problem: CodeProblem, completion: str) -> _Outcome:
-        with self.sandbox.cancellable(cancelled):
-            return self.evaluate(problem, completion)
 
     def evaluate(self, problem: CodeProblem, completion: str) -> _Outcome:
         """Everything but t_ref, blocking (extraction, parsing, the run, AST similarity): off the event loop."""
         config = self.config
-        fmt = format_score(completion, config.languages)
-        code = extract_code(completion, config.extract, config.languages)
+        blocks = python_blocks(completion, config.languages)
+        fmt, code = format_of(blocks), pick_block(blocks, config.extract)
         if code is not None and len(code) > config.max_code_chars:
             error = f"code of {len(code)} characters is over the limit of {config.max_code_chars}; not run"
             zeros = dict.fromkeys(("syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency"), 0.0)
@@ -201,12 +239,11 @@ class CodeScorer:
             "t_wall": result.exec.wall_s if result.exec else None,
         }
         scored = Scored(components(fmt, similarity, result, 0.0), info)
-        correct = config.efficiency and result.ok and result.exec is not None
-        return _Outcome(scored, prepared, result.exec.cpu_s if correct and result.exec else None)
+        if config.efficiency and result.ok and result.exec is not None:
+            return _Outcome(scored, prepared, result.exec.cpu_s)
+        return _Outcome(scored)
 
-    async def _add_efficiency(self, outcome: _Outcome) -> None:
-        assert outcome.prepared is not None and outcome.cpu_s is not None
-        reference = await self.reference_time(outcome.prepared)
+    def _add_efficiency(self, outcome: _Outcome, reference: dict[str, Any]) -> None:
         info = outcome.scored.info
         info.update({"t_ref": reference["t_ref"], "t_ref_source": reference["source"], "t_ref_error": reference.get("error")})
         if reference["t_ref"] is not None:
@@ -235,6 +272,16 @@ class CodeScorer:
         return {"t_ref": sum(times) / len(times), "runs": times}
 
     async def reference_time(self, prepared: PreparedProblem) -> dict[str, Any]:
+        """`shared_reference_time`, a successful one kept with the prepared problem for `REFERENCE_MEMO_S` (source
+        `memory`): the store's value does not change while its key lives, and a batch then asks the store nothing."""
+        if prepared.t_ref is not None and time.monotonic() < prepared.t_ref_until:
+            return prepared.t_ref
+        reference = await self.shared_reference_time(prepared)
+        if reference["t_ref"] is not None:
+            prepared.t_ref, prepared.t_ref_until = {**reference, "source": "memory"}, time.monotonic() + REFERENCE_MEMO_S
+        return reference
+
+    async def shared_reference_time(self, prepared: PreparedProblem) -> dict[str, Any]:
         """t_ref from the store, else measured once (the store's `add` is the lock between replicas).
         Every key has a TTL; a failed measurement only a short one, so it is re-measured soon."""
         config = self.config
