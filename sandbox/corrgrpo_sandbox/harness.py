@@ -175,12 +175,10 @@ def _program(function: str, *arguments: object) -> str:
 
 
 def _messages(channel: bytes) -> list[dict[str, Any]]:
-    messages = []
-    for line in channel.splitlines():
-        message = json.loads(line)
-        if not isinstance(message, dict):
-            raise ProtocolError("message is not an object")
-        messages.append(message)
+    """The channel's JSON lines, parsed as one array (one parse); anything but JSON objects is a protocol error."""
+    messages = json.loads(b"[" + b",".join(channel.splitlines()) + b"]")
+    if not all(type(message) is dict for message in messages):
+        raise ProtocolError("message is not an object")
     return messages
 
 

@@ -30,6 +30,7 @@ DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 CANCEL_POLL_S = 0.05  # how soon a cancelled run notices
+READ_AHEAD = 65536  # bytes asked for at once from a worker's reply stream
 WORKER_TASKS = 3  # bwrap, the namespace's init and the worker share the worker's pids cgroup with the run
 REPLY_FIELDS = {
     "exit_code": (int, type(None)),
@@ -59,6 +60,7 @@ class Worker:
 
     def __init__(self, launcher: Launcher) -> None:
         self.runs = 0
+        self.unread = bytearray()  # read ahead of the reply stream
         self.host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
         scratch = [path for path in launcher.scratch if path] + self.host_scratch
         parents = cgroup_parents() if launcher.cgroups else {}
@@ -132,11 +134,15 @@ class Worker:
                 raise WorkerBroken(f"worker reply field {name!r} is missing or mistyped")
         if not 0 <= sum(reply[name] for name in STREAMS) <= MAX_REPLY_BYTES or min(reply[name] for name in STREAMS) < 0:
             raise WorkerBroken("worker reply announces impossible stream sizes")
-        return reply, [self.read_exactly(reply[name], deadline) for name in STREAMS]
+        streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
+        if self.unread:
+            raise WorkerBroken("worker wrote past its reply")
+        return reply, streams
 
     def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
-        chunks: list[bytes] = []
-        while size:
+        """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read), but never
+        past this reply: the worker writes nothing until it is sent the next request."""
+        while len(self.unread) < size:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WorkerBroken("worker did not answer in time")
@@ -145,12 +151,13 @@ class Worker:
             wait = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
             if not select.select([self.reply_fd], [], [], wait)[0]:
                 continue
-            chunk = os.read(self.reply_fd, min(size, 1 << 20))
+            chunk = os.read(self.reply_fd, min(max(size - len(self.unread), READ_AHEAD), 1 << 20))
             if not chunk:
                 raise WorkerBroken(f"worker died (exit status {self.process.poll()})")
-            chunks.append(chunk)
-            size -= len(chunk)
-        return b"".join(chunks)
+            self.unread += chunk
+        data = bytes(self.unread[:size])
+        del self.unread[:size]
+        return data
 
     def close(self) -> None:
         if self.process.stdin is not None and self.process.stdout is not None:  # the protocol runs over stdio

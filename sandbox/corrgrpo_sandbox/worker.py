@@ -82,6 +82,8 @@ def read_exactly(fd: int, size: int) -> bytes | None:
 
 
 def write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+    if sum(map(len, parts)) <= READ_CHUNK:  # one write: the reader wakes once for a small reply
+        parts = [b"".join(parts)]
     for part in parts:
         view = memoryview(part)
         while view:

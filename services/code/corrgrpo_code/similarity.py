@@ -24,32 +24,39 @@ class _Interner:
     base: dict[tuple[object, ...], int] = field(default_factory=dict)
     overlay: dict[tuple[object, ...], int] = field(default_factory=dict)
 
-    def id(self, key: tuple[object, ...]) -> int:
-        found = self.base.get(key)
-        if found is None:
-            found = self.overlay.setdefault(key, len(self.base) + len(self.overlay))
-        return found
+
+_FIELDS: dict[type, tuple[str, ...]] = {}  # per node type, the fields that may hold child nodes ("ctx" never counts)
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    names = _FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")  # type: ignore[attr-defined]
+    return names
 
 
 def _subtree_ids(tree: ast.AST, interner: _Interner) -> Counter[int]:
-    ids: Counter[int] = Counter()
+    """Every subtree's id, keyed by (node type, child ids); the hot loop of the service, hence the locals."""
+    base, overlay, ids = interner.base, interner.overlay, []
 
     def visit(node: ast.AST) -> int:
-        children = []
-        for name in node._fields:  # what ast.iter_child_nodes does, without its generators (the hot loop here)
+        kind = type(node)
+        key: list[object] = [kind]
+        for name in _FIELDS.get(kind) or _fields(kind):
             value = getattr(node, name, None)
             if type(value) is list:
                 for child in value:
                     if isinstance(child, ast.AST):
-                        children.append(visit(child))
-            elif isinstance(value, ast.AST) and not isinstance(value, ast.expr_context):
-                children.append(visit(value))
-        node_id = interner.id((type(node).__name__, tuple(children)))
-        ids[node_id] += 1
+                        key.append(visit(child))
+            elif isinstance(value, ast.AST):
+                key.append(visit(value))
+        shape = tuple(key)
+        node_id = base.get(shape)
+        if node_id is None:
+            node_id = overlay.setdefault(shape, len(base) + len(overlay))
+        ids.append(node_id)
         return node_id
 
     visit(tree)
-    return ids
+    return Counter(ids)
 
 
 def _parse(source: str) -> ast.AST | None:
@@ -83,8 +90,10 @@ class ReferenceTree:
             a = _subtree_ids(candidate, _Interner(self.table))
         except RecursionError:  # nested deeper than Python's stack, though the parser took it
             return 0.0
-        union = sum((a | self.ids).values())
-        return sum((a & self.ids).values()) / union if union else 1.0
+        reference = self.ids
+        common = sum(min(count, reference[node_id]) for node_id, count in a.items() if node_id in reference)
+        union = a.total() + reference.total() - common
+        return common / union if union else 1.0
 
 
 def ast_similarity(candidate: str, reference: str) -> float:
