@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 import httpx
@@ -11,7 +12,7 @@ import pytest
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
 from corrgrpo_service import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
-from corrgrpo_service.limits import JsonLimits, json_problem
+from corrgrpo_service.limits import PARSED_JSON, Checked, JsonLimits, ParsedJsonRequest, Problem, check_json
 from corrgrpo_service.store import RedisStore, redacted
 
 JSON = {"content-type": "application/json"}
@@ -89,11 +90,20 @@ async def test_hostile_json_gets_a_4xx(body: bytes, status: int, error: str) -> 
         assert (response.status_code, response.json()["error"]) == (status, error), response.text
 
 
-def test_json_problem_accepts_what_is_fine() -> None:
+def test_check_json_accepts_what_is_fine() -> None:
     paired = b'{"s": "\\ud83d\\ude00", "code": "x = \'\\\\ud800\'", "n": [1.5, -2e10, [[{}]]]}'
-    assert json_problem(paired, JsonLimits(max_depth=8)) is None
-    assert json_problem(b'{"a": [[[]]]}', JsonLimits(max_depth=3)) is not None
-    assert json_problem(b'{"a": [[]]}', JsonLimits(max_depth=3)) is None
+    checked = check_json(paired, JsonLimits(max_depth=8))
+    assert isinstance(checked, Checked) and checked.document == json.loads(paired)
+    assert isinstance(check_json(b'{"a": [[[]]]}', JsonLimits(max_depth=3)), Problem)
+    assert not isinstance(check_json(b'{"a": [[]]}', JsonLimits(max_depth=3)), Problem)
+
+
+async def test_fastapi_gets_the_guards_document_without_parsing_the_body_again() -> None:
+    async def no_body() -> dict[str, object]:
+        raise AssertionError("the body was read again")
+
+    scope = {"type": "http", "method": "POST", "headers": [], PARSED_JSON: {"items": [1]}}
+    assert await ParsedJsonRequest(scope, no_body).json() == {"items": [1]}
 
 
 async def test_extra_deep_but_allowed_nesting_scores() -> None:

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from corrgrpo_service.limits import JsonLimits, json_problem, too_many_values
+from corrgrpo_service.limits import JsonLimits, Problem, check_json, too_many_values
 
 LIMITS = JsonLimits(max_depth=64, max_values=1000, max_items=10, fields={"ground_truth": 50})
 
 
 def problem(document: object) -> tuple[int, str, str | None] | None:
-    found = json_problem(json.dumps(document).encode(), limits=LIMITS)
-    return None if found is None else (found.status, found.error, found.loc)
+    found = check_json(json.dumps(document).encode(), limits=LIMITS)
+    return (found.status, found.error, found.loc) if isinstance(found, Problem) else None
 
 
 def test_values_are_counted_outside_strings_only() -> None:

@@ -23,7 +23,16 @@ from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .limits import BearerAuth, BodyLimit, CancelOnDisconnect, InflightItems, JsonGuard, JsonLimits, ShedWhenFull
+from .limits import (
+    BearerAuth,
+    BodyLimit,
+    CancelOnDisconnect,
+    InflightItems,
+    JsonGuard,
+    JsonLimits,
+    ParsedJsonRoute,
+    ShedWhenFull,
+)
 from .settings import ServiceSettings
 from .store import Store, make_store
 
@@ -82,6 +91,7 @@ def create_app(
         await store.close()
 
     app = FastAPI(title=f"corrgrpo {service} service", version=version, lifespan=lifespan)
+    app.router.route_class = ParsedJsonRoute  # JSON bodies are parsed once, by JsonGuard
     app.state.settings, app.state.store, app.state.metrics = settings, store, Metrics(service)
     app.state.service, app.state.components = service, components
     counters = app.state.metrics

@@ -14,11 +14,14 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corrgrpo_proto.common import ErrorDetail
@@ -169,8 +172,19 @@ def _path_to(document: Any, target: Any) -> str:
     return "body"
 
 
-def json_problem(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | None:
-    """Why a JSON body must be refused before FastAPI parses it; None to let FastAPI parse it.
+@dataclass(frozen=True)
+class Checked:
+    """A JSON body that passed `check_json`, parsed: FastAPI validates this document instead of parsing the body again."""
+
+    document: Any
+
+
+PARSED_JSON = "corrgrpo.parsed_json"  # the scope key JsonGuard leaves the checked document under (ParsedJsonRequest)
+
+
+def check_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Checked | None:
+    """Why a JSON body must be refused before FastAPI parses it, else the parsed document; None to let FastAPI
+    parse it (a syntax error).
 
     Refused: bytes that are not UTF-8 (400); more than `max_values` values (413, counted before
     parsing, so the parse itself stays bounded), an array or object over `max_items` entries (the
@@ -221,7 +235,7 @@ def json_problem(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | No
                 node.encode("utf-8")
             except UnicodeEncodeError:
                 return Problem(422, "invalid_string", "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
-    return None
+    return Checked(document)
 
 
 def _is_json(scope: Scope) -> bool:
@@ -230,7 +244,8 @@ def _is_json(scope: Scope) -> bool:
 
 
 class JsonGuard:
-    """Reads a JSON request body once, refuses it per `json_problem` (in a worker thread), else replays it to the app."""
+    """Reads a JSON request body once, refuses it per `check_json` (in a worker thread), else replays it to the app with
+    the parsed document in the scope (`ParsedJsonRequest` hands it to FastAPI: the body is parsed once)."""
 
     def __init__(self, app: ASGIApp, limits: JsonLimits) -> None:
         self.app, self.limits = app, limits
@@ -248,9 +263,11 @@ class JsonGuard:
                 break
         body = b"".join(chunks)
         del chunks  # one copy of the body, not two
-        problem = await asyncio.to_thread(json_problem, body, self.limits) if body else None
-        if problem is not None:
-            return await problem.response()(scope, receive, send)
+        checked = await asyncio.to_thread(check_json, body, self.limits) if body else None
+        if isinstance(checked, Problem):
+            return await checked.response()(scope, receive, send)
+        if isinstance(checked, Checked):
+            scope = {**scope, PARSED_JSON: checked.document}
         replayed = False
 
         async def replay() -> Message:
@@ -261,6 +278,27 @@ class JsonGuard:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+class ParsedJsonRequest(Request):
+    """A request whose JSON body JsonGuard has parsed and checked already."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = self.scope[PARSED_JSON] if PARSED_JSON in self.scope else await super().json()
+        return self._json
+
+
+class ParsedJsonRoute(APIRoute):
+    """FastAPI's route with `ParsedJsonRequest` (FastAPI's documented way to customise the request class)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(ParsedJsonRequest(request.scope, request.receive))
+
+        return handle
 
 
 class InflightItems:

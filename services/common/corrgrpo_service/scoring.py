@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_args
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, ScoreRequest, ScoreResponse
@@ -125,11 +125,12 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
                 results += await score_batch(service, chunk, weights, scorer, app.state.store, settings.cache_ttl_s)
         finally:
             inflight.release(share)
-        for result in results:
-            metrics.items.labels(service, "error" if result.error else "scored").inc()
+        errors = sum(result.error is not None for result in results)
+        metrics.items.labels(service, "error").inc(errors)
+        metrics.items.labels(service, "scored").inc(len(results) - errors)
         return results
 
-    async def score(request: ScoreRequest[Any]) -> ScoreResponse | JSONResponse:
+    async def score(request: ScoreRequest[Any]) -> Response:
         try:
             weights = resolve_weights(specs, request.weights)
         except KeyError as unknown:
@@ -137,7 +138,10 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
             detail = ErrorDetail(loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}")
             return error_response(422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail])
         results = await score_items(request.items, weights)
-        return results if isinstance(results, JSONResponse) else ScoreResponse(service=service, results=results)
+        if isinstance(results, JSONResponse):
+            return results
+        # serialized here: FastAPI would validate the results a second time against `response_model` (docs only)
+        return Response(ScoreResponse(service=service, results=results).model_dump_json(), media_type="application/json")
 
     score.__annotations__["request"] = request_model  # the concrete model FastAPI validates against
     app.post(
