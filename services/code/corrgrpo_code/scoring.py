@@ -126,6 +126,11 @@ class _Outcome:
     cpu_s: float = 0.0
 
 
+def _remembered(prepared: PreparedProblem) -> dict[str, Any] | None:
+    """The t_ref kept in memory (`CodeScorer.reference_time`) while it is fresh; asking needs no task of the loop."""
+    return prepared.t_ref if time.monotonic() < prepared.t_ref_until else None
+
+
 def _item_error(error: BaseException, task_id: str) -> ItemError:
     if isinstance(error, SandboxFault):
         return ItemError(code="sandbox_anomaly", message=f"sandbox broken: {error}")
@@ -165,8 +170,10 @@ class CodeScorer:
             raise
         timed = [(i, a, a.timed) for i, a in enumerate(answers) if isinstance(a, _Outcome) and a.timed is not None]
         problems = {prepared.key: prepared for _, _, prepared in timed}
-        references = await asyncio.gather(*(self.reference_time(p) for p in problems.values()), return_exceptions=True)
-        by_key = dict(zip(problems, references, strict=True))
+        known = {key: reference for key, p in problems.items() if (reference := _remembered(p)) is not None}
+        asked = [prepared for key, prepared in problems.items() if key not in known]
+        fetched = await asyncio.gather(*(self.reference_time(p) for p in asked), return_exceptions=True)
+        by_key = {**known, **dict(zip((p.key for p in asked), fetched, strict=True))}
         for index, outcome, prepared in timed:
             reference = by_key[prepared.key]
             if isinstance(reference, BaseException):
@@ -274,8 +281,8 @@ class CodeScorer:
     async def reference_time(self, prepared: PreparedProblem) -> dict[str, Any]:
         """`shared_reference_time`, a successful one kept with the prepared problem for `REFERENCE_MEMO_S` (source
         `memory`): the store's value does not change while its key lives, and a batch then asks the store nothing."""
-        if prepared.t_ref is not None and time.monotonic() < prepared.t_ref_until:
-            return prepared.t_ref
+        if (known := _remembered(prepared)) is not None:
+            return known
         reference = await self.shared_reference_time(prepared)
         if reference["t_ref"] is not None:
             prepared.t_ref, prepared.t_ref_until = {**reference, "source": "memory"}, time.monotonic() + REFERENCE_MEMO_S

@@ -53,10 +53,12 @@ def resolve_weights(specs: Sequence[ComponentSpec], overrides: dict[str, float] 
 
 
 def to_result(item_id: str | None, answer: Scored | ItemError, weights: dict[str, float]) -> ItemResult:
+    """Built without validation (a batch's results are the bulk of a response): every field is of its type here."""
     if isinstance(answer, ItemError):
-        return ItemResult(id=item_id, error=answer)
-    total = sum(weights[name] * value for name, value in answer.components.items())
-    return ItemResult(id=item_id, components=answer.components, total=total, info=answer.info)
+        return ItemResult.model_construct(id=item_id, components=None, total=None, info={}, error=answer)
+    components = {name: float(value) for name, value in answer.components.items()}
+    total = sum(weights[name] * value for name, value in components.items())
+    return ItemResult.model_construct(id=item_id, components=components, total=total, info=answer.info, error=None)
 
 
 def cache_key(service: str, item: BaseModel, weights: dict[str, float]) -> str:
