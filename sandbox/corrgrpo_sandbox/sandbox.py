@@ -214,7 +214,7 @@ class Sandbox:
         self._closed = False
         self._lock = threading.Lock()
         self._live: set[Worker] = set()
-        self._idle: queue.LifoQueue[Worker] = queue.LifoQueue()
+        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()  # C-implemented: taking and returning are cheap
         # bwrap --die-with-parent is bound to the THREAD that started it: workers are started by one thread that
         # lives as long as the sandbox, not by whichever caller's thread happened to replace a worker
         self._starter = ThreadPoolExecutor(1, thread_name_prefix="corrgrpo-sandbox-starter")

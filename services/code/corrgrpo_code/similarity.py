@@ -12,20 +12,13 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)  # null bytes; absurd nesting (parser stack)
 
 
-@dataclass
-class _Interner:
-    """Subtree ids: the reference's table is shared read-only; a candidate's new shapes go to its own overlay."""
-
-    base: dict[tuple[object, ...], int] = field(default_factory=dict)
-    overlay: dict[tuple[object, ...], int] = field(default_factory=dict)
-
-
 _FIELDS: dict[type, tuple[str, ...]] = {}  # per node type, the fields that may hold child nodes ("ctx" never counts)
+_UNKNOWN = -1  # a subtree whose shape the table does not hold: nor does any tree above it (its key holds this id)
 
 
 def _fields(kind: type) -> tuple[str, ...]:
@@ -33,11 +26,16 @@ def _fields(kind: type) -> tuple[str, ...]:
     return names
 
 
-def _subtree_ids(tree: ast.AST, interner: _Interner) -> Counter[int]:
-    """Every subtree's id, keyed by (node type, child ids); the hot loop of the service, hence the locals."""
-    base, overlay, ids = interner.base, interner.overlay, []
+def _subtree_ids(tree: ast.AST, table: dict[tuple[object, ...], int], grow: bool) -> tuple[Counter[int], int]:
+    """The ids (keyed by node type and child ids) of the subtrees whose shape `table` holds, and the number of
+    subtrees. `grow` adds every new shape to `table` (the reference); else a new shape is `_UNKNOWN`, and so is every
+    tree above it, with no lookup (a candidate, against the shared read-only table). The service's hot loop."""
+    known: list[int] = []
+    count = 0
 
     def visit(node: ast.AST) -> int:
+        nonlocal count
+        count += 1
         kind = type(node)
         key: list[object] = [kind]
         for name in _FIELDS.get(kind) or _fields(kind):
@@ -48,15 +46,19 @@ def _subtree_ids(tree: ast.AST, interner: _Interner) -> Counter[int]:
                         key.append(visit(child))
             elif isinstance(value, ast.AST):
                 key.append(visit(value))
+        if _UNKNOWN in key:
+            return _UNKNOWN
         shape = tuple(key)
-        node_id = base.get(shape)
+        node_id = table.get(shape)
         if node_id is None:
-            node_id = overlay.setdefault(shape, len(base) + len(overlay))
-        ids.append(node_id)
+            if not grow:
+                return _UNKNOWN
+            node_id = table[shape] = len(table)
+        known.append(node_id)
         return node_id
 
     visit(tree)
-    return Counter(ids)
+    return Counter(known), count
 
 
 def _parse(source: str) -> ast.AST | None:
@@ -72,13 +74,14 @@ class ReferenceTree:
 
     table: dict[tuple[object, ...], int]
     ids: Counter[int] | None  # None: the reference does not parse
+    size: int = 0  # its number of subtrees
 
     @classmethod
     def of(cls, reference: str) -> ReferenceTree:
-        interner = _Interner()
+        table: dict[tuple[object, ...], int] = {}
         tree = _parse(reference)
         try:
-            return cls(interner.overlay, _subtree_ids(tree, interner)) if tree is not None else cls({}, None)
+            return cls(table, *_subtree_ids(tree, table, grow=True)) if tree is not None else cls({}, None)
         except RecursionError:
             return cls({}, None)
 
@@ -87,12 +90,12 @@ class ReferenceTree:
         if self.ids is None:
             return 0.0
         try:
-            a = _subtree_ids(candidate, _Interner(self.table))
+            ids, size = _subtree_ids(candidate, self.table, grow=False)
         except RecursionError:  # nested deeper than Python's stack, though the parser took it
             return 0.0
         reference = self.ids
-        common = sum(min(count, reference[node_id]) for node_id, count in a.items() if node_id in reference)
-        union = a.total() + reference.total() - common
+        common = sum(min(count, reference[node_id]) for node_id, count in ids.items())
+        union = size + self.size - common
         return common / union if union else 1.0
 
 
