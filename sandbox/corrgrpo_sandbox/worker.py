@@ -82,12 +82,15 @@ def read_exactly(fd: int, size: int) -> bytes | None:
 
 
 def write_all(fd: int, parts: list[bytes | memoryview]) -> None:
-    if sum(map(len, parts)) <= READ_CHUNK:  # one write: the reader wakes once for a small reply
-        parts = [b"".join(parts)]
-    for part in parts:
-        view = memoryview(part)
-        while view:
-            view = view[os.write(fd, view) :]
+    """Gathered writes (a small reply is one write, so the reader wakes once) without joining: a joined copy of the
+    streams would outlive their zeroed buffers in the heap that the next child inherits."""
+    views = [memoryview(part) for part in parts if len(part)]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views.pop(0))
+        if views:
+            views[0] = views[0][written:]
 
 
 def prctl(option: int, value: int) -> None:

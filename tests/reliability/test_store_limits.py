@@ -28,7 +28,7 @@ def test_every_key_the_services_write_has_a_ttl(throwaway_redis: ThrowawayRedis,
             assert response.status_code == 200 and all(r["error"] is None for r in response.json()["results"]), response.text
         correct = {"completion": "```python\ndef add(a, b):\n    return a + b\n```", "problem": {**PROBLEM, "task_id": tag}}
         scored = http.post(f"{code.url}/v1/score", json={"items": [correct]}).json()["results"][0]
-        assert scored["info"].get("t_ref_source") in ("measured", "cache"), scored  # the reference time is in Redis
+        assert scored["info"].get("t_ref_source") in ("measured", "cache", "memory"), scored  # t_ref went through Redis
         episode = http.post(f"{agentdojo.url}/v1/episodes", json=EPISODE).json()["episode_id"]
         assert http.post(f"{agentdojo.url}/v1/episodes/{episode}/step", json=STEP).status_code == 200
         assert http.post(f"{agentdojo.url}/v1/episodes/{episode}/finish", json={"final_answer": "done"}).status_code == 200

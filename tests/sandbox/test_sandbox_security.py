@@ -211,19 +211,22 @@ print(json.dumps(sorted(digests)))
 
 
 def test_no_run_finds_a_previous_runs_program_or_data_in_memory(one_worker: Sandbox) -> None:
-    """The warm worker used to read every program, input and output into its heap; each child is a copy."""
+    """The warm worker used to read every program, input and output into its heap; each child is a copy. Outputs
+    of several sizes: a copy of one left in the worker's heap survives or not by the allocator's size classes."""
     secret = f"CORRGRPOSECRET{secrets.token_hex(16)}".encode()
-    spilled = one_worker.run(
-        f"import sys\nANSWER = {secret.decode()!r}\nprint(ANSWER, sys.stdin.read(), open('expected.txt').read())",
-        stdin=secret,
-        files={"expected.txt": secret},
-    )
-    assert spilled.stdout.count(secret) == 3
     own = one_worker.run(f"ANSWER = {secret.decode()!r}\n" + MEMORY_SCAN)  # the scan finds what is there
     assert hashlib.sha256(secret).hexdigest() in json.loads(own.stdout)
-    later = one_worker.run(MEMORY_SCAN)
-    assert later.exit_code == 0, later.stderr
-    assert hashlib.sha256(secret).hexdigest() not in json.loads(later.stdout)
+    for padding in (0, 300, 600, 1200, 5000):  # program, input, file and output hold it; the very next run scans
+        spilled = one_worker.run(
+            f"import sys\nANSWER = {secret.decode()!r}\n"
+            f"print(ANSWER, sys.stdin.read(), open('expected.txt').read(), 'x' * {padding})",
+            stdin=secret,
+            files={"expected.txt": secret},
+        )
+        assert spilled.stdout.count(secret) == 3
+        later = one_worker.run(MEMORY_SCAN)
+        assert later.exit_code == 0, later.stderr
+        assert hashlib.sha256(secret).hexdigest() not in json.loads(later.stdout), f"found after a {padding}-byte pad"
 
 
 # 14.7: no silent fallback

@@ -267,7 +267,7 @@ class JsonGuard:
         if isinstance(checked, Problem):
             return await checked.response()(scope, receive, send)
         if isinstance(checked, Checked):
-            scope = {**scope, PARSED_JSON: checked.document}
+            scope[PARSED_JSON] = checked.document  # in place: the router's `route` must reach the outer middleware
         replayed = False
 
         async def replay() -> Message:
