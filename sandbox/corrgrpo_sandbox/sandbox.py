@@ -60,6 +60,7 @@ class Worker:
 
     def __init__(self, launcher: Launcher) -> None:
         self.runs = 0
+        self.retired = False  # replaced (`Sandbox._retire`): closed instead of serving again
         self.unread = bytearray()  # read ahead of the reply stream
         self.host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
         scratch = [path for path in launcher.scratch if path] + self.host_scratch
@@ -289,9 +290,12 @@ class Sandbox:
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("run cancelled")
             try:
-                return self._idle.get(timeout=0.5 if cancel is None else CANCEL_POLL_S)
+                worker = self._idle.get(timeout=0.5 if cancel is None else CANCEL_POLL_S)
             except queue.Empty:
                 continue
+            if not worker.retired:
+                return worker
+            self._discard(worker)
 
     def _start_worker(self) -> Worker:
         try:
@@ -305,16 +309,34 @@ class Sandbox:
             self._live.add(worker)
         return worker
 
-    def _release(self, worker: Worker, healthy: bool) -> None:
-        """Back to the pool, or closed (fresh mode, anomaly, recycling age) and replaced."""
-        keep = self.mode == "pool" and healthy and worker.runs < self.recycle_after and not self._closed
-        if keep:
-            self._idle.put(worker)
-            return
+    def _retire(self, old: Worker) -> None:
+        """On the starter thread: start `old`'s replacement, then retire `old` (closed when next taken). The pool keeps
+        every worker while a replacement starts (~0.1 s), where closing first left a caller waiting and a core idle."""
+        worker = Worker(self.launcher)
+        with self._lock:
+            if self._closed or old not in self._live:  # closed, or `old` failed and was replaced meanwhile
+                worker.close()
+                return
+            self._live.add(worker)
+            old.retired = True
+        self._idle.put(worker)
+
+    def _discard(self, worker: Worker) -> None:
         with self._lock:
             self._live.discard(worker)
         worker.close()
-        if self.mode == "pool" and not self._closed:
+
+    def _release(self, worker: Worker, healthy: bool) -> None:
+        """Back to the pool (its replacement started in the background once it is `recycle_after` runs old), or closed
+        (fresh mode, anomaly, retired) and, unless already replaced, replaced."""
+        if self.mode == "pool" and healthy and not worker.retired and not self._closed:
+            if worker.runs == self.recycle_after:
+                with contextlib.suppress(RuntimeError):  # the starter is shut down: closed meanwhile
+                    self._starter.submit(self._retire, worker)
+            self._idle.put(worker)
+            return
+        self._discard(worker)
+        if self.mode == "pool" and not worker.retired and not self._closed:
             with contextlib.suppress(RuntimeError):  # closed meanwhile
                 self._idle.put(self._start_worker())
 
