@@ -190,3 +190,18 @@ def test_leetcode_records_pass_with_their_own_completion(sandbox: Sandbox) -> No
     failures = {i.task_id: r.info["error"] for i, r in zip(items, scored, strict=True) if r.components["correct"] != 1}
     print(f"LeetCodeDataset v0.3.1: {228 - len(failures)}/228 correct; exceptions: {failures}")
     assert len(failures) <= 0.05 * 228, failures
+
+
+def test_a_batch_runs_its_longest_known_items_first(sandbox: Sandbox) -> None:
+    """Ordered by the t_ref this replica knows (a heavy item last would leave the other workers idle at the end)."""
+    slow = SQUARE.model_copy(update={"reference": "def square(x):\n    sum(range(3_000_000))\n    return x * x\n"})
+    items = [CodeItem(problem=problem, completion=fenced("def square(x): return x * x")) for problem in (SQUARE, slow)]
+    scorer = scorer_for(sandbox, {})
+    score(scorer, items)  # measures both references
+    scorer.lanes, evaluated, evaluate = 1, [], scorer.evaluate
+    scorer.evaluate = lambda problem, completion: evaluated.append(problem.reference) or evaluate(problem, completion)  # type: ignore[method-assign]
+    results = score(scorer, items)
+    assert evaluated == [slow.reference, SQUARE.reference]
+    fast_result, slow_result = results  # answered in the batch's order
+    assert isinstance(fast_result, Scored) and isinstance(slow_result, Scored)
+    assert slow_result.info["t_ref"] > fast_result.info["t_ref"] and slow_result.info["t_ref_source"] == "memory"

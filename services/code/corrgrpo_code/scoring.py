@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import queue
 import statistics
 import threading
@@ -126,6 +127,10 @@ class _Outcome:
     cpu_s: float = 0.0
 
 
+def _content(problem: CodeProblem) -> tuple[str, ...]:
+    return problem.prompt, problem.entry_point, problem.test, problem.reference  # what problem_hash covers
+
+
 def _remembered(prepared: PreparedProblem) -> dict[str, Any] | None:
     """The t_ref kept in memory (`CodeScorer.reference_time`) while it is fresh; asking needs no task of the loop."""
     return prepared.t_ref if time.monotonic() < prepared.t_ref_until else None
@@ -158,8 +163,8 @@ class CodeScorer:
         event loop per lane, not per item), then add efficiency with one t_ref lookup per distinct problem."""
         answers: list[_Outcome | ItemError | None] = [None] * len(items)
         pending = queue.SimpleQueue[int]()
-        for index in range(len(items)):
-            pending.put(index)
+        for index in sorted(range(len(items)), key=lambda i: -self._expected_seconds(items[i])):
+            pending.put(index)  # longest first (known t_ref; unknown ones before all): the batch's tail is short
         cancelled = threading.Event()
         loop = asyncio.get_running_loop()
         lanes = (loop.run_in_executor(self.pool, self._lane, items, answers, pending, cancelled) for _ in items[: self.lanes])
@@ -209,9 +214,16 @@ class CodeScorer:
                 except Exception as error:  # one item's failure never fails the batch
                     answers[index] = _item_error(error, problem.task_id)
 
+    def _expected_seconds(self, item: CodeItem) -> float:
+        """The reference's time when this replica knows it, else infinity (a dict read: fine on the event loop)."""
+        problem = item.problem or self.problems.get(item.task_id or "")
+        prepared = self._prepared.get(_content(problem)) if problem is not None else None
+        known = _remembered(prepared) if prepared is not None else None
+        return known["t_ref"] if known is not None else math.inf
+
     def prepare(self, problem: CodeProblem) -> PreparedProblem:
         """Once per distinct problem (LRU): splitting a big check and parsing the reference cost seconds."""
-        content = (problem.prompt, problem.entry_point, problem.test, problem.reference)  # what problem_hash covers
+        content = _content(problem)
         with self._prepare_lock:  # the items of one batch share one preparation
             prepared = self._prepared.get(content)
             if prepared is None:
