@@ -225,10 +225,11 @@ def test_prelude_classes_may_be_returned_in_assert_mode(sandbox: Sandbox) -> Non
     assert run_assert(sandbox, prelude, own_class, "f", test, LIMITS).stage == "test_error"
 
 
-def test_a_child_with_another_interpreter_compiles_the_harness_text(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The harness ships its code marshalled for this interpreter; any other one (an image's) gets the text."""
-    import sys
-
-    monkeypatch.setattr(sys.implementation, "cache_tag", "another-interpreter")
-    assert run_io(sandbox, "", RIGHT, "f", IO_TESTS + JUDGED, LIMITS).stage == "passed"
-    assert run_assert(sandbox, "", RIGHT, "f", ASSERT_TEST, LIMITS).stage == "passed"
+def test_each_run_gets_the_preloaded_child_half_as_the_worker_loaded_it() -> None:
+    """Every worker imports harness_child once; a candidate that patches it (same process) changes its own run only."""
+    silenced = f"import harness_child\nharness_child.send = lambda message: None\n{RIGHT}"
+    with Sandbox(workers=1, limits=LIMITS) as one_worker:
+        assert one_worker.run("import sys\nprint('harness_child' in sys.modules)").stdout == b"True\n"
+        assert run_io(one_worker, "", silenced, "f", IO_TESTS, LIMITS).stage == "toplevel"  # not even a top level
+        assert run_io(one_worker, "", RIGHT, "f", IO_TESTS + JUDGED, LIMITS).stage == "passed"
+        assert run_assert(one_worker, "", RIGHT, "f", ASSERT_TEST, LIMITS).stage == "passed"
