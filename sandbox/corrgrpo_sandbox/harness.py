@@ -36,6 +36,7 @@ import ast
 import itertools
 import json
 import signal
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -201,12 +202,24 @@ def _ran_out_of_time(result: ExecResult) -> bool:
     return result.timed_out or result.signal in _CPU_SIGNALS
 
 
+_PARSING = threading.RLock()
+
+
+def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.AST:
+    """`ast.parse`, one thread at a time. CPython before 3.11.8 (Debian 12 ships 3.11.2) keeps the AST constructor's
+    recursion depth per interpreter, so a collection during one thread's parse that lets another thread parse fails
+    with `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905). Parsing holds the GIL
+    anyway: the lock costs no parallelism. Every parse in a threaded service process goes through here."""
+    with _PARSING:
+        return ast.parse(source, mode=mode)
+
+
 def parse_solution(solution: str) -> ast.Module | str:
     """The solution's syntax tree, or why it cannot be compiled. Absurd nesting is the solution's failure, never a crash."""
     if not solution.strip():
         return "no code"
     try:
-        return ast.parse(solution)
+        return parse_python(solution)  # type: ignore[return-value]
     except (SyntaxError, ValueError) as error:  # ValueError: null bytes
         return f"{type(error).__name__}: {error}"
     except (RecursionError, MemoryError) as error:  # the parser's own stack: deeply nested expressions

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import ast
+import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import Expect, HarnessResult, IOTest, canonical, encode, run_assert, run_io
+from corrgrpo_sandbox.harness import (
+    Expect,
+    HarnessResult,
+    IOTest,
+    canonical,
+    encode,
+    parse_solution,
+    run_assert,
+    run_io,
+)
 
 LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
 SECRET = 918273645  # the expected answer; never computable from the input
@@ -233,3 +245,45 @@ def test_each_run_gets_the_preloaded_child_half_as_the_worker_loaded_it() -> Non
         assert run_io(one_worker, "", silenced, "f", IO_TESTS, LIMITS).stage == "toplevel"  # not even a top level
         assert run_io(one_worker, "", RIGHT, "f", IO_TESTS + JUDGED, LIMITS).stage == "passed"
         assert run_assert(one_worker, "", RIGHT, "f", ASSERT_TEST, LIMITS).stage == "passed"
+
+
+class _Litter:
+    """Cyclic garbage with a Python finalizer: a collection during a parse runs Python code, so another thread may run."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        sum(range(50))
+
+
+def test_threads_parse_at_once_without_a_recursion_depth_mismatch() -> None:
+    """CPython 3.11 before 3.11.8 shares the AST constructor's depth counter between threads (python/cpython#106905):
+    the code service's lanes parsing at different stack depths failed items with SystemError, about once a second here."""
+    source = "\n".join(f"def f{i}(x):\n    return [x + {i} for _ in range(3)]" for i in range(200))
+    failures: list[str] = []
+    interval = sys.getswitchinterval()
+
+    def parse_at(depth: int) -> None:
+        if depth:
+            return parse_at(depth - 1)
+        try:
+            for _ in range(30):
+                garbage = [_Litter() for _ in range(300)]
+                del garbage
+                tree = parse_solution(source)
+                if not isinstance(tree, ast.Module):
+                    failures.append(str(tree))
+        except SystemError as error:
+            failures.append(repr(error))
+
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=parse_at, args=(depth,)) for depth in (0, 7, 15)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []

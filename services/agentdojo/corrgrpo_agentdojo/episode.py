@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import pickle
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,6 +31,9 @@ from .catalog import Resolved
 STATE_FORMAT = 1
 LIST_LITERAL_MAX_CHARS = 10_000
 """Longer strings are never parsed as list literals: `ast.literal_eval` of a 3 MB string took +1.37 GB."""
+_PARSING = threading.Lock()
+"""Episodes run on threads; CPython before 3.11.8 corrupts the AST constructor's shared recursion counter when two
+threads parse at once (`SystemError`, python/cpython#106905): one `literal_eval` at a time (the GIL serialises it anyway)."""
 
 
 @dataclass
@@ -85,7 +89,8 @@ def _list_literals(args: dict[str, Any]) -> dict[str, Any]:
     for name, value in args.items():
         if isinstance(value, str) and len(value) <= LIST_LITERAL_MAX_CHARS and _bracketed(value.strip()):
             try:
-                parsed = ast.literal_eval(value)
+                with _PARSING:
+                    parsed = ast.literal_eval(value)
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 continue
             if isinstance(parsed, list):

@@ -14,6 +14,8 @@ import ast
 from collections import Counter
 from dataclasses import dataclass
 
+from corrgrpo_sandbox.harness import parse_python
+
 _UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)  # null bytes; absurd nesting (parser stack)
 
 
@@ -63,7 +65,7 @@ def _subtree_ids(tree: ast.AST, table: dict[tuple[object, ...], int], grow: bool
 
 def _parse(source: str) -> ast.AST | None:
     try:
-        return ast.parse(source)
+        return parse_python(source)
     except _UNPARSABLE:
         return None
 

@@ -23,7 +23,7 @@ import math
 import re
 from typing import Any
 
-from corrgrpo_sandbox.harness import Expect, IOTest
+from corrgrpo_sandbox.harness import Expect, IOTest, parse_python
 
 _OUTPUT = "_out"
 _BUILTINS = ("abs", "all", "any", "bool", "dict", "float", "frozenset", "int", "isinstance", "len", "list", "max")
@@ -128,7 +128,7 @@ def _io_test(assertion: ast.Assert, parameter: str, module_names: re.Pattern[str
         return None  # the candidate used twice, or an argument the child cannot evaluate (it never gets the test module)
     rest = f"({rest}\n)"  # a multi-line assertion is one expression
     try:
-        check = ast.parse(rest, mode="eval").body
+        check = parse_python(rest, mode="eval").body  # type: ignore[attr-defined]
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if _free_names(check) - SAFE_NAMES - {_OUTPUT}:
@@ -155,7 +155,7 @@ def _module_names(module: ast.Module, check: ast.FunctionDef) -> re.Pattern[str]
 def split_check(test_source: str) -> list[IOTest] | None:
     """The I/O tests of `check(candidate)` in `test_source`, or None when it needs assert mode."""
     try:
-        module = ast.parse(test_source)
+        module = parse_python(test_source)
     except (SyntaxError, ValueError):
         return None
     checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
