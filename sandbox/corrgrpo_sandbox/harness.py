@@ -202,14 +202,14 @@ def _ran_out_of_time(result: ExecResult) -> bool:
     return result.timed_out or result.signal in _CPU_SIGNALS
 
 
-_PARSING = threading.RLock()
+_PARSING = threading.RLock()  # re-entrant: a finalizer run by a collection inside a parse may parse too
 
 
 def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.AST:
     """`ast.parse`, one thread at a time. CPython before 3.11.8 (Debian 12 ships 3.11.2) keeps the AST constructor's
     recursion depth per interpreter, so a collection during one thread's parse that lets another thread parse fails
     with `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905). Parsing holds the GIL
-    anyway: the lock costs no parallelism. Every parse in a threaded service process goes through here."""
+    anyway: the lock costs no parallelism. Every parse in the code service goes through here."""
     with _PARSING:
         return ast.parse(source, mode=mode)
 
