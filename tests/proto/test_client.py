@@ -1,11 +1,15 @@
-"""RewardClient retries, backoff, chunking and errors, against a scripted transport."""
+"""RewardClient retries, backoff, chunking and errors, against a scripted transport and a real service at its cap."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 
 import httpx
 import pytest
+from servers import start_service
 
 from corrgrpo_proto import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable
 
@@ -93,3 +97,30 @@ def test_wrong_result_count_is_an_error() -> None:
     client = RewardClient("http://svc", transport=httpx.MockTransport(short))
     with pytest.raises(RewardServiceError, match="0 results for 10 items"):
         client.score(ITEMS)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_at_the_connection_cap_a_real_service_answers_503_and_the_client_waits_its_retry_after() -> None:
+    env = {"CORRGRPO_MAX_CONNECTIONS": "2", "CORRGRPO_RETRY_AFTER_S": "1"}
+    with start_service("toolcall", env=env) as service:
+        address = service.url.removeprefix("http://").split(":")
+        held = [socket.create_connection((address[0], int(address[1])), timeout=10) for _ in range(2)]
+        time.sleep(0.3)  # let the server accept both: the cap is full
+        with socket.create_connection((address[0], int(address[1])), timeout=10) as extra:
+            extra.sendall(b"GET /v1/components HTTP/1.1\r\nHost: x\r\n\r\n")
+            head, _, body = read_until_closed(extra).partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0] == b"HTTP/1.1 503 Service Unavailable"
+        assert b"retry-after: 1" in head.split(b"\r\n") and b"connection: close" in head.split(b"\r\n")
+        assert json.loads(body) == {"error": "overloaded", "message": "connection limit (2) reached; retry after 1s", "details": []}
+        # Without Retry-After a backoff of 1 ms would spend all three attempts before the cap frees up (at 0.5 s).
+        threading.Timer(0.5, lambda: [sock.close() for sock in held]).start()
+        started = time.monotonic()
+        with RewardClient(service.url, retries=2, backoff=0.001) as client:
+            names = [c.name for c in client.components().components]
+        assert names and time.monotonic() - started >= 1.0

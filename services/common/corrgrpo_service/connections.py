@@ -4,14 +4,16 @@ uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits fore
 request's headers and body, so slowloris clients (a byte now and then) hold sockets without end,
 and it accepts any number of connections. `GuardedH11Protocol` closes a connection whose request
 headers are not complete `header_timeout_s` after it opened (or after its previous response), or
-whose body is not complete `body_timeout_s` after its headers; and closes at once a connection
-beyond `max_connections`. A closed request's handler sees `http.disconnect` like any other.
+whose body is not complete `body_timeout_s` after its headers; and answers a connection beyond
+`max_connections` at once with `503` and `Retry-After` (a client then retries instead of reporting
+a read error), then closes it. A closed request's handler sees `http.disconnect` like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from email.utils import formatdate
 from typing import Any, Literal
 
 import h11
@@ -19,10 +21,30 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from corrgrpo_proto import ErrorBody
+
 from .settings import ServiceSettings
 
 log = logging.getLogger("corrgrpo.connections")
 Stage = Literal["headers", "body", "app"]
+# An over-cap connection is closed this long after its 503 (or when the client closes first): closing
+# while its request is still arriving would send a reset, which can drop the 503 before the client reads it.
+OVER_CAP_LINGER_S = 1.0
+
+
+def over_cap_response(limit: int, retry_after_s: int) -> bytes:
+    """The whole 503 sent to a connection beyond the cap, before reading anything of it."""
+    message = f"connection limit ({limit}) reached; retry after {retry_after_s}s"
+    body = ErrorBody(error="overloaded", message=message).model_dump_json().encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        f"date: {formatdate(usegmt=True)}\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        f"retry-after: {retry_after_s}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -31,19 +53,28 @@ class GuardedH11Protocol(H11Protocol):
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
     max_connections: int = 1024
+    retry_after_s: int = 1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._stage: Stage = "headers"
+        self._over_cap = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
-            log.debug("connection over the cap closed", extra={"limit": self.max_connections})
-            transport.close()
+            log.debug("connection over the cap refused with 503", extra={"limit": self.max_connections})
+            self._over_cap = True
+            transport.write(over_cap_response(self.max_connections, self.retry_after_s))
+            transport.write_eof()  # the client reads the 503, then end of stream; what it sends is discarded
+            self._deadline = self.loop.call_later(OVER_CAP_LINGER_S, self._expire)
             return
         self._arm("headers", self.header_timeout_s)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._over_cap:
+            super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -76,7 +107,8 @@ class GuardedH11Protocol(H11Protocol):
     def _expire(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            log.info("slow client closed", extra={"stage": self._stage, "client": self.client})
+            if not self._over_cap:
+                log.info("slow client closed", extra={"stage": self._stage, "client": self.client})
             self.transport.close()
 
 
@@ -86,6 +118,7 @@ def run_server(app: FastAPI, settings: ServiceSettings) -> None:
         "header_timeout_s": settings.header_timeout_s,
         "body_timeout_s": settings.body_timeout_s,
         "max_connections": settings.max_connections,
+        "retry_after_s": settings.retry_after_s,
     }
     protocol = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
     uvicorn.run(

@@ -44,7 +44,7 @@ class ServiceSettings(BaseSettings):
     max_inflight_items: int = Field(
         4096, description="Items being scored at once per process; a batch beyond it gets 429 (0 = no limit)"
     )
-    retry_after_s: int = Field(1, description="`Retry-After` seconds sent with a 429")
+    retry_after_s: int = Field(1, description="`Retry-After` seconds sent with a 429, and with a 503 at the connection cap")
     max_request_inflight_items: int = Field(
         1024, gt=0, description="Budget items one request holds at once; a larger batch is scored in chunks of this size"
     )
@@ -57,7 +57,9 @@ class ServiceSettings(BaseSettings):
     header_timeout_s: float = Field(10, gt=0, description="A connection that has not sent its request headers by then is closed")
     body_timeout_s: float = Field(60, gt=0, description="A body still incomplete this long after its headers: connection closed")
     idle_timeout_s: int = Field(5, gt=0, description="An idle keep-alive connection is closed after this")
-    max_connections: int = Field(1024, gt=0, description="Open connections per process; one more is closed at once")
+    max_connections: int = Field(
+        1024, gt=0, description="Open connections per process; one more gets 503 with `Retry-After` at once, then is closed"
+    )
     shutdown_grace_s: int = Field(10, ge=0, description="On SIGTERM, in-flight requests get this long, then are cancelled")
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR")
     log_json: bool = Field(True, description="One JSON object per log line (false: plain text)")
