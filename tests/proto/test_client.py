@@ -117,7 +117,8 @@ def test_at_the_connection_cap_a_real_service_answers_503_and_the_client_waits_i
             head, _, body = read_until_closed(extra).partition(b"\r\n\r\n")
         assert head.split(b"\r\n")[0] == b"HTTP/1.1 503 Service Unavailable"
         assert b"retry-after: 1" in head.split(b"\r\n") and b"connection: close" in head.split(b"\r\n")
-        assert json.loads(body) == {"error": "overloaded", "message": "connection limit (2) reached; retry after 1s", "details": []}
+        message = "connection limit (2) reached; retry after 1s"
+        assert json.loads(body) == {"error": "overloaded", "message": message, "details": []}
         # Without Retry-After a backoff of 1 ms would spend all three attempts before the cap frees up (at 0.5 s).
         threading.Timer(0.5, lambda: [sock.close() for sock in held]).start()
         started = time.monotonic()
