@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 PYTEST_ARGS ?=
 
-.PHONY: install test demo lint format docs schemas bench clean compose-test interop
+.PHONY: install test demo serve lint format docs schemas bench clean compose-test interop
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ test: install
 
 demo: install
 	$(PY) examples/demo.py
+
+# Every declared service as a local process (in-memory state, default ports) until Ctrl-C.
+serve: install
+	$(PY) -m corrgrpo_service up
 
 lint: install
 	$(VENV)/bin/ruff check .
