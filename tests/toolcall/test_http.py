@@ -27,13 +27,20 @@ def test_score_endpoint() -> None:
         response = httpx.post(f"{service.url}/v1/score", json={"items": items, "weights": {"format": 0}}, timeout=10)
         assert response.status_code == 200
         exact, wrong_value, bad, too_many = response.json()["results"]
-        # S_max = 1 + 1 + 1 = 3: each component ranges over ±1
-        assert exact["components"] == {"format": 1.0, "name": 1.0, "param_names": 1.0, "param_values": 1.0}
-        assert exact["total"] == 3.0 and exact["info"]["exact"] is True
-        assert wrong_value["components"]["param_values"] == -1.0 and wrong_value["total"] == 1.0
+        # the authors' fixed ranges: name ±0.5, param_names ±1, param_values ±1.5 (format weighted 0 here)
+        assert exact["components"] == {"format": 1.0, "name": 0.5, "param_names": 1.0, "param_values": 1.5}
+        assert exact["total"] == 3.0 and exact["info"]["exact"] is True and exact["info"]["toolrl_correctness"] == 3.0
+        assert wrong_value["components"]["param_values"] == -1.5 and wrong_value["total"] == 0.0
+        assert wrong_value["info"]["toolrl_correctness"] == 1.0  # ToolRL's: 6·2/3 − 3
         assert bad["error"]["code"] == "invalid_ground_truth"
         assert too_many["info"]["unparseable"] == "more than 8 calls" and too_many["total"] == -3.0
         components = httpx.get(f"{service.url}/v1/components", timeout=10).json()["components"]
-        assert [c["name"] for c in components] == ["format", "name", "param_names", "param_values"]
+        declared = [(c["name"], c["min"], c["max"], c["weight"]) for c in components]
+        assert declared == [
+            ("format", 0, 1, 1),
+            ("name", -0.5, 0.5, 1),
+            ("param_names", -1, 1, 1),
+            ("param_values", -1.5, 1.5, 1),
+        ]
         invalid = httpx.post(f"{service.url}/v1/score", json={"items": [{"completion": "x"}]}, timeout=10)
         assert invalid.status_code == 422 and "ground_truth" in invalid.json()["message"]

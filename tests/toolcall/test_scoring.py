@@ -1,4 +1,6 @@
-"""The pure scoring functions: ToolRL's test vectors, edge cases, and properties of the components."""
+"""The pure scoring functions: ToolRL's test vectors, edge cases, and properties of the components.
+
+Parity with the authors' per-component definition, case by case and on RLLA-4K rows: test_parity.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corrgrpo_toolcall.scoring import FormatRules, Limits, extract_response, format_score, json_equal, score
+from corrgrpo_toolcall.scoring import RANGES, FormatRules, Limits, extract_response, format_score, json_equal, score
 
 
 def calls_block(*calls: dict[str, Any]) -> str:
@@ -24,8 +26,14 @@ def response(*calls: dict[str, Any], think: str = "reasoning", reply: str | None
 
 
 def correctness(completion: str, ground_truth: str) -> float:
-    result = score(completion, ground_truth)
-    return sum(result.components.values())
+    """ToolRL's single correctness, kept beside the components."""
+    matching = score(completion, ground_truth).matching
+    assert matching is not None
+    return matching.toolrl_correctness
+
+
+def components(completion: str, ground_truth: str) -> tuple[float, ...]:
+    return tuple(score(completion, ground_truth).components.values())
 
 
 WEATHER = {"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}
@@ -50,18 +58,18 @@ def test_toolrl_vectors(completion: str, expected: float) -> None:
     assert score(completion, GT).format == 1.0
 
 
-def test_components_are_the_three_scaled_matching_scores() -> None:
-    # S_max = 1 + (1 + 2) + (1 + 1) = 6; one wrong value: s_name 1, s_params 2, s_values 2.
-    result = score(response({**WEATHER, "parameters": {"city": "Paris", "unit": "kelvin"}}, TIME), GT)
-    assert result.components == pytest.approx(
-        {"name": 6 / 6 - 3 / 6, "param_names": 12 / 6 - 6 / 6, "param_values": 12 / 6 - 9 / 6}
-    )
+def test_each_component_is_its_matching_score_over_its_own_maximum() -> None:
+    # TIME missing, WEATHER's unit wrong: s_name 1/2 of 1, s_params 1 of 2 calls, s_values 1 of 3 values.
+    result = score(response({**WEATHER, "parameters": {"city": "Paris", "unit": "kelvin"}}), GT)
+    assert result.components == pytest.approx({"name": 0.5 - 0.5, "param_names": 2 * 1 / 2 - 1, "param_values": 3 * 1 / 3 - 1.5})
+    assert result.matching is not None and result.matching.toolrl_correctness == pytest.approx(6 * 2.5 / 6 - 3)
 
 
 def test_unparseable_puts_each_component_at_its_minimum() -> None:
-    result = score("<think>no calls</think>\n<response>hi</response>", GT)
-    assert result.components == pytest.approx({"name": -3 / 6, "param_names": -6 / 6, "param_values": -9 / 6})
-    assert result.reason == "no <tool_call>…</tool_call> block"
+    for truth in (GT, response({"name": "ping", "parameters": {}})):  # values at −1.5 even with none to get right
+        result = score("<think>no calls</think>\n<response>hi</response>", truth)
+        assert result.components == {"name": -0.5, "param_names": -1.0, "param_values": -1.5}
+        assert result.reason == "no <tool_call>…</tool_call> block"
 
 
 def test_response_only_ground_truth_gives_zero_and_checks_the_response_layout() -> None:
@@ -80,6 +88,7 @@ def test_values_compare_as_json_types() -> None:
     # S_max = 1 + 1 + 2 = 4; one of two values wrong → 6·3/4 − 3 = 1.5
     assert correctness(response({"name": "f", "parameters": {"n": "1", "flag": True}}), truth) == pytest.approx(1.5)
     assert correctness(response({"name": "f", "parameters": {"n": True, "flag": 1}}), truth) == pytest.approx(0.0)
+    assert components(response({"name": "f", "parameters": {"n": "1", "flag": True}}), truth) == (0.5, 1.0, 0.0)
     assert json_equal({"a": [1, {"b": None}]}, {"a": [1.0, {"b": None}]})
     assert not json_equal([False], [0]) and not json_equal({"a": 1}, {"a": [1]}) and not json_equal([1, 2], [1, 2, 3])
 
@@ -90,18 +99,20 @@ def test_duplicate_tool_names_match_one_prediction_each() -> None:
         {"name": "get_weather", "parameters": {"city": "Rome"}},
     )
     truth = response(paris, rome)
-    assert correctness(response(rome, paris), truth) == pytest.approx(3.0)
-    # Two Paris calls: names match fully, params fully for both, only one value (S_max 5): 6·(1+2+1)/5 − 3
-    assert correctness(response(paris, paris), truth) == pytest.approx(6 * 4 / 5 - 3)
+    assert components(response(rome, paris), truth) == (0.5, 1.0, 1.5)
+    # Two Paris calls: names match fully, params fully for both, one value of two: 3·1/2 − 1.5
+    assert components(response(paris, paris), truth) == (0.5, 1.0, 0.0)
+    assert correctness(response(paris, paris), truth) == pytest.approx(6 * 4 / 5 - 3)  # ToolRL's: S_max 5
     # One prediction cannot serve two ground-truth calls: names 1/2, one call matched (1 + 1)
-    assert correctness(response(paris), truth) == pytest.approx(6 * 2.5 / 5 - 3)
+    assert components(response(paris), truth) == (0.0, 0.0, 0.0)
 
 
 def test_empty_parameters() -> None:
     truth = response({"name": "ping", "parameters": {}})
-    assert correctness(truth, truth) == pytest.approx(3.0)
-    # extra parameters: names Jaccard 0, so the call is not matched; only the name counts (S_max 2)
-    assert correctness(response({"name": "ping", "parameters": {"x": 1}}), truth) == pytest.approx(0.0)
+    assert components(truth, truth) == (0.5, 1.0, 1.5)
+    # extra parameters: names Jaccard 0, so the call is not matched; no values to get wrong (1.5)
+    assert components(response({"name": "ping", "parameters": {"x": 1}}), truth) == (0.5, -1.0, 1.5)
+    assert correctness(response({"name": "ping", "parameters": {"x": 1}}), truth) == pytest.approx(0.0)  # S_max 2
 
 
 def test_unicode_names_and_values() -> None:
@@ -123,7 +134,6 @@ def test_chat_template_wrapping_is_removed() -> None:
     "completion",
     [
         "<think>x</think>\n<tool_call>" + json.dumps(WEATHER) + "</tool_call>",  # no newlines inside the block
-        "<think>x</think><tool_call>\n" + json.dumps(WEATHER) + "\n</tool_call>",  # no newline after </think>
         "x</think>\n" + calls_block(WEATHER),  # no <think>
         response(WEATHER) + "\n" + calls_block(TIME),  # two blocks
         response(WEATHER) + "\n<response>extra</response>",  # a response the ground truth has none of
@@ -134,12 +144,15 @@ def test_malformed_layouts_fail_the_format(completion: str) -> None:
     assert format_score(completion, GT) == 0.0
 
 
-def test_relaxed_format_rules() -> None:
+def test_format_rules() -> None:
     spaced = "<think>x</think>  <tool_call>\n" + json.dumps(WEATHER) + "\n</tool_call>"
+    glued = "<think>x</think><tool_call>\n" + json.dumps(WEATHER) + "\n</tool_call>"
     opened = "x</think>\n" + calls_block(WEATHER)
-    assert format_score(spaced, GT, FormatRules(lenient_separators=True)) == 1.0
+    assert format_score(spaced, GT) == format_score(glued, GT) == 1.0  # CorrGRPO's `\s*` by default
+    assert format_score(spaced, GT, FormatRules(lenient_separators=False)) == 0.0  # ToolRL's one newline
+    assert format_score(glued, GT, FormatRules(lenient_separators=False)) == 0.0
     assert format_score(opened, GT, FormatRules(optional_think_open=True)) == 1.0
-    assert format_score(spaced, GT) == format_score(opened, GT) == 0.0
+    assert format_score(opened, GT) == 0.0
 
 
 def test_calls_are_cut_where_toolrl_cuts_them() -> None:
@@ -151,15 +164,20 @@ def test_calls_are_cut_where_toolrl_cuts_them() -> None:
     assert correctness(response(WEATHER) + "\n" + calls_block(TIME), GT) == pytest.approx(0.5)
 
 
-def test_a_call_must_be_an_object_with_name_and_parameters() -> None:
+def test_calls_the_matching_cannot_read_fail_the_prediction() -> None:
     for line in (
-        '["get_weather"]',
-        '{"name": "get_weather"}',
-        '{"name": 3, "parameters": {}}',
-        '{"name": "f", "parameters": []}',
+        '["get_weather"]',  # not an object
+        '{"parameters": {}}',  # no name to count
+        '{"name": ["get_weather"], "parameters": {}}',  # a name that cannot be counted
+        '{"name": "get_weather"}',  # a call to a ground-truth function without parameters
+        '{"name": "get_time", "parameters": ["zone"]}',
     ):
-        completion = f"<think>x</think>\n<tool_call>\n{line}\n</tool_call>"
-        assert correctness(completion, GT) == pytest.approx(-3.0)
+        result = score(f"<think>x</think>\n<tool_call>\n{line}\n</tool_call>", GT)
+        assert result.reason is not None and tuple(result.components.values()) == (-0.5, -1.0, -1.5), line
+    # calls to other functions are never read: a foreign name or parameters only widen the name union
+    for line in ('{"name": 3, "parameters": {}}', '{"name": "f", "parameters": []}', '{"name": "f"}'):
+        result = score(response(WEATHER, TIME)[: -len("\n</tool_call>")] + f"\n{line}\n</tool_call>", GT)
+        assert result.reason is None and tuple(result.components.values()) == pytest.approx((2 / 3 - 0.5, 1.0, 1.5)), line
 
 
 def test_work_is_bounded() -> None:
@@ -242,12 +260,11 @@ def test_component_ranges_and_sum(truth: list[dict[str, Any]], predicted: list[d
     result = score(response(*predicted), response(*truth))
     m = result.matching
     assert m is not None
-    bounds = {"name": 3 / m.s_max, "param_names": 3 * m.gt_calls / m.s_max, "param_values": 3 * m.gt_params / m.s_max}
     for name, value in result.components.items():
-        assert -bounds[name] - 1e-12 <= value <= bounds[name] + 1e-12
+        low, high = RANGES[name]
+        assert low - 1e-12 <= value <= high + 1e-12
     total = sum(result.components.values())
-    assert -3 - 1e-12 <= total <= 3 + 1e-12
-    assert (total == pytest.approx(3.0)) == m.exact
+    assert (total == pytest.approx(3.0)) == m.exact == (m.toolrl_correctness == pytest.approx(3.0))
     assert sum(score(response(*truth), response(*truth)).components.values()) == pytest.approx(3.0)
 
 
@@ -292,6 +309,5 @@ plain_calls = st.builds(
 
 @settings(max_examples=150, deadline=None)
 @given(truth=st.lists(plain_calls, min_size=1, max_size=3), predicted=st.lists(plain_calls, min_size=1, max_size=4))
-def test_sum_of_components_is_toolrl_correctness(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
-    total = sum(score(response(*predicted), response(*truth)).components.values())
-    assert total == pytest.approx(toolrl_correctness(truth, predicted), abs=1e-9)
+def test_toolrl_correctness_is_kept(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
+    assert correctness(response(*predicted), response(*truth)) == pytest.approx(toolrl_correctness(truth, predicted), abs=1e-9)

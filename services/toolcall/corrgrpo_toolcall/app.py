@@ -23,6 +23,7 @@ def describe(result: Score) -> dict[str, Any]:
     if result.matching is not None:
         m = result.matching
         info.update(s_name=m.s_name, s_params=m.s_params, s_values=m.s_values, s_max=m.s_max, exact=m.exact)
+        info["toolrl_correctness"] = m.toolrl_correctness  # ToolRL's single number, before the fork split it
     if result.reason is not None:
         info["unparseable"] = result.reason
     return info

@@ -7,14 +7,17 @@ from importlib.metadata import version
 from corrgrpo_proto import ComponentSpec
 from corrgrpo_service.registry import ServiceDeclaration
 
+from .scoring import RANGES
 from .settings import ToolCallSettings
 
+MATCHING = {
+    "name": "function names: s_name − 0.5 (multiset Jaccard of the names)",
+    "param_names": "parameter names: 2·s_params/|gt calls| − 1 (key Jaccards of the matched calls)",
+    "param_values": "parameter values: 3·s_values/Σparams − 1.5 (equal values; 1.5 when the calls take none)",
+}
 COMPONENTS = (
     ComponentSpec(name="format", min=0, max=1, description="ToolRL's tag format, chosen by the ground truth's tags"),
-    # S_max ≥ 2 whenever there is a call, so |name| ≤ 3/S_max ≤ 1.5; the other two stay below 3.
-    ComponentSpec(name="name", min=-1.5, max=1.5, description="function names: 6·s_name/S_max − 3/S_max"),
-    ComponentSpec(name="param_names", min=-3, max=3, description="parameter names: 6·s_params/S_max − 3·|gt calls|/S_max"),
-    ComponentSpec(name="param_values", min=-3, max=3, description="parameter values: 6·s_values/S_max − 3·Σparams/S_max"),
+    *(ComponentSpec(name=name, min=low, max=high, description=MATCHING[name]) for name, (low, high) in RANGES.items()),
 )
 
 SERVICE = ServiceDeclaration(

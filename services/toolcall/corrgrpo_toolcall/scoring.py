@@ -1,15 +1,17 @@
 """Pure scoring of ToolRL / RLLA-4K responses: `format` and the three matching components.
 
-ToolRL (Qian et al. 2025, `verl/utils/reward_score/rlla.py`) scores a response against its ground
-truth with one correctness number `6·s/S_max − 3` where `s = s_name + s_params + s_values`. We keep
-the three matching scores apart, each scaled as `6·s_x/S_max − 3·max_x/S_max`, so the components
-sum exactly to ToolRL's correctness while their ranges differ from example to example.
+ToolRL (Qian et al. 2025) scores a response against its ground truth with one correctness number
+`6·s/S_max − 3`, `s = s_name + s_params + s_values`. CorrGRPO's fork (`verl/utils/reward_score/rlla.py`
+of HKUST-KnowComp/CorrGRPO) splits it into three components, each its own matching score normalised
+by its own maximum and mapped onto a fixed range: `name` = s_name − 0.5 ∈ [−0.5, 0.5],
+`param_names` = 2·s_params/|gt calls| − 1 ∈ [−1, 1], `param_values` = 3·s_values/Σparams − 1.5 ∈
+[−1.5, 1.5] (1.5 when the ground truth's calls take no parameters: nothing to get wrong). An exact
+match puts all three at their maximum, an unparseable prediction at their minimum; ToolRL's single
+correctness stays available (`Matching.toolrl_correctness`).
 
-Differences from ToolRL, on purpose:
-- JSON `true`/`false` never equal the numbers 1/0 (ToolRL compares with Python `==`, where
-  `True == 1`); 1 and 1.0 are the same JSON number and do compare equal.
-- every predicted call must be an object with a string `name` and an object `parameters`;
-  otherwise the whole prediction is unparseable (ToolRL fails only on the calls it touches).
+Differences from the authors, on purpose:
+- JSON `true`/`false` never equal the numbers 1/0 (their `==` has `True == 1`); 1 and 1.0 are the
+  same JSON number and do compare equal.
 - work is bounded: a completion over `Limits.max_chars` characters or a `<tool_call>` block over
   `Limits.max_calls` lines is scored as unparseable (format 0, components at their minimum).
 """
@@ -41,16 +43,24 @@ class Limits:
 
 @dataclass(frozen=True)
 class FormatRules:
-    """ToolRL's strict tag layout by default; the two relaxations CorrGRPO's fork uses are opt-in."""
+    """CorrGRPO's format pattern by default: any whitespace between the tag blocks (ToolRL's wants one newline).
 
-    lenient_separators: bool = False  # `\s*` instead of exactly `\n` between the tag blocks
+    The fork accepts a response without the opening `<think>` when the model's name contains "think"
+    (the template of a thinking model opens it); we cannot see the model, so that is a setting.
+    """
+
+    lenient_separators: bool = True  # `\s*` instead of exactly `\n` between the tag blocks
     optional_think_open: bool = False  # thinking models whose template already opened `<think>`
 
 
 @dataclass(frozen=True)
 class ToolCall:
-    name: str
-    parameters: dict[str, Any]
+    """One call. A prediction's call may be foreign: a `name` that is not a string (None here: it can match
+    nothing, only counts in the name union) or `parameters` that are not an object (None); the authors fail a
+    prediction on such a call only when matching reads it, which `match` does the same way."""
+
+    name: str | None
+    parameters: dict[str, Any] | None
 
 
 class Unparseable(ValueError):
@@ -75,13 +85,23 @@ class Matching:
     def exact(self) -> bool:
         return self.s_name == 1 and self.s_params == self.gt_calls and self.s_values == self.gt_params
 
+    @property
+    def toolrl_correctness(self) -> float:
+        """ToolRL's single correctness `6·s/S_max − 3` in [−3, 3] (3 when exact)."""
+        return 6 * (self.s_name + self.s_params + self.s_values) / self.s_max - 3
+
     def components(self) -> dict[str, float]:
-        scale = 6 / self.s_max
-        return {
-            "name": scale * self.s_name - 3 / self.s_max,
-            "param_names": scale * self.s_params - 3 * self.gt_calls / self.s_max,
-            "param_values": scale * self.s_values - 3 * self.gt_params / self.s_max,
+        """Each matching score over its own maximum, mapped onto its component's range (`RANGES`)."""
+        fractions = {
+            "name": self.s_name,
+            "param_names": self.s_params / self.gt_calls,
+            "param_values": self.s_values / self.gt_params if self.gt_params else 1.0,  # vacuously right
         }
+        return {key: low + (high - low) * fractions[key] for key, (low, high) in RANGES.items()}
+
+
+# Each component's range, as the authors fix it (their total spans ToolRL's [−3, 3]).
+RANGES = {"name": (-0.5, 0.5), "param_names": (-1.0, 1.0), "param_values": (-1.5, 1.5)}
 
 
 # End-of-sequence and end-of-turn tokens of common tokenizers. A completion decoded with special tokens
@@ -157,11 +177,12 @@ def format_score(response: str, ground_truth: str, rules: FormatRules = FormatRu
     return 0.0
 
 
-def parse_calls(text: str, max_calls: int | None = Limits.max_calls) -> list[ToolCall]:
-    """The calls after the first `<tool_call>`, one JSON object per line; raises `Unparseable`.
+def parse_calls(text: str, max_calls: int | None = Limits.max_calls, strict: bool = True) -> list[ToolCall]:
+    """The calls after the first `<tool_call>`, one JSON object with a `name` per line; raises `Unparseable`.
 
     Cut as ToolRL cuts: at the next `<tool_call>` or the first `</tool_call>`, whichever comes first,
-    provided the text has a `</tool_call>` at all.
+    provided the text has a `</tool_call>` at all. `strict` (ground truths): a string `name` and object
+    `parameters` on every call; otherwise foreign names and parameters are kept for `match` to judge.
     """
     start = text.find("<tool_call>")
     if start < 0 or "</tool_call>" not in text:
@@ -170,17 +191,21 @@ def parse_calls(text: str, max_calls: int | None = Limits.max_calls) -> list[Too
     lines = block.strip().split("\n")
     if max_calls is not None and len(lines) > max_calls:
         raise Unparseable(f"more than {max_calls} calls")
-    return [_parse_call(line) for line in lines]
+    return [_parse_call(line, strict) for line in lines]
 
 
-def _parse_call(line: str) -> ToolCall:
+def _parse_call(line: str, strict: bool) -> ToolCall:
     try:
         call = json.loads(line)
     except (ValueError, RecursionError) as error:
         raise Unparseable(f"invalid JSON: {error}") from None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("parameters"), dict):
+    # The authors count every call's name (a multiset), so a call needs one, and a hashable one.
+    if not isinstance(call, dict) or "name" not in call or isinstance(call["name"], (dict, list)):
+        raise Unparseable('a call must be an object with a "name" that is not an array or object')
+    name, parameters = call["name"], call.get("parameters")
+    if strict and not (isinstance(name, str) and isinstance(parameters, dict)):
         raise Unparseable('a call must be an object with a string "name" and an object "parameters"')
-    return ToolCall(call["name"], call["parameters"])
+    return ToolCall(name if isinstance(name, str) else None, parameters if isinstance(parameters, dict) else None)
 
 
 def multiset_jaccard(left: Iterable[Any], right: Iterable[Any]) -> float:
@@ -231,7 +256,8 @@ def match(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> Matching:
     """ToolRL's matching: name Jaccard, then per ground-truth call the best unused same-name prediction.
 
     "Best" is the largest parameter-name Jaccard plus count of equal values (first one on ties);
-    a candidate scoring 0 is not taken, exactly as in ToolRL.
+    a candidate scoring 0 is not taken, exactly as in ToolRL. Raises `Unparseable` when a same-name
+    candidate has no object `parameters` (the authors fail the whole prediction there).
     """
     s_name = multiset_jaccard((c.name for c in truth), (c.name for c in predicted))
     s_params = s_values = 0.0
@@ -241,8 +267,10 @@ def match(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> Matching:
         for index, candidate in enumerate(predicted):
             if index in used or candidate.name != gt.name:
                 continue
-            names = key_jaccard(gt.parameters, candidate.parameters)
             given = candidate.parameters
+            if given is None:
+                raise Unparseable(f'call {index} to {gt.name!r} has no object "parameters"')
+            names = key_jaccard(gt.parameters, given)
             values = sum(1 for key, value in gt.parameters.items() if key in given and json_equal(given[key], value))
             if names + values > (best[0] + best[1] if best else 0.0):
                 best = (names, values, index)
@@ -250,7 +278,11 @@ def match(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> Matching:
             used.add(best[2])
             s_params += best[0]
             s_values += best[1]
-    return Matching(s_name, s_params, s_values, len(truth), sum(len(c.parameters) for c in truth))
+    return Matching(s_name, s_params, s_values, len(truth), _param_count(truth))
+
+
+def _param_count(truth: Sequence[ToolCall]) -> int:
+    return sum(len(c.parameters or ()) for c in truth)
 
 
 @dataclass(frozen=True)
@@ -292,10 +324,9 @@ def _score(completion: str, ground_truth: str, truth: Sequence[ToolCall] | None,
     if truth is None:  # ToolRL: a ground truth without tool calls gives correctness 0
         return Score(fmt, _zero(), None)
     try:
-        predicted = parse_calls(response, limits.max_calls)
+        matching = match(truth, parse_calls(response, limits.max_calls, strict=False))
     except Unparseable as error:
         return _unmatched(fmt, truth, str(error))
-    matching = match(truth, predicted)
     return Score(fmt, matching.components(), matching)
 
 
@@ -316,8 +347,10 @@ def _cached_truth_calls(ground_truth: str) -> tuple[ToolCall, ...]:
 
 
 def _unmatched(fmt: float, truth: Sequence[ToolCall] | None, reason: str) -> Score:
-    """Nothing matched: every component at its minimum (their sum is −3), or 0 without ground-truth calls."""
+    """No usable prediction: every component at its minimum (ToolRL's correctness −3), 0 without ground-truth calls.
+
+    Minimum even for `param_values` of parameterless calls, which a parsed prediction gets vacuously right."""
     if truth is None:
         return Score(fmt, _zero(), None, reason)
-    nothing = Matching(0.0, 0.0, 0.0, len(truth), sum(len(c.parameters) for c in truth))
-    return Score(fmt, nothing.components(), nothing, reason)
+    nothing = Matching(0.0, 0.0, 0.0, len(truth), _param_count(truth))
+    return Score(fmt, {key: low for key, (low, _) in RANGES.items()}, nothing, reason)

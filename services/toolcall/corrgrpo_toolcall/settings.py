@@ -23,10 +23,14 @@ class ToolCallSettings(ServiceSettings):
         Limits.max_calls, gt=0, description="A `<tool_call>` block with more lines scores as unparseable"
     )
     toolcall_lenient_separators: bool = Field(
-        FormatRules.lenient_separators, description="format: any whitespace between tag blocks, not exactly one newline"
+        FormatRules.lenient_separators,
+        description="format: any whitespace between tag blocks (CorrGRPO's pattern); `false`: exactly one newline "
+        "(ToolRL's original)",
     )
     toolcall_optional_think_open: bool = Field(
-        FormatRules.optional_think_open, description="format: accept a response that starts inside `<think>`"
+        FormatRules.optional_think_open,
+        description="format: accept a response that starts inside `<think>`; the authors turn this on for thinking "
+        'models (model name containing "think", e.g. Qwen3-4B-Thinking-2507), whose template opens `<think>`',
     )
     toolcall_data_dir: Path | None = Field(
         None,
