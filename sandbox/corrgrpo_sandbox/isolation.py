@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corrgrpo_sandbox import seccomp
+
 log = logging.getLogger("corrgrpo_sandbox")
 
 ISOLATIONS = ("auto", "bwrap", "docker", "unsafe-none")
@@ -82,7 +84,10 @@ def bwrap_head(bwrap: str, python: str) -> tuple[str, ...]:
 
     The environment is cleared twice: bwrap is itself started with an empty environment (its PID 1 inside the
     sandbox keeps the environment it was started with, readable as /proc/1/environ) and --clearenv."""
+    # --as-pid-1: the worker is the namespace's init, with no bwrap init beside it that a candidate of the same uid
+    # could trace (the worker is non-dumpable) or signal (an init gets only the signals it handles)
     args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    args += ["--as-pid-1"]
     args += ["--cap-drop", "ALL", "--clearenv"]
     for name, value in SANDBOX_ENV.items():
         args += ["--setenv", name, value]
@@ -96,7 +101,10 @@ def bwrap_head(bwrap: str, python: str) -> tuple[str, ...]:
     if not any(prefix.is_relative_to(directory) for directory in SYSTEM_DIRS):
         args += ["--ro-bind", str(prefix), str(prefix)]
     args += ["--ro-bind", str(PACKAGE_DIR), INSIDE_PACKAGE_DIR]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp"]
+    # /proc read-only: as uid 0 of its user namespace a candidate could otherwise write the namespaced sysctls (net,
+    # IPC, mqueue, UTS names) that outlive its run, /proc/<worker>/oom_score_adj, and, for a service running as root,
+    # host-wide ones under /proc/sys
+    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp"]
     args += ["--size", str(SHM_SIZE_BYTES), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue"]
     return (*args, "--remount-ro", "/dev")
 
@@ -153,6 +161,10 @@ def resolve_launcher(python: str, isolation: str) -> Launcher:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
     if isolation == "unsafe-none":
         return unsafe_launcher(python)
+    try:
+        seccomp.build_filter()
+    except ValueError as error:
+        raise IsolationUnavailable(f"{error}: runs could reach the worker (see seccomp.py)") from error
     reasons = []
     for name in AUTO_ORDER if isolation == "auto" else (isolation,):
         if name not in LAUNCHERS:

@@ -31,7 +31,7 @@ REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, w
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 CANCEL_POLL_S = 0.05  # how soon a cancelled run notices
 READ_AHEAD = 65536  # bytes asked for at once from a worker's reply stream
-WORKER_TASKS = 3  # bwrap, the namespace's init and the worker share the worker's pids cgroup with the run
+WORKER_TASKS = 2  # bwrap and the worker (the namespace's init) share the worker's pids cgroup with the run
 REPLY_FIELDS = {
     "exit_code": (int, type(None)),
     "signal": (int, type(None)),

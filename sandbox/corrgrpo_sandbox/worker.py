@@ -25,6 +25,7 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import json
 import math
@@ -38,6 +39,7 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 
 HEADER = struct.Struct(">I")
 SETUP_CPU = struct.Struct(">d")
@@ -190,6 +192,56 @@ def remove_ipc_objects() -> bool:
     return clean
 
 
+class Invariants:
+    """What a run must leave as it found it in the worker, checked after every run: the worker's limits, priority,
+    CPU affinity, scheduling, OOM score and threads, and the namespace's UTS names. The seccomp filter and the
+    read-only /proc should make each change impossible; a change seen anyway makes the run an anomaly and the worker
+    is replaced, so no later run (nor a reference timing) is measured in a worker the candidate reached."""
+
+    RLIMITS = tuple(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
+
+    def __init__(self) -> None:
+        self.expected = self.read()
+
+    @classmethod
+    def read(cls) -> dict[str, object]:
+        with open("/proc/self/oom_score_adj", "rb") as oom:
+            oom_score_adj = oom.read()
+        return {
+            "limits": [resource.getrlimit(limit) for limit in cls.RLIMITS],
+            "priority": os.getpriority(os.PRIO_PROCESS, 0),
+            "affinity": os.sched_getaffinity(0),
+            "scheduler": (os.sched_getscheduler(0), os.sched_getparam(0)),
+            "OOM score": oom_score_adj,
+            "threads": len(os.listdir("/proc/self/task")),
+            "UTS names": (os.uname().nodename, read_text("/proc/sys/kernel/domainname")),
+        }
+
+    def broken(self) -> str | None:
+        """Why the worker can no longer be trusted, or None."""
+        changed = [name for name, value in self.read().items() if value != self.expected[name]]
+        return f"the run changed the worker's {', '.join(changed)}" if changed else None
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def load_sibling(name: str) -> types.ModuleType:
+    """A stdlib-only module beside this file (the worker runs as a script with `-I`: no package to import from)."""
+    directory = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before it runs, as an import would
+    spec.loader.exec_module(module)
+    return module
+
+
 def apply_limits(limits: dict) -> None:
     cpu = max(1, math.ceil(limits["cpu_s"]))
     mb = 1024 * 1024
@@ -231,8 +283,11 @@ def set_up(request: dict, workdir: str) -> None:
     os.chdir(workdir)
 
 
-def become_candidate(request_fd: int, size: int, workdir: str, limits: dict, outputs: list[int], go_fd: int) -> None:
-    """In the forked child: read the program, detach, rewire fds, limit, run it as __main__, exit. Never returns.
+def become_candidate(
+    request_fd: int, size: int, workdir: str, limits: dict, outputs: list[int], go_fd: int, lock_down: Callable[[], None]
+) -> None:
+    """In the forked child: read the program, detach, rewire fds, limit, filter syscalls, run it as __main__, exit.
+    Never returns.
 
     The worker learns on `go_fd` that the body was consumed (so the request stream is in step again) and how much
     CPU the set-up took (subtracted: it is not the candidate's). Everything before that is the worker's code."""
@@ -256,6 +311,8 @@ def become_candidate(request_fd: int, size: int, workdir: str, limits: dict, out
             os.write(go_fd, SETUP_CPU.pack(usage.ru_utime + usage.ru_stime))
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the worker's pipes included
         apply_limits(limits)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the worker's own is SIG_DFL (see `serve`)
+        lock_down()
         # sys.stdin/stdout/stderr are the worker's own, never used, so their buffers are empty: after dup2 they are
         # exactly what a fresh interpreter on these fds would have, at no cost
         sys.argv = ["<candidate>"]
@@ -439,7 +496,7 @@ def supervise(
 class Worker:
     """State that lives across runs: the protocol, the scratch mounts, the output buffers."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], seccomp: types.ModuleType) -> None:
         self.request_fd, self.reply_fd = (
             os.dup2(int(fd), PROTOCOL_FD_BASE + i, inheritable=False) for i, fd in enumerate(argv[1:3])
         )
@@ -451,6 +508,10 @@ class Worker:
         self.scratch = argv[5:]  # writable mounts wiped after every run; the first one holds the child's cwd
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
         self.streams = Streams()
+        try:
+            self.lock_down = functools.partial(seccomp.install, seccomp.build_filter())
+        except ValueError:  # an architecture without a filter: `isolation` refuses it unless the run is unsafe-none
+            self.lock_down = lambda: None
 
     def execute(self, header: dict) -> tuple[dict, list[memoryview]]:
         limits = header["limits"]
@@ -466,6 +527,7 @@ class Worker:
                 limits,
                 [write_end for _, write_end in pipes],
                 go_write,
+                self.lock_down,
             )
         self.tree.start(pid)
         pidfd = os.pidfd_open(pid)
@@ -489,6 +551,8 @@ class Worker:
             clean &= wipe(directory, mode)
         if self.namespaced:
             clean &= remove_ipc_objects()
+        if broken := self.invariants.broken():
+            return {"anomaly": broken}, []
         if setup_cpu is None:
             return {"anomaly": "the child ended before it had its program"}, []
         status = self.tree.child_status
@@ -516,6 +580,10 @@ class Worker:
         for directory, mode in self.modes.items():
             wipe(directory, mode)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # parent gone: die instead of looping on EPIPE
+        # As its namespace's init (bwrap --as-pid-1, docker) the worker gets only the signals it handles from inside:
+        # with Python's SIGINT handler gone, a candidate can signal it nothing at all
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        self.invariants = Invariants()
         while (header := read_message(self.request_fd)) is not None:
             views: list[memoryview] = []
             try:
@@ -534,15 +602,10 @@ def preload() -> None:
     """Import `PRELOADED` (stdlib-only files beside this one) under their own names before the first run: every
     child inherits them compiled and initialised, so a program that imports one pays nothing for it. They hold no
     run's data: they are loaded before any request is read."""
-    directory = os.path.dirname(os.path.abspath(__file__))
     for name in PRELOADED:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(directory, f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+        sys.modules[name] = load_sibling(name)
 
 
 if __name__ == "__main__":
     preload()
-    Worker(sys.argv).serve()
+    Worker(sys.argv, load_sibling("seccomp")).serve()
