@@ -69,11 +69,19 @@ def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "scoring the first 3 of 67 rows" in captured.err
     evaluate.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "3"])
     assert capsys.readouterr().out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")
-    with pytest.raises(SystemExit, match="3 completions for 2 rows"):
+    error = "python -m corrgrpo_toolcall.evaluate: error: "
+    with pytest.raises(SystemExit) as exit_:
         evaluate.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "2"])
+    assert exit_.value.code == 2 and capsys.readouterr().err == f"{error}{path}: 3 completions for 2 rows\n"
     path.write_text("not json\n")
-    with pytest.raises(SystemExit, match="expected JSONL"):
+    with pytest.raises(SystemExit) as exit_:
         evaluate.main(["--dataset", "api-bank-2", "--completions", str(path)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith(f'{error}{path}: expected JSONL of {{"completion": "..."}} (JSONDecodeError')
+    with pytest.raises(SystemExit) as exit_:
+        evaluate.main(["--dataset", "api-bank-2", "--completions", str(tmp_path / "missing.jsonl")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"{error}cannot read {tmp_path / 'missing.jsonl'}: No such file or directory\n"
 
 
 def test_unknown_dataset_is_named_in_the_error() -> None:

@@ -63,17 +63,23 @@ def report(dataset: str, scores: Sequence[Score]) -> Report:
     )
 
 
+class InputError(ValueError):
+    """An unreadable completions file or dataset source; main() prints it as one line and exits 2."""
+
+
 def read_completions(path: Path, rows: int) -> list[str]:
     """JSONL, one `{"completion": "..."}` per line for the first rows of the dataset, in row order (at most `rows`)."""
     try:
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         completions = [json.loads(line)["completion"] for line in lines]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise SystemExit(f'{path}: expected JSONL of {{"completion": "..."}} ({type(error).__name__}: {error})') from None
+    except OSError as error:
+        raise InputError(f"cannot read {path}: {error.strerror or error}") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
+        raise InputError(f'{path}: expected JSONL of {{"completion": "..."}} ({type(error).__name__}: {error})') from None
     if len(completions) > rows:
-        raise SystemExit(f"{path}: {len(completions)} completions for {rows} rows")
+        raise InputError(f"{path}: {len(completions)} completions for {rows} rows")
     if not all(isinstance(c, str) for c in completions):
-        raise SystemExit(f'{path}: every line needs a string "completion"')
+        raise InputError(f'{path}: every line needs a string "completion"')
     return completions
 
 
@@ -87,12 +93,10 @@ def markdown(reports: Sequence[Report]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m corrgrpo_toolcall.evaluate",
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_toolcall.evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--dataset", choices=DATASETS, required=True, help="which dataset's rows the completions answer (required)"
     )
-    parser.add_argument("--dataset", choices=DATASETS, required=True, help="which dataset's rows the completions answer")
     parser.add_argument("--source", help="RLLA-4K parquet or hub id; API-Bank folder (default: under CORRGRPO_TOOLCALL_DATA_DIR)")
     parser.add_argument("--limit", type=int, help="evaluate only the first LIMIT rows (default: every row)")
     given = parser.add_mutually_exclusive_group(required=True)
@@ -107,8 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         source = args.source or default_source(args.dataset, ToolCallSettings().toolcall_data_dir)
     except ValueError as error:
         parser.error(str(error))
-    examples = load(args.dataset, source)[: args.limit]
-    completions = [e.ground_truth for e in examples] if args.self else read_completions(args.completions, len(examples))
+    try:
+        examples = load(args.dataset, source)[: args.limit]
+        completions = [e.ground_truth for e in examples] if args.self else read_completions(args.completions, len(examples))
+    except InputError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except (OSError, ValueError) as error:  # the dataset's files: missing, or not what the loader expects
+        parser.exit(2, f"{parser.prog}: error: cannot load {args.dataset} from {source}: {' '.join(str(error).split())}\n")
     if len(completions) < len(examples):
         print(f"scoring the first {len(completions)} of {len(examples)} rows", file=sys.stderr)
         examples = examples[: len(completions)]
