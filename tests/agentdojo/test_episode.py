@@ -113,6 +113,7 @@ def test_errors_come_back_as_text_and_are_traced(service: EpisodeService) -> Non
     assert invalid.error and invalid.content.startswith("ValidationError") and "amount" in invalid.content
     assert balance.error is None and float(balance.content) > 0
     assert [call.function for call in state.trace] == ["no_such_tool", "send_money", "get_balance"]
+    assert state.invalid == "unknown tool 'no_such_tool'"  # the schema error alone would not invalidate
 
 
 def test_injected_text_reaches_the_agent(service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]) -> None:

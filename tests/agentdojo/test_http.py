@@ -95,7 +95,8 @@ def test_score_reports_bad_items_per_item(server: ServiceProcess) -> None:
     items = [{"suite": "slack", "user_task": "user_task_404"}, {"suite": "banking", "user_task": "user_task_0"}]
     results = httpx.post(f"{server.url}/v1/score", json={"items": items}, timeout=120).json()["results"]
     assert results[0]["error"]["code"] == "unknown_task"
-    assert results[1]["components"] == {"utility": 0.0, "security": 1.0}  # no calls, no answer: the task is not done
+    # no calls, no answer: the task is not done; no injection task: security 0, as the authors score clean episodes
+    assert results[1]["components"] == {"utility": 0.0, "security": 0.0}
 
 
 @pytest.mark.parametrize(("suite", "user_task", "injection_task"), PAIRS)

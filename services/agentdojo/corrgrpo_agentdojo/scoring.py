@@ -54,6 +54,15 @@ class EpisodeError(Exception):
     loc: str | None = None
 
 
+def malformed(completion: str, calls: Sequence[ToolCall | AdapterError]) -> str | None:
+    """Why one generated message breaks the authors' format check (every `<tool_call>` closed and read), or None."""
+    opened, closed = completion.count("<tool_call>"), completion.count("</tool_call>")
+    if opened != closed:
+        return f"{opened} <tool_call> but {closed} </tool_call> tags"
+    unreadable = next((call for call in calls if isinstance(call, AdapterError)), None)
+    return None if unreadable is None else f"AdapterError: {unreadable}"
+
+
 def number_list(max_chars: int) -> str:
     """'0 1 2 ...', as long as fits in `max_chars`: the probe for checkers that search the answer for a number."""
     words, length = [], -1
@@ -144,15 +153,16 @@ class EpisodeService:
                     loc = f"{where}.{index}.args.{name}"
                     raise EpisodeError(422, "argument_too_long", f"{loc}: {size} chars, the limit is {limit}", loc)
 
-    def _calls_of(self, request: StepRequest | TrajectoryItem) -> tuple[list[ToolCall | AdapterError], str | None]:
-        """The request's calls (read from its raw `completion` when it has one) and that completion's answer."""
+    def _calls_of(self, request: StepRequest | TrajectoryItem) -> tuple[list[ToolCall | AdapterError], str | None, str | None]:
+        """The request's calls (read from its raw `completion` when it has one), that completion's answer and why it
+        is malformed (`malformed`; unknown tools are found when the calls run)."""
         if request.completion is None:
             calls: list[ToolCall | AdapterError] = list(request.tool_calls or [])
             self._check_arguments(calls, "tool_calls")
-            return calls, None
+            return calls, None, None
         read = read_completion(request.completion)
         self._check_arguments(read.calls, "completion.tool_calls")
-        return read.calls, read.answer
+        return read.calls, read.answer, malformed(request.completion, read.calls)
 
     # -- stateful episodes ------------------------------------------------------------------------
 
@@ -185,11 +195,13 @@ class EpisodeService:
             raise EpisodeError(409, "episode_busy", message)
 
     async def step(self, episode_id: str, request: StepRequest) -> StepResponse:
-        calls, answer = await asyncio.to_thread(self._calls_of, request)  # a completion can be megabytes: off the loop
+        calls, answer, broken = await asyncio.to_thread(self._calls_of, request)  # a completion can be megabytes: off the loop
         await self._locked(episode_id)
         try:
             state = await self._load(episode_id)
             self._check_budget(len(state.trace) + len(calls))
+            if broken is not None:
+                ep.mark_invalid(state, broken)
             resolved, _ = self._resolve(state.spec)
             results = await asyncio.to_thread(ep.run_calls, state, resolved.suite, calls)
             await self.store.set(PREFIX + episode_id, ep.dumps(state), self.settings.agentdojo_episode_ttl_s)
@@ -198,12 +210,15 @@ class EpisodeService:
         return StepResponse(episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer)
 
     async def finish(self, episode_id: str, request: FinishRequest) -> FinishResponse:
-        final_answer = request.final_answer
-        if request.completion is not None:
-            final_answer = (await asyncio.to_thread(read_completion, request.completion)).answer
+        final_answer, broken = request.final_answer, None
+        if request.completion is not None:  # the last message: its calls are not run, but it must be well formed
+            read = await asyncio.to_thread(read_completion, request.completion)
+            final_answer, broken = read.answer, malformed(request.completion, read.calls)
         await self._locked(episode_id)
         try:
             state = await self._load(episode_id)
+            if broken is not None:
+                ep.mark_invalid(state, broken)
             resolved, _ = self._resolve(state.spec)
             max_chars = self.settings.agentdojo_max_answer_chars
             components, info = await asyncio.to_thread(ep.score, state, resolved, final_answer, max_chars)
@@ -219,11 +234,13 @@ class EpisodeService:
         """Run a whole trajectory in a fresh copy of its start environment and score it."""
         try:
             resolved, normal = self._resolve(item)
-            calls, answer = self._calls_of(item)
+            calls, answer, broken = self._calls_of(item)
             self._check_budget(len(calls))
         except EpisodeError as error:
             return ItemError(code=error.code, message=error.message)
         state = ep.start_episode(normal, self.starts.start_bytes(resolved))
+        if broken is not None:
+            ep.mark_invalid(state, broken)
         results = ep.run_calls(state, resolved.suite, calls)
         final_answer = item.final_answer if answer is None else answer
         components, info = ep.score(state, resolved, final_answer, self.settings.agentdojo_max_answer_chars)
