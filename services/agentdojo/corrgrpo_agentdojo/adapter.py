@@ -20,7 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from corrgrpo_proto.agentdojo import ToolCall, ToolResult
+from corrgrpo_service.text import valid_json
 
 _SPECIAL_TOKEN_AT_END = re.compile(r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>|<eos>|<end_of_turn>|<｜end▁of▁sentence｜>)\Z")
 
@@ -29,14 +32,23 @@ class AdapterError(ValueError):
     """A tool call the adapter cannot read; the message says which and why."""
 
 
+def _parsed(text: str, where: str) -> Any:
+    """`json.loads` of the policy's text, every string made encodable: a lone surrogate escape (`"\\ud800"`) becomes
+    U+FFFD, so a name made of one is an unknown tool (its result says so) and no argument carries one into the
+    environment or an answer. Raises `AdapterError` for what is not JSON (or nests beyond the parser's stack)."""
+    try:
+        return valid_json(json.loads(text))
+    except json.JSONDecodeError as error:
+        raise AdapterError(f"{where} ({error})") from error
+    except RecursionError as error:
+        raise AdapterError(f"{where} (nested too deeply)") from error
+
+
 def _arguments(raw: Any, where: str) -> dict[str, Any]:
     if raw is None or raw == "":
         return {}
     if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise AdapterError(f"{where}: arguments are not JSON ({error})") from error
+        raw = _parsed(raw, f"{where}: arguments are not JSON")
     if not isinstance(raw, dict):
         raise AdapterError(f"{where}: arguments must be a JSON object, got {type(raw).__name__}")
     return raw
@@ -47,7 +59,10 @@ def tool_call_from_chat(call: dict[str, Any], where: str = "tool call") -> ToolC
     if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not body["name"]:
         raise AdapterError(f"{where}: no function name")
     arguments = body.get("arguments", body.get("parameters"))
-    return ToolCall(function=body["name"], args=_arguments(arguments, where), id=call.get("id"))
+    try:
+        return ToolCall(function=body["name"], args=_arguments(arguments, where), id=call.get("id"))
+    except ValidationError as error:  # e.g. a numeric id: the policy's mistake, shown to it like any other
+        raise AdapterError(f"{where}: {'; '.join(e['msg'] for e in error.errors())}") from error
 
 
 def tool_calls_from_chat(tool_calls: list[dict[str, Any]]) -> list[ToolCall]:
@@ -78,10 +93,7 @@ def _blocks(text: str, tag: str) -> tuple[list[str], str]:
 
 
 def _call_from_block(block: str, index: int) -> ToolCall:
-    try:
-        parsed = json.loads(block)
-    except json.JSONDecodeError as error:
-        raise AdapterError(f"tool call {index}: not JSON ({error})") from error
+    parsed = _parsed(block, f"tool call {index}: not JSON")
     if not isinstance(parsed, dict):
         raise AdapterError(f"tool call {index}: expected a JSON object")
     return tool_call_from_chat(parsed, f"tool call {index}")

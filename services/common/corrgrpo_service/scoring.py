@@ -26,6 +26,7 @@ from .errors import error_response
 from .limits import overloaded
 from .openrlhf import add_openrlhf_route
 from .store import Store, StoreUnavailable
+from .text import valid_json, valid_text
 
 log = logging.getLogger("corrgrpo.scoring")
 ItemT = TypeVar("ItemT", bound=BaseModel)
@@ -53,12 +54,16 @@ def resolve_weights(specs: Sequence[ComponentSpec], overrides: dict[str, float] 
 
 
 def to_result(item_id: str | None, answer: Scored | ItemError, weights: dict[str, float]) -> ItemResult:
-    """Built without validation (a batch's results are the bulk of a response): every field is of its type here."""
+    """Built without validation (a batch's results are the bulk of a response): every field is of its type here.
+
+    The one place a scorer's text becomes a result: `info` and error messages echo what a candidate wrote, so they
+    are made encodable here (`valid_json`); one item's lone surrogate cannot fail its batch's serialisation."""
     if isinstance(answer, ItemError):
-        return ItemResult.model_construct(id=item_id, components=None, total=None, info={}, error=answer)
+        error = ItemError.model_construct(code=answer.code, message=valid_text(answer.message))
+        return ItemResult.model_construct(id=item_id, components=None, total=None, info={}, error=error)
     components = {name: float(value) for name, value in answer.components.items()}
     total = sum(weights[name] * value for name, value in components.items())
-    return ItemResult.model_construct(id=item_id, components=components, total=total, info=answer.info, error=None)
+    return ItemResult.model_construct(id=item_id, components=components, total=total, info=valid_json(answer.info), error=None)
 
 
 def cache_key(service: str, item: BaseModel, weights: dict[str, float]) -> str:
