@@ -36,7 +36,11 @@ class RewardServiceError(RuntimeError):
 
 
 class RewardServiceUnavailable(RuntimeError):
-    """The service could not be reached, or kept failing, through every retry."""
+    """The service could not be reached, or kept failing, through every retry; `reason`: the last failure."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def _jsonable(item: Item) -> dict[str, Any]:
@@ -94,7 +98,7 @@ class _Policy:
         return response.json()
 
     def give_up(self, url: str, last: str) -> RewardServiceUnavailable:
-        return RewardServiceUnavailable(f"{url}: no answer after {self.retries + 1} attempts: {last}")
+        return RewardServiceUnavailable(f"{url}: no answer after {self.retries + 1} attempts: {last}", last)
 
     def chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[dict[str, Any]]:
         bodies = []

@@ -1,21 +1,34 @@
-"""`python -m corrgrpo_trainer advantages` on JSON files, the config files, the per-component table."""
+"""`python -m corrgrpo_trainer` (advantages on JSON files, hostile ones too; the config files; the per-component table;
+the service check before a model loads), and every command line's help."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import require_shared_data
-from servers import start_service
+from servers import free_port, start_service
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
-from corrgrpo_trainer.cli import COMMANDS, InputError, build_parser, component_table, compute_advantages, main
+from corrgrpo_trainer.cli import (
+    COMMANDS,
+    InputError,
+    ServicesDown,
+    build_parser,
+    check_services,
+    component_table,
+    compute_advantages,
+    main,
+)
 
 REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5, 0.2]]]
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
@@ -158,3 +171,177 @@ def test_a_missing_config_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--config", "/no/such/config.yaml"])
     assert exit_.value.code == 2 and "cannot read the config /no/such/config.yaml" in capsys.readouterr().err
+
+
+def unreachable_config(tmp_path: Path, domain: str) -> tuple[Path, str]:
+    """The domain's config with its service on a port nothing listens on, and that URL."""
+    config = yaml.safe_load((CONFIGS / f"{domain}.yaml").read_text())
+    url = config["services"][domain]["url"] = f"http://127.0.0.1:{free_port()}"
+    (tmp_path / f"{domain}.yaml").write_text(yaml.safe_dump(config))
+    return tmp_path / f"{domain}.yaml", url
+
+
+def down_line(command: str, domain: str, url: str) -> str:
+    return (
+        f"{command}: error: no answer from the {domain} service at {url} (ConnectError: [Errno 111] Connection refused); "
+        "start the services with `python -m corrgrpo_service up` (local processes) or `docker compose up -d`\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "domain"),
+    [("corrgrpo_trainer", ["train"], "code"), ("corrgrpo_trainer.agentdojo_env", ["eval"], "agentdojo")],
+)
+def test_a_service_that_does_not_answer_is_one_line_and_exit_2_before_the_model_loads(
+    tmp_path: Path, module: str, argv: list[str], domain: str
+) -> None:
+    config, url = unreachable_config(tmp_path, domain)
+    # A model that does not exist: had it been loaded first, the error would be about the model.
+    run = subprocess.run(
+        [sys.executable, "-m", module, *argv, "--config", str(config), "--model", str(tmp_path / "no-model")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == down_line(f"python -m {module} {argv[0]}", domain, url)
+
+
+def test_rollout_checks_its_service_and_every_down_service_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, url = unreachable_config(tmp_path, "agentdojo")
+    with pytest.raises(SystemExit) as exit_:
+        main(["rollout", "--config", str(config), "--model", str(tmp_path / "no-model")])
+    assert exit_.value.code == 2 and capsys.readouterr().err == down_line("python -m corrgrpo_trainer rollout", "agentdojo", url)
+    urls = {name: f"http://127.0.0.1:{free_port()}" for name in ("code", "toolcall")}
+    with pytest.raises(ServicesDown) as down:
+        check_services({"services": {name: {"url": url} for name, url in urls.items()}})
+    assert str(down.value).startswith(
+        f"no answer from the code service at {urls['code']} (ConnectError: [Errno 111] Connection refused), "
+        f"the toolcall service at {urls['toolcall']} (ConnectError: [Errno 111] Connection refused); start the services"
+    )
+
+
+def test_the_check_passes_a_live_service_and_names_a_url_that_is_not_one() -> None:
+    with start_service("toolcall") as service:
+        check_services({"services": {"toolcall": {"url": service.url}}})
+        with pytest.raises(ServicesDown, match=r"the toolcall service at .*/v1 \(/healthz: HTTP 404, not a corrgrpo service\?\)"):
+            check_services({"services": {"toolcall": {"url": f"{service.url}/v1"}}})
+
+
+HOSTILE = {
+    "deep.json": ("[" * 100_000, 'nested deeper than 4 levels (expected [B][G][K] or {"rewards": [B][G][K]})'),
+    "five.json": ("[[[[[1]]]]]", 'nested deeper than 4 levels (expected [B][G][K] or {"rewards": [B][G][K]})'),
+    "nan.json": ("[[[NaN, 1]]]", "NaN is not a JSON number (a missing reward is null)"),
+    "inf.json": ('{"rewards": [[[-Infinity]]]}', "-Infinity is not a JSON number (a missing reward is null)"),
+    "big.json": ("[[[1e999]]]", "rewards[0][0][0]: a number too large for a 64-bit float (expected a finite number or null)"),
+    "digits.json": (f"[[[0], [{'9' * 5000}]]]", "rewards[0][1][0]: a number too large for a 64-bit float"),
+    "weight.json": ('{"rewards": [[[1]]], "weights": [1e400]}', "weights[0]: a number too large for a 64-bit float"),
+    "names.json": ('{"rewards": [[[1]]], "names": 5, "weights": {"a": 1}}', "names: expected a list of strings"),
+    "shape.json": ('{"rewards": {"a": 1}}', "rewards: expected a non-empty list of groups [B]"),
+    "scalar.json": ("7", "rewards: expected a non-empty list of groups [B]"),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_advantages_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    content, message = HOSTILE[name]
+    source = tmp_path / name
+    source.write_text(content)
+    with pytest.raises(SystemExit) as exit_:
+        main(["advantages", "--input", str(source)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_the_real_command_refuses_100k_deep_json_and_binary_input_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe[[[1]]]")
+    prefix = "python -m corrgrpo_trainer advantages: error: "
+    for name, message in [
+        ("deep.json", 'nested deeper than 4 levels (expected [B][G][K] or {"rewards": [B][G][K]})'),
+        ("binary.json", "is not UTF-8 text: invalid start byte at byte 0"),
+    ]:
+        run = subprocess.run(
+            [sys.executable, "-m", "corrgrpo_trainer", "advantages", "--input", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 2 and run.stdout == "", run.stderr
+        assert run.stderr == f"{prefix}{tmp_path / name}{':' if name == 'deep.json' else ''} {message}\n"
+
+
+def test_an_unwritable_output_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps(REWARDS))
+    with pytest.raises(SystemExit) as exit_:
+        main(["advantages", "--input", str(source), "--output", str(tmp_path / "no" / "out.json")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith(f"error: cannot write {tmp_path / 'no' / 'out.json'}: No such file or directory\n")
+
+
+def option_helps(text: str) -> list[str]:
+    """Each option's (or positional's) entry of an argparse help text, its wrapped lines joined."""
+    entries: list[str] = []
+    for line in text.splitlines():
+        if re.match(r"  \S", line):
+            entries.append(line.strip())
+        elif entries and line.startswith("    ") and line.strip():
+            entries[-1] += " " + line.strip()
+    return entries
+
+
+def help_of(entry: Callable[[], object], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        entry()
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def every_cli() -> dict[str, Callable[[], object]]:
+    """`--help` of every command line of the repository's packages, as a call."""
+    from corrgrpo_code import evaluate as code_evaluate
+    from corrgrpo_service import cli as service_cli
+    from corrgrpo_service import docs, launcher
+    from corrgrpo_service.registry import declared
+    from corrgrpo_toolcall import evaluate as toolcall_evaluate
+    from corrgrpo_trainer import agentdojo_env
+
+    clis: dict[str, Callable[[], object]] = {f"corrgrpo_trainer {name}": partial(main, [name, "--help"]) for name in COMMANDS}
+    clis |= {f"corrgrpo_{name}": partial(service_cli.serve, service, ["--help"]) for name, service in declared().items()}
+    return clis | {
+        "corrgrpo_trainer": partial(main, ["--help"]),
+        "corrgrpo_trainer.agentdojo_env": partial(agentdojo_env.main, ["--help"]),
+        "corrgrpo_code.evaluate": partial(code_evaluate.main, ["--help"]),
+        "corrgrpo_toolcall.evaluate": partial(toolcall_evaluate.main, ["--help"]),
+        "corrgrpo_service": partial(launcher.main, ["--help"]),
+        "corrgrpo_service up": partial(launcher.main, ["up", "--help"]),
+        "corrgrpo_service.docs": partial(docs.main, ["--help"]),
+    }
+
+
+def test_every_help_text_prints_each_default_once(capsys: pytest.CaptureFixture[str]) -> None:
+    for name, entry in every_cli().items():
+        for option in option_helps(help_of(entry, capsys)):
+            assert option.count("default") <= 1, f"python -m {name}: {option}"
+            assert "(default: None)" not in option and "(default: False)" not in option, f"python -m {name}: {option}"
+
+
+def test_the_code_evaluator_on_unreadable_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "rows.jsonl").write_text('{"task_id": "HumanEval/0", "completion": "x"}\n{"completion": "y"}\n')
+    (tmp_path / "deep.jsonl").write_text("[" * 100_000 + "\n")
+    cases = [
+        ([str(tmp_path / "none.jsonl")], f"cannot read {tmp_path / 'none.jsonl'}: No such file or directory"),
+        ([str(tmp_path / "rows.jsonl")], f'{tmp_path / "rows.jsonl"}: row 2 is not an object with "task_id" and "completion"'),
+        ([str(tmp_path / "deep.jsonl")], f'{tmp_path / "deep.jsonl"}: expected JSONL of {{"task_id", "completion"}} (Recursion'),
+        (
+            [str(tmp_path / "rows.jsonl"), "--dataset", "nope"],
+            "--dataset nope: unknown dataset source 'nope'; use humaneval or leetcode:<path or hub id>",
+        ),
+    ]
+    for argv, message in cases:
+        run = subprocess.run(
+            [sys.executable, "-m", "corrgrpo_code.evaluate", "--completions", *argv], capture_output=True, text=True, timeout=120
+        )
+        assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr
+        assert run.stderr.startswith(f"python -m corrgrpo_code.evaluate: error: {message}"), run.stderr

@@ -421,18 +421,22 @@ def evaluate(config: dict[str, Any], output: str | None = None) -> dict[str, Any
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m corrgrpo_trainer.agentdojo_env eval --config trainer/configs/agentdojo.yaml [--output eval.json]`."""
-    import yaml
+    from .cli import InputError, PolicyLoadError, ServicesDown, check_services, read_config
 
     parser = argparse.ArgumentParser(prog="python -m corrgrpo_trainer.agentdojo_env", description=evaluate.__doc__)
-    parser.add_argument("command", choices=["eval"])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--model", help="overrides the config's `model`")
-    parser.add_argument("--output", default="trainer_out/agentdojo-eval/metrics.json")
+    parser.add_argument("command", choices=["eval"], help="the paper's metrics over the config's episodes")
+    parser.add_argument("--config", required=True, help="YAML config, e.g. trainer/configs/agentdojo.yaml (required)")
+    parser.add_argument("--model", help="overrides the config's `model` (default: the config's)")
+    parser.add_argument(
+        "--output", default="trainer_out/agentdojo-eval/metrics.json", help="metrics JSON written here (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
-    config = yaml.safe_load(Path(args.config).read_text())
-    if args.model:
-        config["model"] = args.model
-    evaluate(config, args.output)
+    try:
+        config = read_config(args.config, args)
+        check_services(config)  # before the policy loads
+        evaluate(config, args.output)
+    except (InputError, PolicyLoadError, ServicesDown) as error:
+        parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
     return 0
 
 

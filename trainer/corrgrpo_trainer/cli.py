@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import yaml
 
-from corrgrpo_proto import AsyncRewardClient, RewardClient
+from corrgrpo_proto import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable
 from corrgrpo_proto.agentdojo import EpisodeSpec, TasksResponse
 
 from .advantages import ESTIMATORS, diagnostics
@@ -36,12 +36,21 @@ class InputError(ValueError):
     """Malformed command-line input; main() prints it as one line and exits 2."""
 
 
+class ServicesDown(RuntimeError):
+    """A configured service does not answer; main() prints it as one line and exits 2."""
+
+
+MAX_NESTING = 4  # {"rewards": [B][G][K]}: an object around three lists; anything deeper is not this input
+
+
 def _number(value: Any, where: str) -> float:
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{where}: expected a number or null, got {json.dumps(value)[:40]}")
-    return float(value)
+    if not math.isfinite(number := float(value)):
+        raise InputError(f"{where}: a number too large for a 64-bit float (expected a finite number or null)")
+    return number
 
 
 def parse_rewards(raw: Any) -> list[list[list[float]]]:
@@ -74,6 +83,8 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
     body = payload if isinstance(payload, dict) else {"rewards": payload}
     rewards = torch.tensor(parse_rewards(body["rewards"]), dtype=torch.float64)
     weights, names = body.get("weights"), body.get("names")
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+        raise InputError("names: expected a list of strings")
     if isinstance(weights, dict):
         names = names or list(weights)
         missing = [n for n in names if n not in weights]
@@ -84,8 +95,6 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
         if not isinstance(weights, list):
             raise InputError(f"weights: expected a list of K numbers or {{name: weight}}, got {json.dumps(weights)[:40]}")
         weights = [_number(w, f"weights[{i}]") for i, w in enumerate(weights)]
-    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
-        raise InputError("names: expected a list of strings")
     for label, values in (("weights", weights), ("names", names)):
         if values is not None and len(values) != rewards.shape[-1]:
             raise InputError(f"{len(values)} {label} for K = {rewards.shape[-1]} components")
@@ -99,16 +108,43 @@ def compute_advantages(payload: Any, estimators: Sequence[str]) -> dict[str, Any
     return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(rewards, weights, names=names)}
 
 
+def nesting(value: Any) -> int:
+    """How deep lists and objects nest in `value` (a number: 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _no_constant(name: str) -> None:
+    raise InputError(f"{name} is not a JSON number (a missing reward is null)")
+
+
 def read_json(source: str) -> Any:
-    """The JSON in a file ("-" = stdin), or InputError with the reason."""
+    """The JSON in a file ("-" = stdin), or InputError with the reason: unreadable, not UTF-8, not strict JSON
+    (NaN, Infinity), or nested deeper than the input can be (the parser's recursion is never the limit)."""
     try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except OSError as error:
         raise InputError(f"cannot read {source}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"{source} is not UTF-8 text: {error.reason} at byte {error.start}") from None
+    too_deep = InputError(f'{source}: nested deeper than {MAX_NESTING} levels (expected [B][G][K] or {{"rewards": [B][G][K]}})')
     try:
-        return json.loads(text)
+        # Integers as floats: a 5,000-digit integer is then a number too large (not Python's digit-limit message).
+        payload = json.loads(text, parse_int=float, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         raise InputError(f"{source} is not JSON: {error}") from None
+    except InputError as error:
+        raise InputError(f"{source}: {error}") from None
+    except RecursionError:
+        raise too_deep from None
+    if nesting(payload) > MAX_NESTING:
+        raise too_deep
+    return payload
 
 
 def strict_json(value: Any) -> Any:
@@ -127,7 +163,10 @@ def advantages_command(args: argparse.Namespace) -> int:
     estimators = list(ESTIMATORS) if args.estimator == "all" else [args.estimator]
     text = json.dumps(strict_json(compute_advantages(payload, estimators)), indent=2, allow_nan=False)
     if args.output:
-        Path(args.output).write_text(text + "\n")
+        try:
+            Path(args.output).write_text(text + "\n")
+        except OSError as error:
+            raise InputError(f"cannot write {args.output}: {error.strerror or error}") from None
     else:
         print(text)
     return 0
@@ -193,6 +232,26 @@ def load_policy(model: str, output_dir: str) -> tuple[Any, Any]:
     return load_pretrained(model, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
 
 
+START_SERVICES = "start the services with `python -m corrgrpo_service up` (local processes) or `docker compose up -d`"
+
+
+def check_services(config: dict[str, Any]) -> None:
+    """Every configured service answers `/healthz` at once, or ServicesDown naming each URL that did not (so a
+    missing service is said in one line before a model is loaded, not after retries as a traceback)."""
+    down = []
+    for name, spec in config["services"].items():
+        url = spec["url"]
+        with RewardClient(url, retries=0, timeout=10) as client:
+            try:
+                client.request("GET", "/healthz")
+            except RewardServiceUnavailable as error:
+                down.append(f"the {name} service at {url} ({error.reason})")
+            except RewardServiceError as error:
+                down.append(f"the {name} service at {url} (/healthz: HTTP {error.status}, not a corrgrpo service?)")
+    if down:
+        raise ServicesDown(" ".join(f"no answer from {', '.join(down)}; {START_SERVICES}".split()))
+
+
 def service_rewards(config: dict[str, Any]) -> tuple[list[ServiceRewards], list[float]]:
     """One ServiceRewards per configured service (components default to all it declares) and TRL's reward weights."""
     services, weights = [], []
@@ -239,8 +298,9 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
 
     `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given.
     Every logged step is appended to `<output_dir>/metrics.jsonl` (TRL's metrics, the estimator's
-    diagnostics, `model/params`).
+    diagnostics, `model/params`). Every configured service is checked first (ServicesDown), before the heavy imports.
     """
+    check_services(config)
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
 
@@ -332,6 +392,7 @@ def train_command(args: argparse.Namespace) -> int:
 def rollout_command(args: argparse.Namespace) -> int:
     """Run multi-turn episodes with the configured policy and print utility/security per episode."""
     config = read_config(args.config, args)
+    check_services(config)
     model, tokenizer = load_policy(
         config.get("model", EMBEDDED), config.get("trl", {}).get("output_dir", "trainer_out/agentdojo")
     )
@@ -406,5 +467,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (InputError, PolicyLoadError) as error:
+    except (InputError, PolicyLoadError, ServicesDown) as error:
         parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")

@@ -25,11 +25,30 @@ from pathlib import Path
 
 from corrgrpo_proto.code import CodeItem
 from corrgrpo_sandbox import Sandbox
+from corrgrpo_sandbox.isolation import IsolationUnavailable
 from corrgrpo_service import MemoryStore, Scored
 
 from .extract import extract_code
 from .problems import load_problems, read_jsonl
 from .scoring import CodeScorer, PreparedProblem, ScoringConfig, run_tests
+
+
+class InputError(ValueError):
+    """An unreadable completions file or dataset; main() prints it as one line and exits 2."""
+
+
+def completion_items(path: Path, limit: int | None) -> list[CodeItem]:
+    """The file's first `limit` rows as items, or InputError naming the file and what is wrong with it."""
+    try:
+        rows = list(read_jsonl(path))[:limit]
+    except OSError as error:
+        raise InputError(f"cannot read {path}: {error.strerror or error}") from None
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested past the parser's recursion
+        raise InputError(f'{path}: expected JSONL of {{"task_id", "completion"}} ({type(error).__name__}: {error})') from None
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not {"task_id", "completion"} <= set(row):
+            raise InputError(f'{path}: row {number} is not an object with "task_id" and "completion"')
+    return [CodeItem(task_id=str(row["task_id"]), completion=str(row["completion"])) for row in rows]
 
 
 def paired_rounds(
@@ -54,9 +73,11 @@ def paired_rounds(
 def evaluate(
     dataset: str, completions: Path, rounds: int, workers: int, core: int | None, limit: int | None = None
 ) -> dict[str, float | int]:
-    problems = load_problems(dataset)
-    rows = list(read_jsonl(completions))[:limit]
-    items = [CodeItem(task_id=str(row["task_id"]), completion=str(row["completion"])) for row in rows]
+    try:
+        problems = load_problems(dataset)
+    except (OSError, ValueError) as error:
+        raise InputError(f"--dataset {dataset}: {error}") from None
+    items = completion_items(completions, limit)
     config = replace(ScoringConfig(), efficiency=False)
     with Sandbox(workers=workers) as sandbox:
         scorer = CodeScorer(sandbox, MemoryStore(), problems, config, workers)
@@ -85,24 +106,27 @@ def evaluate(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m corrgrpo_code.evaluate",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_code.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--dataset", default="humaneval", help="the problems, as CORRGRPO_CODE_DATASETS: humaneval, leetcode:<path or hub id>"
+        "--dataset",
+        default="humaneval",
+        help="the problems, as CORRGRPO_CODE_DATASETS: humaneval, leetcode:<path or hub id> (default: %(default)s)",
     )
-    parser.add_argument("--completions", type=Path, required=True, help="jsonl of {task_id, completion}")
+    parser.add_argument("--completions", type=Path, required=True, help="jsonl of {task_id, completion} (required)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first LIMIT completions (default: all)")
-    parser.add_argument("--rounds", type=int, default=8, help="paired timing rounds")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="sandbox workers for scoring")
+    parser.add_argument("--rounds", type=int, default=8, help="paired timing rounds (default: %(default)s)")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="sandbox workers for scoring (default: the CPUs, %(default)s)"
+    )
     parser.add_argument("--core", type=int, default=None, help="CPU core for the paired rounds (default: the lowest allowed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
-    metrics = evaluate(args.dataset, args.completions, args.rounds, args.workers, args.core, args.limit)
+    try:
+        metrics = evaluate(args.dataset, args.completions, args.rounds, args.workers, args.core, args.limit)
+    except (InputError, IsolationUnavailable) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.json:
         print(json.dumps(metrics))
         return
