@@ -7,6 +7,7 @@ import asyncio
 import pytest
 import redis
 
+from corrgrpo_service.registry import declared
 from corrgrpo_service.store import MemoryStore, RedisStore, StoreFull, StoreUnavailable
 
 
@@ -76,8 +77,13 @@ async def test_redis_keys_always_get_a_ttl(redis_url: str, key_prefix: str) -> N
     assert all(0 < ttl <= 600_000 for ttl in ttls), ttls
 
 
-def test_make_store_passes_the_cap_and_ttl() -> None:
-    from corrgrpo_service.store import make_store
-
-    store = make_store(None, default_ttl_s=5, max_bytes=1234)
+@pytest.mark.parametrize("name", list(declared()))
+def test_every_service_builds_its_store_from_the_settings(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CORRGRPO_STORE_TTL_S and CORRGRPO_MEMORY_STORE_MAX_BYTES reach every service's store (the code service built
+    its own store from the Redis URL alone, so both were silently ignored there)."""
+    monkeypatch.setenv("CORRGRPO_STORE_TTL_S", "5")
+    monkeypatch.setenv("CORRGRPO_MEMORY_STORE_MAX_BYTES", "1234")
+    monkeypatch.setenv("CORRGRPO_CODE_WORKERS", "1")
+    monkeypatch.delenv("CORRGRPO_REDIS_URL", raising=False)
+    store = declared()[name].build().state.store
     assert isinstance(store, MemoryStore) and (store.default_ttl_s, store.max_bytes) == (5, 1234)

@@ -35,7 +35,7 @@ def build(settings: CodeSettings) -> FastAPI:
         ) from error
     (log.warning if sandbox.isolation == "unsafe-none" else log.info)("code service: sandbox isolation %s", sandbox.isolation)
     atexit.register(sandbox.close)
-    store = make_store(settings.redis_url)
+    store = make_store(settings)
     scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), settings.scoring_config(), settings.code_workers)
 
     async def sandbox_isolation() -> str | None:

@@ -32,6 +32,7 @@ from .limits import (
     JsonLimits,
     ParsedJsonRoute,
     ShedWhenFull,
+    UnambiguousFraming,
 )
 from .settings import ServiceSettings
 from .store import Store, make_store
@@ -81,7 +82,7 @@ def create_app(
 
     `field_limits` caps string fields by name (`{"ground_truth": 32768}`): a longer one gets 413 naming its path.
     """
-    store = store or make_store(settings.redis_url, settings.store_ttl_s, settings.memory_store_max_bytes)
+    store = store or make_store(settings)
     checks: dict[str, ReadinessCheck] = {"store": store.ping, **(readiness or {})}
 
     @asynccontextmanager
@@ -96,8 +97,9 @@ def create_app(
     app.state.service, app.state.components = service, components
     counters = app.state.metrics
     app.state.inflight = InflightItems(settings.max_inflight_items, counters.inflight_items.labels(service).set)
-    # added last = runs first: auth, load shedding, cancellation on disconnect, the body limit, the JSON shape check
+    # added last = runs first: framing, auth, load shedding, cancellation on disconnect, the body limit, the JSON shape check
     json_limits = JsonLimits(settings.max_json_depth, settings.max_json_nodes, settings.max_batch_items, field_limits or {})
+    app.state.json_limits = json_limits  # OpenRLHF's labels are held to them too
     app.add_middleware(JsonGuard, limits=json_limits)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CancelOnDisconnect, on_cancel=counters.rejections.labels(service, "disconnected").inc)
@@ -113,6 +115,7 @@ def create_app(
             token=settings.api_token.get_secret_value(),
             on_reject=counters.rejections.labels(service, "unauthorized").inc,
         )
+    app.add_middleware(UnambiguousFraming)  # first of all: nothing reads a body whose end is in doubt
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -13,6 +13,8 @@ import os
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S
+
 
 def env_name(settings: type[BaseSettings], field: str) -> str:
     """The environment variable a field is read from."""
@@ -50,9 +52,9 @@ class ServiceSettings(BaseSettings):
     )
     max_json_nodes: int = Field(1_000_000, gt=0, description="JSON values in one request body; more get 413")
     max_batch_items: int = Field(4096, gt=0, description="Entries in any one JSON array or object (`items`); more get 413")
-    store_ttl_s: float = Field(7 * 24 * 3600, gt=0, description="TTL of a store key written without one: none lives forever")
+    store_ttl_s: float = Field(DEFAULT_TTL_S, gt=0, description="TTL of a store key written without one: none lives forever")
     memory_store_max_bytes: int = Field(
-        256 * 1024 * 1024, gt=0, description="In-memory store cap: caches evicted past it, new state refused (503)"
+        DEFAULT_MAX_BYTES, gt=0, description="In-memory store cap: caches evicted past it, new state refused (503)"
     )
     header_timeout_s: float = Field(10, gt=0, description="A connection that has not sent its request headers by then is closed")
     body_timeout_s: float = Field(60, gt=0, description="A body still incomplete this long after its headers: connection closed")

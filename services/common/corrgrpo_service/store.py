@@ -15,9 +15,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+
+if TYPE_CHECKING:
+    from .settings import ServiceSettings
 
 
 class StoreUnavailable(RuntimeError):
@@ -248,8 +252,9 @@ class RedisStore(Store):
         await self._redis.aclose()
 
 
-def make_store(redis_url: str | None, default_ttl_s: float = DEFAULT_TTL_S, max_bytes: int = DEFAULT_MAX_BYTES) -> Store:
-    """Redis when a URL is configured, else the in-memory store (capped at `max_bytes`)."""
-    if redis_url:
-        return RedisStore(redis_url, default_ttl_s=default_ttl_s)
-    return MemoryStore(default_ttl_s, max_bytes)
+def make_store(settings: ServiceSettings) -> Store:
+    """The store the settings configure: Redis when a URL is set, else the in-memory store (capped). Every service
+    builds its store here, so no store setting can be left out."""
+    if settings.redis_url:
+        return RedisStore(settings.redis_url, default_ttl_s=settings.store_ttl_s)
+    return MemoryStore(settings.store_ttl_s, settings.memory_store_max_bytes)
