@@ -256,22 +256,52 @@ def report(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="results folder (runs already there are skipped)")
-    parser.add_argument("--tasks", nargs="+", default=["code", "toolcall"], choices=["code", "toolcall"], help="tasks to run")
-    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS, help="estimators to compare")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (the same for every estimator)")
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="policy: embedded default, local path or hub id")
-    parser.add_argument("--steps", type=int, default=8, help="training steps per run")
-    parser.add_argument("--train-prompts", type=int, default=16, help="training prompts per task")
-    parser.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts per task (greedy, before and after)")
-    parser.add_argument("--batch", type=int, default=8, help="completions per step (per_device_train_batch_size)")
-    parser.add_argument("--num-generations", type=int, default=4, help="completions per prompt (group size G)")
-    parser.add_argument("--max-tokens", type=int, default=128, help="max completion tokens (training and evaluation)")
-    parser.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1 is fastest on loaded cores)")
-    parser.add_argument("--rounds", type=int, default=8, help="paired timing rounds of the Efficiency metric")
-    parser.add_argument("--rlla", type=Path, default=DATA / "rlla_4k" / "test.parquet", help="RLLA-4K parquet")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="results folder (runs already there are skipped; required)")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=["code", "toolcall"],
+        choices=["code", "toolcall"],
+        help="tasks to run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--estimators",
+        nargs="+",
+        default=list(ESTIMATORS),
+        choices=ESTIMATORS,
+        help="estimators to compare (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=[0], help="seeds (the same for every estimator) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="policy: embedded default, local path or hub id (default: %(default)s)"
+    )
+    parser.add_argument("--steps", type=int, default=8, help="training steps per run (default: %(default)s)")
+    parser.add_argument("--train-prompts", type=int, default=16, help="training prompts per task (default: %(default)s)")
+    parser.add_argument(
+        "--eval-prompts", type=int, default=16, help="held-out prompts per task (greedy, before and after) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=8, help="completions per step (per_device_train_batch_size) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--num-generations", type=int, default=4, help="completions per prompt (group size G) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=128, help="max completion tokens (training and evaluation) (default: %(default)s)"
+    )
+    parser.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate (default: %(default)s)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads on CPU (1 is fastest on loaded cores) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=8, help="paired timing rounds of the Efficiency metric (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--rlla", type=Path, default=DATA / "rlla_4k" / "test.parquet", help="RLLA-4K parquet (default: %(default)s)"
+    )
     parser.add_argument("--report-only", action="store_true", help="only tabulate and plot what --out holds")
     parser.add_argument("--docs", type=Path, default=None, help="write the table and plot here (default: --out)")
     args = parser.parse_args(argv)
