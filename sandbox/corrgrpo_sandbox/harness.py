@@ -11,21 +11,32 @@ itself (everything in the child is the candidate's once its code runs):
   with True/False/None, truthiness), else by a *judge*: a second sandboxed run that receives the
   outputs as data on stdin and evaluates the test's check expressions. The parent never evaluates
   test text, and compares outputs without building hash containers of candidate-chosen keys.
-* Assert mode (`run_assert`, weaker): the child runs the test source's ``check(candidate)``.
-  The test runs in the prelude's own namespace (the solution's top level runs in a copy of it), so
-  a solution that redefines a prelude helper the test calls does not change what the test sees;
-  only the names of the entry point (the function under test) are taken from the solution.
-  A pass needs a clean exit status, no timeout or signal, and the harness's completion message on
-  fd 3. The candidate shares the process, so it *can* forge that message (write it and
-  ``os._exit(0)``), find expected values in memory or patch live objects; the return-value guard
-  (plain data or instances of prelude classes only) stops the common ``__eq__`` trick, not a
-  determined attacker.
+* Assert mode (`run_assert`): the test's ``check(candidate)`` runs in a *judge*, the run's own process, in the
+  prelude's namespace; ``candidate`` is a stand-in that sends each call's arguments to the candidate's process and
+  returns the answer, both as data (`harness_child.pack`: builtin data, and instances of classes the prelude
+  defines, such as LeetCode's ``ListNode``, rebuilt with the judge's own class; shared nodes and cycles kept; the
+  arguments come back after each call, so a test sees what the candidate mutated in place). The judge forks the
+  candidate's process before anything of the candidate runs and before it reads the test source from stdin: the
+  candidate keeps only stdout, stderr and its two pipes (stdin is /dev/null, no fd 3), and no object in its
+  process holds the test's text. The judge is non-dumpable (no ptrace, no ``/proc/<judge>/fd`` or ``mem`` for
+  the same uid) and alone writes fd 3: whatever the candidate writes, exits with or returns, only the judge's
+  ``done`` passes. A candidate that kills or stops the judge, never answers or answers garbage fails
+  (``test_error`` or ``timeout``). Not covered: the bytes of the request pass through the worker's child before
+  the fork, and freed copies of them may remain in the heap the candidate inherits (a raw scan of its own memory
+  may find the test's text); the worker can close this by moving stdin into its memfd without reading it.
+  What cannot be judged this way fails with ``test_error`` (syntax and compile 1, runtime 0): a test that hands
+  the candidate something that is not data (a function, an instance of a class the prelude does not define),
+  expects such a thing back (an object of the solution's own class: LeetCode's design problems), inspects the
+  function object itself, or names the solution's definitions other than a plain entry point's name. Of the
+  problems split sends here (8 of HumanEval, 46 of the LeetCodeDataset train file) none does: every canonical
+  solution passes, as do all 164 and all 1,890 when every problem is forced into assert mode.
 
-Stages, in order: ``syntax`` (the solution does not parse), ``toplevel`` (its module body raised),
+Stages, in order: ``syntax`` (the solution does not parse, or the assembled program ``prelude + "\n" + solution``
+does not compile in the sandbox: `HarnessResult.compiled` is False), ``toplevel`` (its module body raised),
 ``test_error`` (a test raised something other than a failed assertion, or the child died mid-way),
 ``assertion`` (a test's check failed), ``timeout`` (during the tests; a top level that runs out of
 time is ``toplevel``), ``passed``; plus ``anomaly`` when the sandbox
-reports the execution untrustworthy (`ExecResult.anomaly`).
+reports the execution untrustworthy (`ExecResult.anomaly`), or the harness stopped before compiling the program.
 
 What runs in the child is `harness_child.py`, which every worker preloads: a run's program is one call.
 """
@@ -33,6 +44,7 @@ What runs in the child is `harness_child.py`, which every worker preloads: a run
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import json
 import signal
@@ -161,6 +173,9 @@ class HarnessResult:
     error: str | None = None
     exec: ExecResult | None = None
     judge: ExecResult | None = None  # the judge run, when one was needed
+    # the assembled program passed compile() in the sandbox before any of it ran (False: it did not, stage syntax);
+    # None when the run never got that far (the parent's parse decided `syntax`, or an anomaly)
+    compiled: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -232,16 +247,37 @@ def syntax_error(solution: str) -> str | None:
     return tree if isinstance(tree, str) else None
 
 
-def _early_stage(result: ExecResult, messages: list[dict[str, Any]]) -> tuple[Stage, str | None] | None:
-    """The stage when the solution's top level did not finish (or the run is untrustworthy), else None."""
+def _first_message(channel: bytes) -> dict[str, Any]:
+    """The channel's first line: written by the harness before anything of the program runs, so what a candidate
+    writes after it (garbage included) cannot change it."""
+    try:
+        first = json.loads(channel.split(b"\n", 1)[0])
+    except ValueError:
+        return {}
+    return first if type(first) is dict else {}
+
+
+def _early_stage(result: ExecResult, first: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[Stage, str | None] | None:
+    """The stage when the program did not compile or its top level did not finish (or the run is untrustworthy)."""
     if result.anomaly:
         return "anomaly", result.anomaly
+    if first.get("compiled") is False:
+        return "syntax", str(first.get("error"))
+    if first.get("compiled") is not True:
+        if _ran_out_of_time(result):
+            return "toplevel", "time limit exceeded before the program compiled"
+        return "anomaly", f"the harness stopped before compiling the program (exit {result.exit_code}, signal {result.signal})"
     toplevel = next((m["toplevel"] for m in messages if "toplevel" in m), None)
     if toplevel == "ok":
         return None
     if _ran_out_of_time(result):  # still `toplevel`: the stage that did not finish
         return "toplevel", "time limit exceeded at top level"
     return "toplevel", str(toplevel) if toplevel else f"exit {result.exit_code}, signal {result.signal}"
+
+
+def _compiled(first: dict[str, Any], stage: Stage) -> bool | None:
+    compiled = first.get("compiled")
+    return compiled if type(compiled) is bool and stage != "anomaly" else None
 
 
 def run_io(
@@ -261,21 +297,22 @@ def run_io(
         return HarnessResult("syntax", "io", 0, total, error)
     program = _program("run_io", prelude, solution, entry_point, [t.call for t in tests])
     result = sandbox.run(program, limits=limits)
+    first = _first_message(result.channel)
     try:
         messages = _messages(result.channel)
-        early = _early_stage(result, messages)
+        early = _early_stage(result, first, messages)
         if early:
-            return HarnessResult(early[0], "io", 0, total, early[1], result)
+            return HarnessResult(early[0], "io", 0, total, early[1], result, compiled=_compiled(first, early[0]))
         outputs = _indexed(messages, total)
         done = any(m.get("done") is True for m in messages)
         verdicts = _parent_verdicts(tests, outputs)
     except (ValueError, KeyError, TypeError, RecursionError, MemoryError) as error:
         cause = "outputs over the output cap" if result.truncated else f"protocol: {error}"
-        return HarnessResult("test_error", "io", 0, total, cause, result)
+        return HarnessResult("test_error", "io", 0, total, cause, result, compiled=_compiled(first, "test_error"))
     judge = _judge(sandbox, tests, outputs, verdicts, limits)
     if judge is not None and judge.anomaly:
         return HarnessResult("anomaly", "io", 0, total, f"judge: {judge.anomaly}", result, judge)
-    return _verdict(tests, outputs, verdicts, done, result, judge)
+    return dataclasses.replace(_verdict(tests, outputs, verdicts, done, result, judge), compiled=True)
 
 
 Verdict = bool | str  # accepted, or why the check itself failed on this output
@@ -357,26 +394,29 @@ def run_assert(
     *,
     parsed: bool = False,
 ) -> HarnessResult:
-    """Assert mode: `check(candidate)` runs in the child; weaker, see the module docstring. Counts one test.
-    `parsed` as in `run_io`."""
+    """Assert mode: `check(candidate)` runs in the judge, the candidate in its own process (see the module
+    docstring). Counts one test. `parsed` as in `run_io`."""
     if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "assert", 0, 1, error)
-    program = _program("run_assert", prelude, solution, entry_point, test_source)
-    result = sandbox.run(program, limits=limits)
+    program = _program("run_assert", prelude, solution, entry_point)
+    result = sandbox.run(program, stdin=test_source.encode(), limits=limits)  # read by the judge after its fork
     try:
-        messages = _messages(result.channel)
+        messages = _messages(result.channel)  # every line is the judge's
     except (ValueError, RecursionError) as error:
         return HarnessResult("test_error", "assert", 0, 1, f"protocol: {error}", result)
-    early = _early_stage(result, messages)
+    first = messages[0] if messages else {}
+    said = next((m["anomaly"] for m in messages if "anomaly" in m), None)
+    early = ("anomaly", f"judge: {said}") if said and not result.anomaly else _early_stage(result, first, messages)
+    compiled = _compiled(first, early[0] if early else "passed")
     if early:
-        return HarnessResult(early[0], "assert", 0, 1, early[1], result)
-    last = messages[-1] if messages else {}
+        return HarnessResult(early[0], "assert", 0, 1, early[1], result, compiled=compiled)
+    last = messages[-1]
     clean = result.exit_code == 0 and result.signal is None and not result.timed_out
     if clean and last.get("done") is True:
-        return HarnessResult("passed", "assert", 1, 1, None, result)
+        return HarnessResult("passed", "assert", 1, 1, None, result, compiled=compiled)
     if _ran_out_of_time(result):
-        return HarnessResult("timeout", "assert", 0, 1, "time limit exceeded", result)
+        return HarnessResult("timeout", "assert", 0, 1, "time limit exceeded", result, compiled=compiled)
     if "assertion" in last:
-        return HarnessResult("assertion", "assert", 0, 1, str(last["assertion"]), result)
+        return HarnessResult("assertion", "assert", 0, 1, str(last["assertion"]), result, compiled=compiled)
     detail = last.get("error") or f"no completion message (exit {result.exit_code}, signal {result.signal})"
-    return HarnessResult("test_error", "assert", 0, 1, str(detail), result)
+    return HarnessResult("test_error", "assert", 0, 1, str(detail), result, compiled=compiled)

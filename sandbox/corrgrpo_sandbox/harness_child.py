@@ -1,30 +1,43 @@
-"""The harness's half that runs in the sandbox's child (stdlib only, Python >= 3.10; see `harness` for the protocol).
+"""The harness's half that runs in the sandbox (stdlib only, Python >= 3.10; see `harness` for the protocol).
 
 Every worker imports this module once, before its first run (`worker.PRELOADED`), so each forked child inherits
 it compiled and initialised and a run's whole program is one call with the problem as literals: compiling and
-executing this code in every child cost about 1.5 ms a run, as much as a typical HumanEval test. Everything here
-runs in the candidate's process once the solution's top level has run: the parent trusts none of it beyond the
-data it writes to fd 3 (I/O mode), and the judge (`judge`) never sees the candidate's code.
+executing this code in every child cost about 1.5 ms a run, as much as a typical HumanEval test.
+
+I/O mode (`run_io`): the child is the candidate's process; the parent trusts none of it beyond the data it writes to
+fd 3, and the judge (`judge`) never sees the candidate's code. Assert mode (`run_assert`): the run's process is the
+*judge*; it forks the candidate's process (`serve`) before it reads the test from stdin, so no object in the
+candidate's process holds the test's text. The two talk over two pipes in the `pack` format (data and instances of
+the prelude's classes, never code); only the judge holds fd 3.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
+import gc
 import json
 import math
+import operator
 import os
+import resource
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 CHANNEL = 3  # the fd only the parent reads
+CALLS, REPLIES = 4, 5  # assert mode: the candidate's ends of its pipes from and to the judge (it has no fd 3)
 SCALARS = (type(None), bool, int, float, str)
+SCALAR_TYPES = frozenset(SCALARS)
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+LINE_CAP = 1 << 28  # the longest message the judge reads from the candidate
 
 
-def send(message: dict[str, Any]) -> None:
+def send(message: dict[str, Any], fd: int = CHANNEL) -> None:
     data = (json.dumps(message) + "\n").encode()
     while data:
-        data = data[os.write(CHANNEL, data) :]
+        data = data[os.write(fd, data) :]
 
 
 def describe(error: BaseException) -> str:
@@ -50,25 +63,32 @@ def encode(x: Any) -> Any:
     return {"__t": "unencodable", "v": t.__name__}
 
 
-def load(prelude: str, solution: str) -> tuple[dict[str, Any], dict[str, Any], frozenset[type]]:
-    """Run the prelude, then the solution's top level in a copy of the prelude's namespace (so the prelude's own
-    functions keep theirs). Reports the top level on the channel; exits when it raised."""
+def load(prelude: str, solution: str, fd: int = CHANNEL, **compiled: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Compile the assembled program (prelude + "\\n" + solution) and the two parts, and report it before anything
+    runs; then run the prelude, and the solution's top level in a copy of the prelude's namespace (so the prelude's
+    own functions keep theirs). Reports the top level; exits when either step failed."""
+    try:
+        compile(prelude + "\n" + solution, "<program>", "exec")
+        prelude_code, solution_code = compile(prelude, "<prelude>", "exec"), compile(solution, "<solution>", "exec")
+    except BaseException as error:  # things the parser accepts but the compiler does not: `return` outside a function
+        send({"compiled": False, "error": describe(error)}, fd)
+        os._exit(1)
+    send({"compiled": True, **compiled}, fd)
     prelude_ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        exec(compile(prelude, "<prelude>", "exec"), prelude_ns)
-        prelude_types = frozenset(v for v in prelude_ns.values() if isinstance(v, type))
+        exec(prelude_code, prelude_ns)
         ns = dict(prelude_ns)
-        exec(compile(solution, "<solution>", "exec"), ns)
+        exec(solution_code, ns)
     except BaseException as error:
-        send({"toplevel": describe(error)})
+        send({"toplevel": describe(error)}, fd)
         os._exit(1)
-    send({"toplevel": "ok"})
-    return prelude_ns, ns, prelude_types
+    send({"toplevel": "ok"}, fd)
+    return prelude_ns, ns
 
 
 def run_io(prelude: str, solution: str, entry: str, calls: list[str]) -> None:
     """Evaluate each call expression with `candidate` bound; write each output (or the error) as it comes."""
-    _, ns, _ = load(prelude, solution)
+    _, ns = load(prelude, solution)
     try:
         candidate = eval(entry, ns)
     except BaseException as error:
@@ -86,47 +106,380 @@ def run_io(prelude: str, solution: str, entry: str, calls: list[str]) -> None:
     os._exit(0)
 
 
-def run_assert(prelude: str, solution: str, entry: str, test: str) -> None:
-    """Run the test source's `check(candidate)` in the prelude's namespace, the entry point's names taken from the
-    solution; the candidate's return values must be plain data (or instances of prelude classes)."""
-    prelude_ns, ns, prelude_types = load(prelude, solution)
+# Assert mode's channel between judge and candidate. Tagged JSON (`encode`) has no identity, so it cannot carry
+# a linked list, a tree with shared nodes, or an argument the candidate mutates in place. `pack` writes an object
+# graph instead: scalars inline, every container and instance an entry of `objects`, referenced as {"@": index},
+# and a value that is not data as {"!": its type's name}. Instances travel as their class's name and attributes, and
+# only classes the prelude defines are accepted (rebuilt with the receiver's own class, without running __init__).
 
-    def plain(x: Any, depth: int = 0) -> bool:
-        t = type(x)
-        if depth > 200:
-            return False
-        if t in SCALARS or t is bytes:
-            return True
-        if t in (list, tuple, set, frozenset):
-            return all(plain(v, depth + 1) for v in x)
-        if t is dict:
-            return all(plain(k, depth + 1) and plain(v, depth + 1) for k, v in x.items())
-        if t in prelude_types:
-            return all(plain(v, depth + 1) for v in vars(x).values())
-        return False
+KINDS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", dict: "dict", bytes: "bytes"}
+MUTABLE = ("obj", "list", "dict", "set")  # rebuilt as empty shells first, filled once every entry exists
+UNCHANGED = 0  # in a reply, the entry of an object the receiver sent and the call left as it was
 
-    def guard(function: Callable[..., Any]) -> Callable[..., Any]:
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            if not plain(result):
-                raise TypeError("candidate returned " + type(result).__name__ + ", not plain data")
-            return result
 
-        return guarded
+class ProtocolError(Exception):
+    """The other side sent something `pack` never writes."""
 
+
+class NotData(TypeError):
+    """A value that cannot cross: the candidate returned (or the test passed) something other than data."""
+
+
+def prelude_classes(prelude_ns: dict[str, Any], ns: dict[str, Any] | None = None) -> dict[str, type]:
+    """The classes the prelude defines (not those it imports), by name; `ns` may rebind a name to another class."""
+    names = [n for n, v in prelude_ns.items() if isinstance(v, type) and v.__module__ == prelude_ns["__name__"]]
+    later = ns or prelude_ns
+    return {n: later[n] if isinstance(later.get(n), type) else prelude_ns[n] for n in names}
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Building or reading a big graph allocates containers by the thousand: each allocation burst set off a full
+    collection that walked every one built so far (20,000 linked nodes: most of the time went there)."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        for name in compile(entry, "<entry>", "eval").co_names:  # the function under test is the solution's
-            if name in ns:
-                prelude_ns[name] = ns[name]
-        exec(compile(test, "<test>", "exec"), prelude_ns)
-        prelude_ns["check"](guard(eval(entry, ns)))
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def type_kinds(classes: dict[str, type]) -> dict[type, str]:
+    """How each type that may cross is written: builtin containers by kind, the prelude's classes as "obj"."""
+    return {**KINDS, **{cls: "obj" for cls in classes.values() if cls.__dictoffset__}}  # instances with a __dict__
+
+
+def scalars(items: Any) -> bool:
+    """Whether every item is a scalar, at C speed (a list of 10^5 numbers crosses without a Python loop over it)."""
+    return set(map(type, items)) <= SCALAR_TYPES
+
+
+def pack(
+    roots: list[Any],
+    classes: dict[str, type],
+    sent: list[Any] | None = None,
+    changed: list[bool] | None = None,
+    *,
+    strict: bool = False,
+) -> tuple[dict[str, Any], list[Any]]:
+    """`roots` as a graph message, and its objects by index. `sent` (with `changed`, from `changes`): the objects
+    received before a call keep their indices, and those the call did not change are sent as `UNCHANGED`.
+    `strict` (the judge's arguments): a value that is not data raises `NotData` instead of crossing as {"!": ...}."""
+    kinds = type_kinds(classes)
+    objects: list[Any] = []
+    packed: list[Any] = []
+    index: dict[int, int] = {}
+    queue: list[int] = []
+
+    def add(x: Any, pending: bool = True) -> int:
+        at = len(objects)
+        index.setdefault(id(x), at)
+        objects.append(x)
+        packed.append(None if pending else UNCHANGED)
+        if pending:
+            queue.append(at)
+        return at
+
+    def ref(x: Any) -> Any:
+        if type(x) in SCALAR_TYPES:
+            return x
+        if type(x) not in kinds:
+            if strict:
+                raise NotData(f"the test passed the candidate a {type(x).__name__}, which is not data")
+            return {"!": type(x).__name__}
+        at = index.get(id(x))
+        return {"@": add(x) if at is None else at}
+
+    for at, x in enumerate(sent or ()):
+        add(x, changed is None or changed[at])
+    out = [ref(x) for x in roots]
+    while queue:  # no recursion: a linked list of 10^5 nodes is 10^5 entries, not 10^5 frames
+        at = queue.pop()
+        x = objects[at]
+        k = kinds[type(x)]
+        if k == "dict":
+            plain = scalars(x) and scalars(x.values())
+            entry = [k, list(map(list, x.items())) if plain else [[ref(key), ref(v)] for key, v in x.items()]]
+        elif k == "bytes":
+            entry = [k, x.hex()]
+        elif k == "obj":
+            entry = [k, type(x).__name__, [[name, ref(v)] for name, v in vars(x).items()]]
+        else:
+            entry = [k, list(x) if scalars(x) else [ref(v) for v in x]]
+        packed[at] = entry
+    return {"roots": out, "objects": packed}, objects
+
+
+def held(x: Any) -> list[Any] | None:
+    """What a received object holds, by reference (so nothing is freed and its address reused); None if immutable."""
+    t = type(x)
+    if t is list or t is set:
+        return list(x)
+    if t is dict or t not in KINDS:
+        items = x if t is dict else vars(x)
+        return [*items.keys(), *items.values()]
+    return None
+
+
+def changes(objects: list[Any], before: list[list[Any] | None]) -> list[bool]:
+    """Which of the objects a call received it changed: any item replaced, added or removed (by identity)."""
+    changed = []
+    for x, was in zip(objects, before, strict=True):
+        now = held(x)
+        changed.append(now is not None and (len(now) != len(was) or not all(map(operator.is_, now, was))))  # type: ignore[arg-type]
+    return changed
+
+
+def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tuple[list[Any], list[Any]]:  # type: ignore[assignment]
+    """A graph message back to values, and its objects by index. The objects in `sent` (what this side packed before
+    the call) are updated in place where the other side changed them, so a test sees the candidate's mutations."""
+    if type(message) is not dict or type(message.get("roots")) is not list or type(message.get("objects")) is not list:
+        raise ProtocolError("not a graph message")
+    entries: list[Any] = message["objects"]
+    kinds = type_kinds(classes)
+    pending, building = object(), object()
+    made: list[Any] = [pending] * len(entries)
+    for at, entry in enumerate(entries):
+        if at < len(sent):
+            if entry != UNCHANGED and (type(entry) is not list or entry[:1] != [kinds.get(type(sent[at]))]):
+                raise ProtocolError(f"object {at} changed its type")
+            if entry != UNCHANGED and entry[0] == "obj" and entry[1:2] != [type(sent[at]).__name__]:
+                raise ProtocolError(f"object {at} changed its class")
+            made[at] = sent[at]
+        elif type(entry) is not list or not entry:
+            raise ProtocolError(f"object {at} is not an entry")
+        elif entry[0] == "obj":
+            if type(entry[1]) is not str or entry[1] not in classes:
+                raise ProtocolError(f"object {at} is of a class the prelude does not define")
+            made[at] = object.__new__(classes[entry[1]])
+        elif entry[0] in MUTABLE:
+            made[at] = {"list": list, "dict": dict, "set": set}[entry[0]]()
+
+    def value(v: Any) -> Any:
+        if type(v) in SCALAR_TYPES:
+            return v
+        at = v.get("@") if type(v) is dict else None
+        if type(at) is int and 0 <= at < len(made):
+            made_at = made[at]
+            return made_at if made_at is not pending and made_at is not building else resolve(at)
+        if type(v) is dict and type(v.get("!")) is str:
+            raise NotData(f"{v['!']} is not data")
+        raise ProtocolError("not a value")
+
+    def resolve(at: int) -> Any:  # immutable entries are built on first use, from the shells
+        if made[at] is building:
+            raise ProtocolError(f"object {at} contains itself")
+        if made[at] is pending:
+            made[at] = building
+            k, items = entries[at][0], entries[at][1]
+            if k == "tuple":
+                made[at] = tuple(items) if scalars(items) else tuple(map(value, items))
+            elif k == "frozenset":
+                made[at] = frozenset(items) if scalars(items) else frozenset(map(value, items))
+            elif k == "bytes" and type(items) is str:
+                made[at] = bytes.fromhex(items)
+            else:
+                raise ProtocolError(f"object {at}: unknown entry {k!r}")
+        return made[at]
+
+    roots = [value(v) for v in message["roots"]]
+    # instances and lists first: a dict or set hashes its members, which may be instances filled here
+    for kinds in (("obj", "list"), ("dict", "set")):
+        for at, entry in enumerate(entries):
+            if entry == UNCHANGED or entry[0] not in kinds:
+                continue
+            target = made[at]
+            if entry[0] == "list":
+                target[:] = entry[1] if scalars(entry[1]) else [value(v) for v in entry[1]]
+            elif entry[0] == "set":
+                items = entry[1] if scalars(entry[1]) else [value(v) for v in entry[1]]
+                target.clear()
+                target.update(items)
+            elif entry[0] == "dict":
+                pairs = [(value(k), value(v)) for k, v in entry[1]]
+                target.clear()
+                target.update(pairs)
+            else:
+                attributes = [(name, value(v)) for name, v in entry[2]]
+                if not all(type(name) is str for name, _ in attributes):
+                    raise ProtocolError(f"object {at}: an attribute name is not a string")
+                vars(target).clear()
+                vars(target).update(attributes)
+    return roots, made
+
+
+class Candidate:
+    """The judge's stand-in for the function under test: each call is a round trip to the candidate's process."""
+
+    def __init__(self, pid: int, calls: int, replies: int, classes: dict[str, type]) -> None:
+        self.pid, self.calls, self.classes = pid, calls, classes
+        self.replies = os.fdopen(replies, "rb")
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            send(message, self.calls)
+        except BrokenPipeError:
+            raise CandidateLost(self.ended()) from None
+
+    def receive(self) -> dict[str, Any]:
+        line = self.replies.readline(LINE_CAP)
+        if not line.endswith(b"\n"):
+            raise CandidateLost(self.ended() if len(line) < LINE_CAP else "the candidate's answer is too long")
+        with collector_paused():
+            message = json.loads(line)
+        if type(message) is not dict:
+            raise ProtocolError("the candidate's answer is not an object")
+        return message
+
+    def ended(self) -> str:
+        _, status = os.waitpid(self.pid, 0)
+        if os.WIFSIGNALED(status):
+            return f"the candidate's process was killed by signal {os.WTERMSIG(status)}"
+        return f"the candidate's process exited with status {os.waitstatus_to_exitcode(status)}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with collector_paused():
+            message, sent = pack([args, kwargs], self.classes, strict=True)
+            self.send({"call": message})
+        reply = self.receive()
+        if "raised" in reply:
+            raise raised(reply.get("raised"), reply.get("message"))
+        with collector_paused():
+            (result,), _ = unpack(reply.get("returned"), self.classes, sent)
+        return result
+
+
+class CandidateLost(Exception):
+    """The candidate's process ended (or broke the protocol) during a call."""
+
+
+class CandidateError(Exception):
+    """The candidate raised an exception that is not one of the builtin ones."""
+
+
+def raised(name: Any, message: Any) -> Exception:
+    """The candidate's exception, rebuilt in the judge from its type's name and message (builtin types only)."""
+    text = str(message)[:300]
+    kind = getattr(builtins, name, None) if type(name) is str else None
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            return kind(text)
+        except Exception:  # a constructor that wants other arguments (UnicodeDecodeError)
+            pass
+    return CandidateError(f"{str(name)[:80]}: {text}")
+
+
+def run_assert(prelude: str, solution: str, entry: str) -> None:
+    """The judge: fork the candidate's process, then read the test source from stdin and run its `check` in the
+    prelude's namespace here, with a `Candidate` standing in for the function under test. Only this process
+    writes on fd 3."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<judge>/fd or mem for the candidate (same uid)
+    if libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+        send({"anomaly": "the judge could not make itself non-dumpable"})
+        os._exit(1)
+    calls_read, calls = os.pipe()
+    replies, replies_write = os.pipe()
+    gc.freeze()  # the collector of neither process walks (and so copies) the pages the two still share
+    pid = os.fork()
+    if pid == 0:
+        become_candidate(calls_read, replies_write)
+        serve(prelude, solution, entry)
+    os.close(calls_read)
+    os.close(replies_write)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a candidate gone mid-call is an error here, not a signal
+    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    candidate = Candidate(pid, calls, replies, {})
+    try:
+        try:  # while the candidate loads
+            test = sys.stdin.buffer.read().decode()
+            exec(compile(prelude, "<prelude>", "exec"), ns)
+            candidate.classes = prelude_classes(ns)
+            if entry.isidentifier():  # a prelude helper or the test calling the function by name calls the candidate
+                ns[entry] = candidate
+            exec(compile(test, "<test>", "exec"), ns)
+            check: Callable[[Any], Any] | BaseException = ns["check"]
+        except BaseException as error:
+            check = error
+        relay(candidate)
+        if isinstance(check, BaseException):
+            raise check
+        check(candidate)
     except AssertionError as error:
-        send({"assertion": describe(error)})
-        os._exit(1)
+        finish({"assertion": describe(error)}, pid)
     except BaseException as error:
-        send({"error": describe(error)})
+        finish({"error": describe(error)}, pid)
+    finish({"done": True}, pid)
+
+
+def relay(candidate: Candidate) -> None:
+    """Pass on what the candidate's process reports before its first call: compiled (trusted: nothing of the
+    candidate has run yet), its top level and its entry point (not trusted, and they need not be)."""
+    try:
+        first = candidate.receive()
+    except (CandidateLost, ProtocolError, ValueError) as error:
+        finish({"anomaly": f"the candidate's process ended before compiling: {error}"}, candidate.pid)
+    send({k: v for k, v in first.items() if k in ("compiled", "error")})
+    if first.get("compiled") is not True:
+        finish({}, candidate.pid)
+    try:
+        toplevel = candidate.receive().get("toplevel")
+    except (CandidateLost, ProtocolError, ValueError) as error:
+        toplevel = describe(error)
+    if toplevel != "ok":
+        finish({"toplevel": str(toplevel)[:300]}, candidate.pid)
+    send({"toplevel": "ok"})
+    ready = candidate.receive()
+    if ready.get("ready") is not True:
+        raise CandidateError(str(ready.get("error"))[:300])
+
+
+def finish(message: dict[str, Any], pid: int) -> None:
+    if message:
+        send(message)
+    os.kill(pid, signal.SIGKILL)
+    os._exit(0 if message.get("done") is True else 1)
+
+
+def become_candidate(calls: int, replies: int) -> None:
+    """In the judge's fork, before anything of the candidate runs: stdin (the test's text) becomes /dev/null, fd 3
+    and every other fd but stdout, stderr and the two pipes (moved to `CALLS`, `REPLIES`) are closed."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    if replies == CALLS:
+        replies = os.dup(replies)
+    os.dup2(calls, CALLS)
+    os.dup2(replies, REPLIES)
+    os.closerange(3, CALLS)  # the channel above all
+    os.closerange(REPLIES + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def serve(prelude: str, solution: str, entry: str) -> None:
+    """The candidate's process: load the program, then answer calls until the judge closes the pipe. Never returns."""
+    prelude_ns, ns = load(prelude, solution, REPLIES)
+    try:
+        function = eval(entry, ns)
+    except BaseException as error:
+        send({"error": describe(error)}, REPLIES)
         os._exit(1)
-    send({"done": True})
+    classes = prelude_classes(prelude_ns, ns)
+    send({"ready": True}, REPLIES)
+    calls = os.fdopen(CALLS, "rb")
+    for line in calls:
+        try:
+            with collector_paused():
+                message = json.loads(line)["call"]
+                (args, kwargs), sent = unpack(message, classes)
+                before = list(map(held, sent))
+            result = function(*args, **kwargs)
+            with collector_paused():
+                reply = {"returned": pack([result], classes, sent, changes(sent, before))[0]}
+                send(reply, REPLIES)
+        except BaseException as error:
+            send({"raised": type(error).__name__, "message": str(error)[:300]}, REPLIES)
     os._exit(0)
 
 

@@ -20,6 +20,7 @@ from corrgrpo_sandbox.harness import (
     run_assert,
     run_io,
 )
+from corrgrpo_sandbox.harness_child import UNCHANGED, NotData, ProtocolError, changes, held, pack, unpack
 
 LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
 SECRET = 918273645  # the expected answer; never computable from the input
@@ -138,11 +139,12 @@ def test_abuse_never_passes_in_either_mode(sandbox: Sandbox, solution: str) -> N
         assert result.passed < result.total
 
 
-def test_reading_the_tests_finds_no_answer_in_io_mode(sandbox: Sandbox) -> None:
-    """The expected value never enters the child in I/O mode (assert mode runs the test source, so it cannot hide it)."""
-    result = run_io(sandbox, "", READ_THE_TESTS, "f", IO_TESTS, LIMITS)
-    assert result.stage == "assertion", result.error
-    assert result.passed == 1
+def test_reading_the_tests_finds_no_answer_in_either_mode(sandbox: Sandbox) -> None:
+    """The expected value never enters the candidate's process: I/O mode sends only the calls, assert mode runs the
+    test in the judge (tests/security/test_assert_mode_forgery.py scans the raw memory too)."""
+    io, asserted = both_modes(sandbox, READ_THE_TESTS)
+    assert (io.stage, io.passed) == ("assertion", 1), io.error
+    assert asserted.stage == "assertion", asserted.error
 
 
 def test_forged_channel_messages_do_not_pass_in_io_mode(sandbox: Sandbox) -> None:
@@ -235,6 +237,155 @@ def test_prelude_classes_may_be_returned_in_assert_mode(sandbox: Sandbox) -> Non
     assert run_assert(sandbox, prelude, "def f(x): return Node(x)", "f", test, LIMITS).stage == "passed"
     own_class = "class Mine:\n    v = 2\ndef f(x): return Mine()"
     assert run_assert(sandbox, prelude, own_class, "f", test, LIMITS).stage == "test_error"
+
+
+COMPILE_ONLY_ERRORS = ["return 1\ndef f(x): return x", "nonlocal y\ndef f(x): return x"]
+
+
+@pytest.mark.parametrize("solution", COMPILE_ONLY_ERRORS, ids=["return", "nonlocal"])
+def test_what_parses_but_does_not_compile_is_syntax_decided_in_the_sandbox(sandbox: Sandbox, solution: str) -> None:
+    assert not isinstance(parse_solution(solution), str)  # the parent's parse accepts it
+    for result in both_modes(sandbox, solution):
+        assert (result.stage, result.compiled) == ("syntax", False), result
+        assert result.error is not None and "SyntaxError" in result.error
+
+
+def test_compiled_says_how_far_the_run_got(sandbox: Sandbox) -> None:
+    for result in both_modes(sandbox, "def f(x) return x"):  # the parent's parse decides: nothing ran
+        assert (result.stage, result.compiled) == ("syntax", None)
+    for result in both_modes(sandbox, "undefined_name\ndef f(x): return x"):
+        assert (result.stage, result.compiled) == ("toplevel", True), result
+        assert "NameError" in str(result.error)
+    assert [r.compiled for r in both_modes(sandbox, RIGHT)] == [True, True]
+    prelude_then_future = run_assert(
+        sandbox, "import math", "from __future__ import annotations\n" + RIGHT, "f", ASSERT_TEST, LIMITS
+    )
+    assert (prelude_then_future.stage, prelude_then_future.compiled) == ("syntax", False)  # the assembled program
+
+
+LINKED = """
+class ListNode:
+    def __init__(self, val=0, next=None):
+        self.val = val
+        self.next = next
+
+def list_node(values):
+    head = None
+    for value in reversed(values):
+        head = ListNode(value, head)
+    return head
+
+def values_of(head):
+    seen, out = set(), []
+    while head is not None and id(head) not in seen:
+        seen.add(id(head))
+        out.append(head.val)
+        head = head.next
+    return out
+"""
+LINKED_TEST = """
+def check(candidate):
+    assert values_of(candidate(list_node([1, 2, 3]))) == [3, 2, 1]
+    assert candidate(None) is None
+    long = list_node(list(range(5000)))
+    assert values_of(candidate(long)) == list(range(4999, -1, -1))
+    assert long.next is None  # the argument's first node is now the last: mutated in place, seen by the test
+"""
+REVERSE = """
+class Solution:
+    def reverseList(self, head):
+        previous = None
+        while head:
+            head.next, previous, head = previous, head, head.next
+        return previous
+"""
+
+
+def test_prelude_instances_cross_with_their_links_and_mutations(sandbox: Sandbox) -> None:
+    """LeetCode's shape: `Solution().method` as the entry point, linked lists of the prelude's class both ways."""
+    assert run_assert(sandbox, LINKED, REVERSE, "Solution().reverseList", LINKED_TEST, LIMITS).stage == "passed"
+    copying = REVERSE.replace(
+        "head.next, previous, head = previous, head, head.next", "previous, head = ListNode(head.val, previous), head.next"
+    )
+    result = run_assert(sandbox, LINKED, copying, "Solution().reverseList", LINKED_TEST, LIMITS)
+    assert result.stage == "assertion", result  # right values, but the test sees its argument unchanged
+
+
+MUTATION_TEST = """
+def check(candidate):
+    xs = [3, 1, 2]
+    assert candidate(xs) is None
+    assert xs == [1, 2, 3]
+    grid = [[0] * 2 for _ in range(2)]
+    row = grid[1]
+    candidate(grid)
+    assert grid[1] is row and row == [1, 2], grid
+    shared = [5]
+    pair = candidate([shared, shared])
+    assert pair[0] is pair[1]
+    try:
+        candidate("boom")
+    except ValueError as error:
+        assert "boom" in str(error)
+    else:
+        raise AssertionError("no ValueError")
+"""
+MUTATE = """
+def f(x):
+    if x == "boom":
+        raise ValueError("boom")
+    if isinstance(x[0], list) and x[0] is x[-1]:
+        return x
+    if isinstance(x[0], list):
+        for row in x:
+            row.sort()
+        x[1][:] = [1, 2]
+        return None
+    x.sort()
+"""
+
+
+def test_arguments_mutated_in_place_shared_references_and_exceptions_cross(sandbox: Sandbox) -> None:
+    assert run_assert(sandbox, "", MUTATE, "f", MUTATION_TEST, LIMITS).stage == "passed"
+    not_sorting = MUTATE.replace("    x.sort()\n", "    return None\n")
+    assert run_assert(sandbox, "", not_sorting, "f", MUTATION_TEST, LIMITS).stage == "assertion"
+
+
+def test_what_is_not_data_fails_the_test_not_the_harness(sandbox: Sandbox) -> None:
+    passes_a_function = "def check(candidate):\n    assert candidate(len) == 3\n"
+    result = run_assert(sandbox, "", "def f(x):\n    return 3", "f", passes_a_function, LIMITS)
+    assert result.stage == "test_error" and "not data" in str(result.error), result
+    returns_a_generator = "def f(x):\n    return (i for i in range(x))"
+    result = run_assert(sandbox, "", returns_a_generator, "f", ASSERT_TEST, LIMITS)
+    assert result.stage == "test_error" and "generator is not data" in str(result.error), result
+
+
+def test_the_graph_codec_keeps_identity_cycles_and_mutations() -> None:
+    class Node:
+        def __init__(self, value: int) -> None:
+            self.value, self.next = value, self
+
+    classes: dict[str, type] = {"Node": Node}
+    node, shared = Node(1), [1]
+    message, sent = pack([(node, [shared, shared], {(1, 2): b"x"}, {frozenset({3})})], classes)
+    (decoded,), _ = unpack(message, classes)
+    assert decoded[0].next is decoded[0] and type(decoded[0]) is Node and decoded[0].value == 1
+    assert decoded[1][0] is decoded[1][1] == [1] and decoded[2] == {(1, 2): b"x"} and decoded[3] == {frozenset({3})}
+    (copy,), received = unpack(message, classes)  # the candidate's side: mutate, answer with the same indices
+    before = list(map(held, received))
+    copy[1][0].append(2)
+    reply, _ = pack([copy[1][0]], classes, received, changes(received, before))
+    assert reply["objects"][sent.index(node)] == UNCHANGED  # untouched objects are not sent back
+    (returned,), _ = unpack(reply, classes, sent)
+    assert returned is shared and shared == [1, 2]  # the caller's own list, updated in place
+    with pytest.raises(NotData):
+        pack([len], classes, strict=True)
+    not_data, _ = pack([object()], classes)
+    with pytest.raises(NotData):
+        unpack(not_data, classes)
+    for forged in ({"roots": [{"@": 5}], "objects": []}, {"roots": [{"@": 0}], "objects": [["obj", "Other", []]]}):
+        with pytest.raises(ProtocolError):
+            unpack(forged, classes)
 
 
 def test_each_run_gets_the_preloaded_child_half_as_the_worker_loaded_it() -> None:
