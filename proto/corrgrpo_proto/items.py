@@ -53,7 +53,7 @@ class ItemShape:
         """
         if isinstance(label, Mapping):
             return dict(label)
-        if isinstance(label, str):
+        if isinstance(label, str) and label.lstrip().startswith("{"):  # no other text is an object: never parsed
             try:
                 parsed = json.loads(label)
             except ValueError:

@@ -62,6 +62,26 @@ class BearerAuth:
         await response(scope, receive, send)
 
 
+class UnambiguousFraming:
+    """400 for a request with both `Content-Length` and `Transfer-Encoding`, and the connection closed (RFC 9112 6.3).
+
+    h11 reads such a body as chunked and passes both headers on; a proxy in front that trusts `Content-Length` sees
+    another end of the request, and the rest as a second request of its own (request smuggling)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            names = {name for name, _ in scope["headers"]}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                message = "both Content-Length and Transfer-Encoding: the body's length is ambiguous; send one of them"
+                response = error_response(400, "ambiguous_framing", message)
+                response.headers["Connection"] = "close"
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 class BodyLimit:
     """ASGI middleware: 413 for a body over `limit` bytes, by header or by counting the stream."""
 
@@ -179,7 +199,69 @@ class Checked:
     document: Any
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """A JSON text `parse_json` parsed; `escapes`: it spells a surrogate escape, so its strings need `check_document`'s
+    look (a rare case: looking at every string of every body would cost each request a pass over its text)."""
+
+    document: Any
+    escapes: bool
+
+
 PARSED_JSON = "corrgrpo.parsed_json"  # the scope key JsonGuard leaves the checked document under (ParsedJsonRequest)
+
+
+def parse_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Parsed | None:
+    """The first half of `check_json`: decoding, the value count, the parse. None for a syntax error."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return Problem(400, "invalid_encoding", f"request body is not valid UTF-8 (byte {error.start})")
+    if limits.max_values and too_many_values(body, limits.max_values):
+        return Problem(413, "too_many_values", f"more than {limits.max_values} JSON values in one request", "body")
+    try:
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NonFinite as constant:
+        return Problem(422, "non_finite_number", f"{constant} is not valid JSON; send finite numbers")
+    except RecursionError:
+        return Problem(422, "json_too_deep", f"JSON nested deeper than {limits.max_depth} levels")
+    except ValueError:
+        return None
+    return Parsed(document, _SURROGATE_ESCAPE.search(text) is not None)
+
+
+def check_document(document: Any, limits: JsonLimits, *, strings: bool = True, depth: int = 1) -> Problem | int:
+    """The second half of `check_json`: why a parsed document must be refused, else how many values it holds.
+
+    `strings`: whether to look for unpaired surrogates; `depth`: the level `document` sits at (an OpenRLHF label
+    is checked as the item it becomes, which sits at level 3 of a `/v1/score` body)."""
+    values = 1
+    stack: list[tuple[Any, int]] = [(document, depth)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict | list):
+            if level > limits.max_depth:
+                return Problem(422, "json_too_deep", f"JSON nested deeper than {limits.max_depth} levels")
+            if limits.max_items and len(node) > limits.max_items:
+                message = f"{len(node)} entries, over the limit of {limits.max_items} per array or object"
+                return Problem(413, "too_many_items", message, _path_to(document, node))
+            values += len(node)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((value, level + 1) for value in children)
+            if isinstance(node, dict):
+                if strings:
+                    stack.extend((key, level) for key in node)
+                for name in limits.fields.keys() & node.keys():
+                    value = node[name]
+                    if isinstance(value, str) and len(value) > limits.fields[name]:
+                        message = f"{len(value)} characters, over the limit of {limits.fields[name]}"
+                        return Problem(413, "field_too_long", message, _path_to(document, value))
+        elif strings and isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return Problem(422, "invalid_string", "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
+    return values
 
 
 def check_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Checked | None:
@@ -195,47 +277,11 @@ def check_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Chec
     JSON escapes no UTF-8 response can carry).
     A syntax error is left to FastAPI's 422.
     """
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return Problem(400, "invalid_encoding", f"request body is not valid UTF-8 (byte {error.start})")
-    if limits.max_values and too_many_values(body, limits.max_values):
-        return Problem(413, "too_many_values", f"more than {limits.max_values} JSON values in one request", "body")
-    try:
-        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except _NonFinite as constant:
-        return Problem(422, "non_finite_number", f"{constant} is not valid JSON; send finite numbers")
-    except RecursionError:
-        return Problem(422, "json_too_deep", f"JSON nested deeper than {limits.max_depth} levels")
-    except ValueError:
-        return None
-    check_strings = _SURROGATE_ESCAPE.search(text) is not None
-    del text
-    stack: list[tuple[Any, int]] = [(document, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth > limits.max_depth:
-                return Problem(422, "json_too_deep", f"JSON nested deeper than {limits.max_depth} levels")
-            if limits.max_items and len(node) > limits.max_items:
-                message = f"{len(node)} entries, over the limit of {limits.max_items} per array or object"
-                return Problem(413, "too_many_items", message, _path_to(document, node))
-            values = node.values() if isinstance(node, dict) else node
-            stack.extend((value, depth + 1) for value in values)
-            if isinstance(node, dict):
-                if check_strings:
-                    stack.extend((key, depth) for key in node)
-                for name in limits.fields.keys() & node.keys():
-                    value = node[name]
-                    if isinstance(value, str) and len(value) > limits.fields[name]:
-                        message = f"{len(value)} characters, over the limit of {limits.fields[name]}"
-                        return Problem(413, "field_too_long", message, _path_to(document, value))
-        elif check_strings and isinstance(node, str):
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError:
-                return Problem(422, "invalid_string", "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
-    return Checked(document)
+    parsed = parse_json(body, limits)
+    if not isinstance(parsed, Parsed):
+        return parsed
+    found = check_document(parsed.document, limits, strings=parsed.escapes)
+    return found if isinstance(found, Problem) else Checked(parsed.document)
 
 
 def _is_json(scope: Scope) -> bool:

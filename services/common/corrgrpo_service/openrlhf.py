@@ -16,12 +16,16 @@ special tokens kept, and reads `{"rewards": [...], "scores": [...], "extra_logs"
   weights, or with `?scores=<component>` that component;
 - an empty `query` is answered with empty lists: OpenRLHF 0.9.1–0.11.0 split every single sample over all
   the URLs given, so all servers but one receive empty lists.
+A label is held to what the same item gets in a `/v1/score` body (`JsonLimits`: depth, entries, capped fields,
+values, surrogates; all labels' values together count against the value cap): 413 or 422 naming `labels.<index>`.
 A label that does not make a valid item is a 422 naming its index.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI
@@ -32,6 +36,7 @@ from corrgrpo_proto import ComponentSpec, ItemResult, ItemShape
 from corrgrpo_proto.common import ErrorBody, ErrorDetail, WireModel
 
 from .errors import error_response
+from .limits import JsonLimits, Problem, check_document, parse_json
 
 TOTAL, NORMALIZED = "total", "normalized"
 
@@ -58,11 +63,46 @@ def completion_of(query: str, prompt: str) -> str:
     return query[len(prompt) :] if prompt and query.startswith(prompt) else query
 
 
-def build_items(request: OpenRLHFRequest, item_model: type[BaseModel], shape: ItemShape) -> list[BaseModel] | JSONResponse:
+ITEM_DEPTH = 3  # where an item sits in a `/v1/score` body: {"items": [{...}]}
+
+
+def label_item(label: str, completion: str, shape: ItemShape, limits: JsonLimits) -> tuple[dict[str, Any], int] | Problem:
+    """The item a label makes with its completion and the JSON values it holds, or its problem as that item.
+
+    Only a text that opens an object can be one (`label_fields`); it is parsed as a request body is, never bare."""
+    fields: dict[str, Any] | None = None
+    escapes = False
+    if label.lstrip().startswith("{"):
+        parsed = parse_json(label.encode(), limits)
+        if isinstance(parsed, Problem):
+            return parsed
+        if parsed is not None and isinstance(parsed.document, dict):
+            fields, escapes = parsed.document, parsed.escapes
+    item = {**shape.label_fields(label if fields is None else fields), "completion": completion}
+    found = check_document(item, limits, strings=escapes, depth=ITEM_DEPTH)
+    return found if isinstance(found, Problem) else (item, found)
+
+
+def _at(index: int, problem: Problem) -> JSONResponse:
+    loc = f"labels.{index}" if problem.loc in (None, "body") else f"labels.{index}.{problem.loc}"
+    return Problem(problem.status, problem.error, f"{loc}: {problem.message}", loc).response()
+
+
+def build_items(
+    request: OpenRLHFRequest, item_model: type[BaseModel], shape: ItemShape, limits: JsonLimits
+) -> list[BaseModel] | JSONResponse:
+    """The items the labels make; a label over a limit refuses the request (its problem, at `labels.<index>`)."""
     items, details = [], []
+    values = 0  # every label's values, against one request's cap
     for index, (query, prompt, label) in enumerate(zip(request.query, request.prompts, request.labels, strict=True)):
+        left = replace(limits, max_values=max(limits.max_values - values, 1)) if limits.max_values else limits
         try:
-            items.append(item_model.model_validate({**shape.label_fields(label), "completion": completion_of(query, prompt)}))
+            made = label_item(label, completion_of(query, prompt), shape, left)
+            if isinstance(made, Problem):
+                return _at(index, made)
+            item, count = made
+            values += count
+            items.append(item_model.model_validate(item))
         except ValidationError as error:
             details += [
                 ErrorDetail(loc=f"labels.{index}." + ".".join(map(str, e["loc"])), message=e["msg"]) for e in error.errors()
@@ -113,7 +153,8 @@ def add_openrlhf_route(
         column = score_column(scores, specs)
         if isinstance(column, str):
             return error_response(422, "validation_error", column, [ErrorDetail(loc="query.scores", message=column)])
-        items = build_items(request, item_model, shape)
+        # labels are parsed and checked here, as JsonGuard checks a body: off the event loop
+        items = await asyncio.to_thread(build_items, request, item_model, shape, app.state.json_limits)
         if isinstance(items, JSONResponse):
             return items
         results = await score_items(items) if items else []
