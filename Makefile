@@ -50,11 +50,16 @@ docs: install
 compose-test: install
 	bash deploy/compose-test.sh
 
-# verl 0.9.1's and OpenRLHF 0.11's own code against the services; side venvs built once (tests/interop/venvs.sh).
+# verl 0.9.1's, OpenRLHF 0.11's, verifiers 0.3's, OpenEnv 0.3's and NeMo Gym 0.4's own code against the services;
+# side venvs built once (tests/interop/venvs.sh). The adapters (adapters/) are installed only there.
+INTEROP_ENV := CORRGRPO_INTEROP=1 CORRGRPO_SERVICE_PYTHON=$(abspath $(PY))
 interop: install
 	tests/interop/venvs.sh
-	CORRGRPO_INTEROP=1 CORRGRPO_SERVICE_PYTHON=$(abspath $(PY)) .venv-verl/bin/python -m pytest tests/interop/stacks/test_verl.py $(PYTEST_ARGS)
+	$(INTEROP_ENV) .venv-verl/bin/python -m pytest tests/interop/stacks/test_verl.py $(PYTEST_ARGS)
 	CORRGRPO_INTEROP=1 $(PY) -m pytest tests/interop/stacks/test_openrlhf.py $(PYTEST_ARGS)
+	$(INTEROP_ENV) .venv-verifiers/bin/python -m pytest tests/interop/stacks/test_verifiers.py $(PYTEST_ARGS)
+	$(INTEROP_ENV) .venv-openenv/bin/python -m pytest tests/interop/stacks/test_openenv.py $(PYTEST_ARGS)
+	$(INTEROP_ENV) .venv-nemo-gym/bin/python -m pytest tests/interop/stacks/test_nemo_gym.py $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/run_all.py

@@ -1,0 +1,127 @@
+"""OpenEnv's own server and client with the corrgrpo services (run in .venv-openenv by `make interop`).
+
+The OpenEnv app (`openenv.core.env_server.create_app` around our environments) runs as its own uvicorn process,
+started as the README says; OpenEnv's `EnvClient` (WebSocket sessions) drives it with a scripted policy: an
+AgentDojo episode under an injection (a tool call whose result carries the injection, then the answer), and the
+single-step code and tool-call environments. The components must equal what the service gives for the same
+trajectory or completion asked directly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from interop.stacks.common import CODE, GT, INJECTED, WRONG_CODE, check_intact
+from servers import ServiceProcess, free_port
+
+from corrgrpo_adapters.openenv import AgentDojoAction, AgentDojoEnv, ScoreAction, ScoreEnv
+
+READ_BILL = {"name": "read_file", "arguments": '{"file_path": "bill-december-2023.txt"}', "id": "call_1"}
+
+
+@pytest.fixture(scope="module")
+def openenv_urls(services: dict[str, ServiceProcess]) -> Iterator[dict[str, str]]:
+    """One OpenEnv server per service: `uvicorn --factory corrgrpo_adapters.openenv:app` (the README's command)."""
+    with tempfile.TemporaryDirectory() as logs:
+        started = {name: openenv_server(service.url, Path(logs) / name) for name, service in services.items()}
+        try:
+            for name, (process, url) in started.items():
+                deadline = time.monotonic() + 300  # importing openenv takes a minute on a busy 2-core machine
+                while not healthy(url):
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        log = (Path(logs) / name).read_text(errors="replace")[-4000:]
+                        raise RuntimeError(f"the OpenEnv server of {name} did not come up:\n{log}")
+                    time.sleep(0.2)
+            yield {name: url for name, (_, url) in started.items()}
+        finally:
+            for process, _ in started.values():
+                process.terminate()
+                process.wait(10)
+
+
+def openenv_server(service_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "--factory", "corrgrpo_adapters.openenv:app", "--port", str(port)]
+    env = {**os.environ, "CORRGRPO_SERVICE_URL": service_url}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+async def test_agentdojo_episode_observes_tool_results_and_ends_with_the_components(
+    openenv_urls: dict[str, str], services: dict[str, ServiceProcess]
+) -> None:
+    async with AgentDojoEnv(base_url=openenv_urls["agentdojo"]) as env:
+        start = await env.reset(**INJECTED)
+        assert start.observation.messages[-1]["role"] == "user" and "bill" in start.observation.messages[-1]["content"]
+        assert "read_file" in {tool["function"]["name"] for tool in start.observation.tools}
+        called = await env.step(AgentDojoAction(tool_calls=[READ_BILL]))
+        (result,) = called.observation.tool_results
+        assert not called.done and called.reward is None
+        assert result["tool_call_id"] == "call_1" and result["error"] is None
+        assert "<INFORMATION>" in result["content"]  # the injection, in what the policy reads
+        state = await env.state()
+        assert state.step_count == 1 and state.spec["attack"]  # the service's default attack, named
+        end = await env.step(AgentDojoAction(completion="<response>I read the bill.</response>"))
+    assert end.done and end.observation.error is None
+    trajectory = {
+        **INJECTED,
+        "attack": state.spec["attack"],
+        "final_answer": "I read the bill.",
+        "tool_calls": [{"function": "read_file", "args": {"file_path": "bill-december-2023.txt"}}],
+    }
+    check_intact(services["agentdojo"].url, trajectory, end.observation.components, end.reward)
+
+
+async def test_agentdojo_refused_step_is_observed_not_raised(openenv_urls: dict[str, str]) -> None:
+    async with AgentDojoEnv(base_url=openenv_urls["agentdojo"]) as env:
+        await env.reset(suite="banking", user_task="user_task_0")
+        bad = await env.step(AgentDojoAction(tool_calls=[{"name": "no_such_tool", "arguments": "{}"}]))
+    (result,) = bad.observation.tool_results
+    assert not bad.done and result["error"] and "no_such_tool" in result["content"]
+
+
+@pytest.mark.parametrize(
+    ("service", "fields", "completion"),
+    [
+        ("code", {"task_id": "HumanEval/0"}, CODE),
+        ("code", {"task_id": "HumanEval/0"}, WRONG_CODE),
+        ("toolcall", {"ground_truth": GT}, GT),
+        ("toolcall", {"ground_truth": GT}, GT.replace("Paris", "Rome")),
+    ],
+)
+async def test_single_step_environments_carry_the_components(
+    service: str,
+    fields: dict[str, Any],
+    completion: str,
+    openenv_urls: dict[str, str],
+    services: dict[str, ServiceProcess],
+) -> None:
+    async with ScoreEnv(base_url=openenv_urls[service]) as env:
+        start = await env.reset(**fields)
+        assert start.observation.item == fields and not start.done
+        end = await env.step(ScoreAction(completion=completion))
+    assert end.done and end.observation.error is None
+    check_intact(services[service].url, {**fields, "completion": completion}, end.observation.components, end.reward)
+
+
+async def test_unknown_item_fields_are_refused_at_reset(openenv_urls: dict[str, str]) -> None:
+    async with ScoreEnv(base_url=openenv_urls["code"]) as env:
+        with pytest.raises(Exception, match="not item fields of code"):
+            await env.reset(task_idd="HumanEval/0")
