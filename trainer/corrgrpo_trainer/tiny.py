@@ -79,4 +79,5 @@ def build_tiny_policy(path: str | Path, seed: int = 0) -> tuple[Qwen2ForCausalLM
     with quiet():  # no "Writing model shards" bar
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
+    model.config._name_or_path = str(path)  # as from_pretrained(path) would: TRL loads its KL reference model from it
     return model, tokenizer

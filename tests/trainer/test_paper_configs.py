@@ -1,0 +1,142 @@
+"""The paper recipes (`trainer/configs/paper/`): the authors' launcher settings, loadable, one tiny step each.
+
+The launchers are HKUST-KnowComp/CorrGRPO's `corrgrpo-src/{toolcall_rl,code_rl,agent_security_rl}/run.sh`
+(commit 3586915); LAUNCHERS restates their numbers. verl counts batches in prompts and multiplies its
+mini-batch by `rollout.n`; TRL counts completions: a generation batch is prompts × n, an update mini × n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import require_shared_data
+from servers import start_service
+
+from corrgrpo_trainer.cli import main, read_config
+from corrgrpo_trainer.trl_trainer import CorrGRPOConfig
+
+PAPER = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "paper"
+LAUNCHERS: dict[str, dict[str, Any]] = {
+    "toolcall": {
+        "model": "Qwen/Qwen2.5-3B-Instruct",
+        "prompts": 128,
+        "n": 4,
+        "mini": 32,
+        "kl": 0.0,
+        "epochs": 15,
+        "response": 2048,
+    },
+    "code": {
+        "model": "Qwen/Qwen2.5-Coder-7B-Instruct",
+        "prompts": 64,
+        "n": 8,
+        "mini": 32,
+        "kl": 0.001,
+        "epochs": 15,
+        "response": 2048,
+    },
+    "agentdojo": {
+        "model": "Qwen/Qwen2.5-3B-Instruct",
+        "prompts": 16,
+        "n": 8,
+        "mini": 16,
+        "kl": 0.001,
+        "epochs": 7,
+        "response": 8192,
+    },
+}
+CODE_WEIGHTS = {
+    "format": 0.05,
+    "syntax": 0.05,
+    "compile": 0.05,
+    "runtime": 0.25,
+    "correct": 0.60,
+    "ast_similarity": 0.30,
+    "efficiency": 0.20,
+}
+NO_OVERRIDES = argparse.Namespace(model=None, max_steps=None, output_dir=None)
+
+
+def load(domain: str) -> dict[str, Any]:
+    return read_config(str(PAPER / f"{domain}.yaml"), NO_OVERRIDES)
+
+
+@pytest.mark.parametrize("domain", list(LAUNCHERS))
+def test_a_recipe_carries_its_launchers_settings(domain: str) -> None:
+    config, launcher = load(domain), LAUNCHERS[domain]
+    assert config["domain"] == domain and list(config["services"]) == [domain]
+    assert config["model"] == launcher["model"] and config["estimator"] == "corrgrpo"  # grpo_covariance_coefficient
+    trl = CorrGRPOConfig(**config["trl"], use_cpu=True, advantage_estimator=config["estimator"])
+    assert (trl.learning_rate, trl.beta, trl.num_train_epochs) == (1e-6, launcher["kl"], launcher["epochs"])
+    assert trl.num_generations == launcher["n"] and trl.max_completion_length == launcher["response"]
+    assert trl.generation_batch_size == launcher["prompts"] * launcher["n"]
+    assert trl.per_device_train_batch_size * trl.gradient_accumulation_steps == launcher["mini"] * launcher["n"]
+    assert (trl.temperature, trl.top_p, trl.lr_scheduler_type.value, trl.weight_decay) == (1.0, 1.0, "constant", 0.01)
+
+
+def test_code_weights_are_the_authors() -> None:
+    assert load("code")["services"]["code"]["weights"] == CODE_WEIGHTS
+
+
+def test_agentdojo_recipe_names_the_authors_held_out_user_tasks() -> None:
+    """Their split: a user task is held out when sha256("<suite>:<task>")'s first 8 hex digits / 2^32 < 0.2."""
+    from agentdojo.task_suite.load_suites import get_suites
+
+    text = (PAPER / "agentdojo.yaml").read_text()
+    line = next(line for line in text.splitlines() if "banking" in line and "workspace" in line and ";" in line)
+    listed = {suite: numbers.split() for suite, numbers in re.findall(r"([a-z]+)((?: \d+)+)", line.split("(")[0])}
+    held_out = {
+        name: [
+            task.split("_")[-1]
+            for task in suite.user_tasks
+            if int(hashlib.sha256(f"{name}:{task}".encode()).hexdigest()[:8], 16) / 2**32 < 0.2
+        ]
+        for name, suite in get_suites("v1.2.2").items()
+    }
+    assert listed == {name: sorted(tasks, key=int) for name, tasks in held_out.items()}
+    config = load("agentdojo")["dataset"]
+    assert config["suites"] == sorted(held_out) and config["injection_tasks"] == "all" and config["exclude_unearned"] is False
+
+
+def tiny_step(domain: str, tmp_path: Path, url: str, dataset: dict[str, Any] | None) -> dict[str, Any]:
+    """One step of the tiny policy on the recipe with only its sizes shrunk to CPU scale."""
+    config = yaml.safe_load((PAPER / f"{domain}.yaml").read_text())
+    config["services"][domain]["url"] = url
+    config["dataset"] = dataset or config["dataset"]
+    config["trl"] |= {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "generation_batch_size": 2}
+    config["trl"] |= {"num_generations": 2, "max_completion_length": 8, "gradient_checkpointing": False, "use_cpu": True}
+    config["trl"] |= {"output_dir": str(tmp_path / "out")} | ({"max_tool_calling_iterations": 1} if domain == "agentdojo" else {})
+    (tmp_path / f"{domain}.yaml").write_text(yaml.safe_dump(config))
+    assert main(["train", "--config", str(tmp_path / f"{domain}.yaml"), "--model", "tiny", "--max-steps", "1"]) == 0
+    [step] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    return step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("domain", "data", "limit"),
+    [
+        ("toolcall", "rlla_4k/test.parquet", 2),
+        ("code", "leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz", 1),
+        ("agentdojo", None, None),
+    ],
+)
+def test_one_tiny_step_of_each_recipe(domain: str, data: str | None, limit: int | None, tmp_path: Path) -> None:
+    dataset = (
+        {"path": str(require_shared_data(data)), "limit": limit} if data else {"suites": ["banking"], "user_tasks_per_suite": 1}
+    )
+    if domain == "agentdojo":
+        dataset |= {"injection_tasks": ["injection_task_0"], "exclude_unearned": False}
+    with start_service(domain, timeout_s=120) as service:
+        step = tiny_step(domain, tmp_path, service.url, dataset)
+    components = load(domain)["services"][domain]["components"]
+    assert step["step"] == 1 and step["model/params"] < 100_000  # the tiny policy
+    assert all(isinstance(step[f"rewards/{name}/mean"], float) for name in components)
+    assert step["num_tokens"] > 0 and "corrgrpo/zero_var_frac" in step
