@@ -30,7 +30,7 @@ from typing import IO
 import httpx
 
 from .registry import ServiceDeclaration, declared
-from .settings import ServiceSettings
+from .settings import ServiceSettings, local_service_env
 
 PROG = "python -m corrgrpo_service"
 START_TIMEOUT_S = 300  # AgentDojo imports for tens of seconds on a loaded 2-core machine
@@ -88,16 +88,10 @@ def die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def child_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key not in ("CORRGRPO_REDIS_URL", "CORRGRPO_PORT")}
-    env.setdefault("CORRGRPO_LOG_JSON", "false")
-    return env | {"PYTHONUNBUFFERED": "1"}
-
-
 def launch(service: ServiceDeclaration, host: str, port: int) -> Running:
     process = subprocess.Popen(
         [sys.executable, "-m", service.module, "--host", host, "--port", str(port)],
-        env=child_env(),
+        env=local_service_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
