@@ -20,8 +20,22 @@ def valid_text(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
+def _flat_ascii(value: dict[Any, Any]) -> bool:
+    """Whether a dict holds only ASCII keys and scalar or ASCII values: most `info`, passed on without a copy."""
+    for key, inner in value.items():
+        kind = type(inner)
+        if not (type(key) is str and key.isascii() and (kind in _PLAIN or (kind is str and inner.isascii()))):
+            return False
+    return True
+
+
 def valid_json(value: Any) -> Any:
     """`value` (JSON data: dicts, lists, scalars) with `valid_text` applied to every string in it, keys included."""
+    if type(value) is dict and _flat_ascii(value):
+        return value
     if isinstance(value, str):
         return valid_text(value)
     if isinstance(value, dict):
