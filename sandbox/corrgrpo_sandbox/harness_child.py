@@ -63,32 +63,29 @@ def encode(x: Any) -> Any:
     return {"__t": "unencodable", "v": t.__name__}
 
 
-def load(prelude: str, solution: str, fd: int = CHANNEL, **compiled: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Compile the assembled program (prelude + "\\n" + solution) and the two parts, and report it before anything
-    runs; then run the prelude, and the solution's top level in a copy of the prelude's namespace (so the prelude's
-    own functions keep theirs). Reports the top level; exits when either step failed."""
+def load(prelude: str, solution: str, fd: int = CHANNEL) -> dict[str, Any]:
+    """Compile the assembled program (prelude + "\n" + solution) and report it before anything runs, then run it as
+    `__main__` and report its top level; exits when either failed. Nothing here needs the prelude kept apart from
+    the solution: the tests' checks run outside this process (the parent, or assert mode's judge, use their own)."""
     try:
-        compile(prelude + "\n" + solution, "<program>", "exec")
-        prelude_code, solution_code = compile(prelude, "<prelude>", "exec"), compile(solution, "<solution>", "exec")
+        code = compile(prelude + "\n" + solution, "<program>", "exec")
     except BaseException as error:  # things the parser accepts but the compiler does not: `return` outside a function
         send({"compiled": False, "error": describe(error)}, fd)
         os._exit(1)
-    send({"compiled": True, **compiled}, fd)
-    prelude_ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    send({"compiled": True}, fd)
+    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        exec(prelude_code, prelude_ns)
-        ns = dict(prelude_ns)
-        exec(solution_code, ns)
+        exec(code, ns)
     except BaseException as error:
         send({"toplevel": describe(error)}, fd)
         os._exit(1)
     send({"toplevel": "ok"}, fd)
-    return prelude_ns, ns
+    return ns
 
 
 def run_io(prelude: str, solution: str, entry: str, calls: list[str]) -> None:
     """Evaluate each call expression with `candidate` bound; write each output (or the error) as it comes."""
-    _, ns = load(prelude, solution)
+    ns = load(prelude, solution)
     try:
         candidate = eval(entry, ns)
     except BaseException as error:
@@ -125,11 +122,10 @@ class NotData(TypeError):
     """A value that cannot cross: the candidate returned (or the test passed) something other than data."""
 
 
-def prelude_classes(prelude_ns: dict[str, Any], ns: dict[str, Any] | None = None) -> dict[str, type]:
-    """The classes the prelude defines (not those it imports), by name; `ns` may rebind a name to another class."""
-    names = [n for n, v in prelude_ns.items() if isinstance(v, type) and v.__module__ == prelude_ns["__name__"]]
-    later = ns or prelude_ns
-    return {n: later[n] if isinstance(later.get(n), type) else prelude_ns[n] for n in names}
+def program_classes(ns: dict[str, Any]) -> dict[str, type]:
+    """The classes a program defines (not those it imports), by name. In the judge: the prelude's, the only ones it
+    rebuilds; in the candidate's process: the prelude's and the solution's (a class the judge lacks stays refused)."""
+    return {n: v for n, v in ns.items() if isinstance(v, type) and v.__module__ == ns["__name__"]}
 
 
 @contextlib.contextmanager
@@ -250,8 +246,10 @@ def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tupl
         elif type(entry) is not list or not entry:
             raise ProtocolError(f"object {at} is not an entry")
         elif entry[0] == "obj":
-            if type(entry[1]) is not str or entry[1] not in classes:
-                raise ProtocolError(f"object {at} is of a class the prelude does not define")
+            if type(entry[1]) is not str:
+                raise ProtocolError(f"object {at} has no class name")
+            if entry[1] not in classes:
+                raise NotData(f"{entry[1][:80]} is not data (not a class the prelude defines)")
             made[at] = object.__new__(classes[entry[1]])
         elif entry[0] in MUTABLE:
             made[at] = {"list": list, "dict": dict, "set": set}[entry[0]]()
@@ -397,7 +395,7 @@ def run_assert(prelude: str, solution: str, entry: str) -> None:
         try:  # while the candidate loads
             test = sys.stdin.buffer.read().decode()
             exec(compile(prelude, "<prelude>", "exec"), ns)
-            candidate.classes = prelude_classes(ns)
+            candidate.classes = program_classes(ns)
             if entry.isidentifier():  # a prelude helper or the test calling the function by name calls the candidate
                 ns[entry] = candidate
             exec(compile(test, "<test>", "exec"), ns)
@@ -459,13 +457,13 @@ def become_candidate(calls: int, replies: int) -> None:
 
 def serve(prelude: str, solution: str, entry: str) -> None:
     """The candidate's process: load the program, then answer calls until the judge closes the pipe. Never returns."""
-    prelude_ns, ns = load(prelude, solution, REPLIES)
+    ns = load(prelude, solution, REPLIES)
     try:
         function = eval(entry, ns)
     except BaseException as error:
         send({"error": describe(error)}, REPLIES)
         os._exit(1)
-    classes = prelude_classes(prelude_ns, ns)
+    classes = program_classes(ns)
     send({"ready": True}, REPLIES)
     calls = os.fdopen(CALLS, "rb")
     for line in calls:

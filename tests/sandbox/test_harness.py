@@ -383,7 +383,9 @@ def test_the_graph_codec_keeps_identity_cycles_and_mutations() -> None:
     not_data, _ = pack([object()], classes)
     with pytest.raises(NotData):
         unpack(not_data, classes)
-    for forged in ({"roots": [{"@": 5}], "objects": []}, {"roots": [{"@": 0}], "objects": [["obj", "Other", []]]}):
+    with pytest.raises(NotData):
+        unpack({"roots": [{"@": 0}], "objects": [["obj", "Other", []]]}, classes)
+    for forged in ({"roots": [{"@": 5}], "objects": []}, {"roots": [{"@": 0}], "objects": [["tuple", [{"@": 0}]]]}):
         with pytest.raises(ProtocolError):
             unpack(forged, classes)
 
