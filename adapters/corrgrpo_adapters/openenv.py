@@ -21,6 +21,7 @@ these synchronous methods on its thread pool.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from typing import Any
 
 from openenv.core.client_types import StepResult
@@ -75,6 +76,13 @@ def _ended(observation: Observation, result: ItemResult) -> Observation:
     )
 
 
+def _known(fields: dict[str, Any], known: Collection[str], service: str) -> None:
+    """A reset naming a field the service does not know is refused, not silently scored without it."""
+    unknown = set(fields) - set(known)
+    if unknown:
+        raise ValueError(f"not item fields of {service}: {sorted(unknown)} (known: {sorted(known)})")
+
+
 def _call(call: dict[str, Any]) -> dict[str, Any]:
     """A call in the episode API's form, from OpenAI's names (`name`, `arguments` as JSON text) too."""
     body = {
@@ -94,6 +102,8 @@ class AgentDojoEnvironment(Environment[AgentDojoAction, AgentDojoObservation, Se
         self._state = ServiceState()
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **spec: Any) -> AgentDojoObservation:
+        """A new episode (one left unfinished before expires on the service)."""
+        _known(spec, SPEC_KEYS, "agentdojo")
         body = {key: spec[key] for key in SPEC_KEYS if spec.get(key) is not None}
         episode = Episode.model_validate(self.client.request("POST", "/v1/episodes", body))
         self._state = ServiceState(episode_id=episode.episode_id, spec={key: getattr(episode, key) for key in SPEC_KEYS})
@@ -135,11 +145,7 @@ class ScoreEnvironment(Environment[ScoreAction, ScoreObservation, ServiceState])
         self._state = ServiceState()
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **fields: Any) -> ScoreObservation:
-        unknown = set(fields) - self.service.shape.fields
-        if unknown:
-            raise ValueError(
-                f"not item fields of {self.service.name}: {sorted(unknown)} (known: {sorted(self.service.shape.fields)})"
-            )
+        _known(fields, self.service.shape.fields, self.service.name)
         self._state = ServiceState(episode_id=episode_id, spec=fields)
         return ScoreObservation(item=fields)
 

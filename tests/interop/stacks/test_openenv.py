@@ -121,7 +121,8 @@ async def test_single_step_environments_carry_the_components(
     check_intact(services[service].url, {**fields, "completion": completion}, end.observation.components, end.reward)
 
 
-async def test_unknown_item_fields_are_refused_at_reset(openenv_urls: dict[str, str]) -> None:
-    async with ScoreEnv(base_url=openenv_urls["code"]) as env:
-        with pytest.raises(Exception, match="not item fields of code"):
-            await env.reset(task_idd="HumanEval/0")
+@pytest.mark.parametrize(("service", "client"), [("code", ScoreEnv), ("agentdojo", AgentDojoEnv)])
+async def test_unknown_fields_are_refused_at_reset(service: str, client: type, openenv_urls: dict[str, str]) -> None:
+    async with client(base_url=openenv_urls[service]) as env:
+        with pytest.raises(Exception, match=f"not item fields of {service}"):
+            await env.reset(task_idd="HumanEval/0", suite="banking", user_task="user_task_0")
