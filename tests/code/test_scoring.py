@@ -14,7 +14,7 @@ import pytest
 from conftest import require_shared_data
 
 from corrgrpo_code.problems import humaneval_problems, load_problems
-from corrgrpo_code.scoring import CodeScorer, ScoringConfig
+from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
@@ -51,7 +51,7 @@ def test_every_humaneval_canonical_solution_is_correct_and_identical(sandbox: Sa
     assert not wrong
     scored = [r for r in results if isinstance(r, Scored)]
     assert all(r.components["ast_similarity"] == 1 and r.components["format"] == 1 for r in scored)
-    assert all(r.components["efficiency"] > 0 and r.info["t_ref"] > 0 for r in scored)
+    assert all(r.info["t_ref"] > 0 and r.components["efficiency"] == efficiency(r.info["t"], r.info["t_ref"]) for r in scored)
     assert sum(r.info["mode"] == "io" for r in scored) == 156
 
 
@@ -79,7 +79,8 @@ SQUARE = CodeProblem(
     [
         ("no code at all", [0, 0, 0, 0], "syntax"),
         (fenced("def square(x) return x"), [0, 0, 0, 0], "syntax"),
-        (fenced("import no_such_module\ndef square(x): return x * x"), [1, 0, 0, 0], "toplevel"),
+        (fenced("def square(x): return x * x\nreturn 1"), [1, 0, 0, 0], "syntax"),  # parses, does not compile
+        (fenced("import no_such_module\ndef square(x): return x * x"), [1, 1, 0, 0], "toplevel"),  # compiles, then raises
         (fenced("def square(x): return x / 0"), [1, 1, 0, 0], "test_error"),
         (fenced("def square(x):\n    while True: pass"), [1, 1, 0, 0], "timeout"),
         (fenced("def square(x): return x + x"), [1, 1, 1, 0], "assertion"),
@@ -91,7 +92,8 @@ def test_dependency_chain(sandbox: Sandbox, completion: str, chain: list[int], s
     (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=completion)])
     assert isinstance(result, Scored)
     assert [result.components[k] for k in CHAIN] == chain and result.info["stage"] == stage
-    assert (result.components["efficiency"] > 0) == (stage == "passed")
+    if stage != "passed":
+        assert result.components["efficiency"] == 0 and "t_ref" not in result.info
 
 
 def test_code_over_the_limit_is_not_run(sandbox: Sandbox) -> None:
@@ -118,7 +120,7 @@ def test_unknown_task_is_a_per_item_error_and_order_is_kept(sandbox: Sandbox) ->
 def test_each_distinct_reference_is_parsed_once(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 18.3: a 2.8 MB inline reference was re-parsed for every item (1.44 GB peak RSS)."""
     other = SQUARE.model_copy(update={"reference": SQUARE.reference + "# changed\n"})
-    references, parsed, parse = {SQUARE.reference, other.reference}, [], ast.parse
+    references, parsed, parse = {SQUARE.reference.strip(), other.reference.strip()}, [], ast.parse  # parsed stripped
     monkeypatch.setattr(
         ast, "parse", lambda source, *a, **k: (parsed.append(source) if source in references else None) or parse(source, *a, **k)
     )
@@ -146,7 +148,18 @@ class AnomalousSandbox:
         probe = "square" not in source
         if probe and self.healthy_probe:
             return ExecResult(
-                0, None, b"", b"", b'{"toplevel": "ok"}\n{"done": true}\n', False, False, 0.01, 0.01, 1, "bwrap", None
+                0,
+                None,
+                b"",
+                b"",
+                b'{"compiled": true}\n{"toplevel": "ok"}\n{"done": true}\n',
+                False,
+                False,
+                0.01,
+                0.01,
+                1,
+                "bwrap",
+                None,
             )
         # a forged-looking pass on the channel must not matter: the anomaly wins
         channel = b'{"toplevel": "ok"}\n{"i": 0, "out": 9}\n{"i": 1, "out": 4}\n{"done": true}\n'

@@ -1,4 +1,4 @@
-"""Pure pieces of the code service: extraction, format, AST similarity, the I/O-mode splitter, datasets."""
+"""Pure pieces of the code service: AST similarity, the I/O-mode splitter, datasets (extraction: test_parity)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,10 @@ import time
 
 import pytest
 
-from corrgrpo_code.extract import extract_code, format_score
 from corrgrpo_code.problems import humaneval_problems, load_problems, problem_hash
 from corrgrpo_code.similarity import ast_similarity
 from corrgrpo_code.split import split_check
 from corrgrpo_sandbox.harness import encode
-
-TWO_BLOCKS = "Draft:\n```python\ndef f(): return 1\n```\nFinal:\n```py\ndef f(): return 2\n```\n"
-
-
-def test_extraction_modes_and_format() -> None:
-    assert extract_code(TWO_BLOCKS) == "def f(): return 2\n"
-    assert extract_code(TWO_BLOCKS, "first") == "def f(): return 1\n"
-    assert extract_code(TWO_BLOCKS, "only") is None
-    assert extract_code("```python\nx = 1\n```", "only") == "x = 1\n"
-    assert extract_code("no code here") is None
-    assert extract_code("```js\nlet x\n```") is None
-    assert (format_score(TWO_BLOCKS), format_score("```python\nx = 1\n```"), format_score("x = 1")) == (0.0, 1.0, 0.0)
 
 
 def test_ast_similarity_abstracts_names_and_literals() -> None:

@@ -28,7 +28,7 @@ from corrgrpo_sandbox import Sandbox
 from corrgrpo_sandbox.isolation import IsolationUnavailable
 from corrgrpo_service import MemoryStore, Scored
 
-from .extract import extract_code
+from .extract import extract
 from .problems import load_problems, read_jsonl
 from .scoring import CodeScorer, PreparedProblem, ScoringConfig, run_tests
 
@@ -59,7 +59,7 @@ def paired_rounds(
     for round_index in range(rounds):
         faster = 0
         for prepared, code in pairs:
-            order = [code, prepared.problem.reference]
+            order = [code, prepared.reference.code]
             runs = [
                 run_tests(sandbox, prepared, source, config.limits) for source in (order if round_index % 2 == 0 else order[::-1])
             ]
@@ -84,11 +84,8 @@ def evaluate(
         results = asyncio.run(scorer.score(items))
         scorer.close()
     scored = [(item, r) for item, r in zip(items, results, strict=True) if isinstance(r, Scored)]
-    eligible = [
-        (PreparedProblem.of(problems[item.task_id or ""]), extract_code(item.completion, config.extract, config.languages) or "")
-        for item, r in scored
-        if r.components["correct"] == 1
-    ]
+    prepared = [(PreparedProblem.of(problems[item.task_id or ""]), item) for item, r in scored if r.components["correct"] == 1]
+    eligible = [(problem, extract(item.completion, problem.marker).code) for problem, item in prepared]
     os.sched_setaffinity(0, {core if core is not None else min(os.sched_getaffinity(0))})
     percentages = []
     if eligible:

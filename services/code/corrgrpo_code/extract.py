@@ -1,64 +1,71 @@
-"""Code extraction from a model response, and the `format` component. One pass over the lines: linear.
+"""Code extraction from a model response and the `format` component, the authors' rule.
 
-A fenced block opens at a line starting with three backticks (after optional spaces) and an
-optional language tag, and closes at the next line starting with three backticks that is not
-itself a bare opening fence (` ```python `): so a closing fence followed by other text on its line
-(an EOS token kept by the decoder, ` ```<|im_end|> `, ` ```</s> `) still closes the block. A block is
-Python when its tag is in `FENCE_LANGUAGES` (case-insensitive). Which block is the code is a
-choice: `last` (default: models often draft, then give the final answer), `first`, or `only`
-(code only when there is exactly one block). `format` is 1 iff the response has exactly one block.
+A fenced block is the text between two occurrences of three backticks, paired from the start of the (stripped)
+response (first with second, third with fourth; an unpaired last one is ignored), anywhere on a line. Its body
+loses a leading `python` or `py` tag (any case), then spaces and tabs, then one newline. Any block counts: an
+untagged one, or one tagged otherwise (whose tag then stays in the body, which rarely parses).
+
+The code is the block that contains the problem's *marker*, the longest such (the longest of all when none
+does; the first on ties), stripped: a response that quotes the starter code, then gives the implementation,
+is scored on the implementation. The marker is `class Solution` for a LeetCode entry point (`Solution().twoSum`:
+the authors' rule) and `def name(` for a function entry point (HumanEval's `has_close_elements`: ours).
+Without a block, the code is the response after its last `</think>`, from the marker's first occurrence on.
+`format` is 1 iff the response has a block and the code contains the marker.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from dataclasses import dataclass
 
-ExtractMode = Literal["last", "first", "only"]
-FENCE_LANGUAGES = ("python", "py", "python3")
 _FENCE = "```"
-_TAG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
-_BARE_TAG = re.compile(r"[ \t]*[A-Za-z0-9_+-]+[ \t\r]*")
+_TAG = re.compile(r"(?:python|py)?[ \t]*\n?", re.IGNORECASE)
+_ENTRY = re.compile(r"\s*([A-Za-z_]\w*)\s*(\()?")
 
 
-def _fenced_blocks(response: str) -> list[tuple[str, str]]:
-    """(lowercased tag, body) of every closed fenced block, in order."""
-    blocks: list[tuple[str, str]] = []
-    tag, body = "", None
-    for line in response.split("\n"):
-        stripped = line.lstrip(" \t")
-        fence = stripped.startswith(_FENCE)
-        if body is None:
-            if fence:
-                tag, body = _TAG.match(stripped, len(_FENCE)).group(1).lower(), []  # type: ignore[union-attr]
-        elif fence and not _BARE_TAG.fullmatch(stripped, len(_FENCE)):
-            blocks.append((tag, "".join(f"{part}\n" for part in body)))
-            body = None
-        else:
-            body.append(line)
+def split_fences(text: str) -> list[str]:
+    """The raw bodies of the fenced blocks of `text`, in order (linear: one scan for each fence)."""
+    blocks: list[str] = []
+    start = text.find(_FENCE)
+    while start >= 0:
+        body = _TAG.match(text, start + len(_FENCE)).end()  # type: ignore[union-attr]  # always matches (all optional)
+        end = text.find(_FENCE, body)
+        if end < 0:
+            break
+        blocks.append(text[body:end])
+        start = text.find(_FENCE, end + len(_FENCE))
     return blocks
 
 
-def python_blocks(response: str, languages: tuple[str, ...] = FENCE_LANGUAGES) -> list[str]:
-    """The bodies of the fenced Python blocks, in order."""
-    return [body for tag, body in _fenced_blocks(response) if tag in languages]
+def marker_of(entry_point: str) -> str:
+    """What the code must contain: `class X` when the entry point instantiates X (`X().f`), else `def f(`."""
+    found = _ENTRY.match(entry_point)
+    if found is None:
+        return entry_point.strip()
+    name, call = found.groups()
+    return f"class {name}" if call else f"def {name}("
 
 
-def pick_block(blocks: list[str], mode: ExtractMode = "last") -> str | None:
-    """The block to score among a response's Python blocks, or None when there is none under `mode`."""
-    if not blocks or (mode == "only" and len(blocks) != 1):
-        return None
-    return blocks[0] if mode == "first" else blocks[-1]
+def pick_code(blocks: list[str], marker: str) -> str:
+    """The block with the marker, longest first (raw length, as the authors compare it), stripped."""
+    return max(blocks, key=lambda block: (marker in block, len(block))).strip()
 
 
-def format_of(blocks: list[str]) -> float:
-    return 1.0 if len(blocks) == 1 else 0.0
+@dataclass(frozen=True)
+class Extracted:
+    code: str  # "" when there is none
+    fenced: bool  # the response has a fenced block
+    format: float
 
 
-def extract_code(response: str, mode: ExtractMode = "last", languages: tuple[str, ...] = FENCE_LANGUAGES) -> str | None:
-    """The code to score, or None when the response has none under `mode`."""
-    return pick_block(python_blocks(response, languages), mode)
-
-
-def format_score(response: str, languages: tuple[str, ...] = FENCE_LANGUAGES) -> float:
-    return format_of(python_blocks(response, languages))
+def extract(response: str, marker: str) -> Extracted:
+    text = response.strip()
+    blocks = split_fences(text)
+    if blocks:
+        code = pick_code(blocks, marker)
+    else:
+        if "</think>" in text:
+            text = text.rsplit("</think>", 1)[-1].strip()
+        start = text.find(marker)
+        code = text[start:] if start >= 0 else text
+    return Extracted(code, bool(blocks), float(bool(blocks) and marker in code))

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import queue
+import re
 import statistics
 import threading
 import time
@@ -26,9 +27,9 @@ from corrgrpo_sandbox import Limits, RunCancelled, Sandbox
 from corrgrpo_sandbox.harness import HarnessResult, IOTest, parse_solution, run_assert, run_io
 from corrgrpo_service import Scored, Store, StoreUnavailable
 
-from .extract import FENCE_LANGUAGES, ExtractMode, format_of, pick_block, python_blocks
+from .extract import extract, marker_of
 from .problems import problem_hash
-from .similarity import ReferenceTree
+from .similarity import OverBudget, Reference
 from .split import split_check
 
 log = logging.getLogger("corrgrpo.code")
@@ -38,6 +39,10 @@ HARNESS_LIMITS = Limits(output_bytes=1 << 20)  # the channel carries every test'
 PREPARED_CACHE = 256  # distinct problems kept prepared (split tests, reference tree)
 PROBE = "def f():\n    return 1\n"  # a run the sandbox must pass when it is healthy
 REFERENCE_MEMO_S = 300.0  # how long a replica keeps a successful t_ref in memory instead of asking the store
+# In the t_ref store key: bumped whenever what a run's time covers changes (v2: the child compiles the program before
+# running it, assert-mode checks move to a judge), so no replica compares a t with a t_ref timed another way.
+TREF_VERSION = 2
+_ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")  # the harness's error text for a raised AssertionError
 
 
 class SandboxFault(RuntimeError):
@@ -47,14 +52,11 @@ class SandboxFault(RuntimeError):
 @dataclass(frozen=True)
 class ScoringConfig:
     limits: Limits = HARNESS_LIMITS
-    extract: ExtractMode = "last"
-    languages: tuple[str, ...] = FENCE_LANGUAGES
     cache_prefix: str = "corrgrpo:code:"
     reference_runs: int = 4
     reference_attempts: int = 3  # a failed or noisy measurement is retried (neighbours may have starved it)
     reference_ttl_s: float = 7 * 24 * 3600.0  # every t_ref key expires
     reference_failure_ttl_s: float = 30.0  # a failed measurement is shared briefly, never kept as final
-    efficiency_cap: float = 2.0
     efficiency: bool = True  # False: never measure t_ref; the component is 0
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
 
@@ -64,14 +66,16 @@ class PreparedProblem:
     problem: CodeProblem
     key: str
     io_tests: list[IOTest] | None  # None: assert mode
-    reference: ReferenceTree
+    marker: str  # what extraction looks for and `format` requires (`extract.marker_of`)
+    reference: Reference
     t_ref: dict[str, Any] | None = None  # a successful t_ref, kept until `t_ref_until` (CodeScorer.reference_time)
     t_ref_until: float = 0.0
 
     @classmethod
     def of(cls, problem: CodeProblem, key: str | None = None) -> PreparedProblem:
         key = key or problem_hash(problem)
-        return cls(problem, key, split_check(problem.test), ReferenceTree.of(problem.reference))
+        marker = marker_of(problem.entry_point)
+        return cls(problem, key, split_check(problem.test), marker, Reference.of(problem.reference, marker))
 
 
 def _run_once(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool) -> HarnessResult:
@@ -96,13 +100,20 @@ def run_tests(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits
     return result
 
 
-def components(fmt: float, similarity: float, result: HarnessResult, efficiency: float) -> dict[str, float]:
-    """The dependency chain: syntax → compile → runtime → correct; efficiency only when correct.
-    An anomaly the solution caused (stage `anomaly`) counts as not compiling: nothing after it is trusted."""
-    syntax = result.stage != "syntax"
-    compiled = syntax and result.stage not in ("toplevel", "anomaly")
-    runtime = compiled and result.stage in ("assertion", "passed")
-    correct = result.stage == "passed"
+def _raised_assertion(result: HarnessResult) -> bool:
+    """An AssertionError that ended the run outside a test's check (the code's own `assert`, at its top level or in the
+    function under test): for `runtime`, the authors count every AssertionError as a failed test, not a crash."""
+    return result.stage in ("toplevel", "test_error") and bool(_ASSERTION.match(result.error or ""))
+
+
+def components(fmt: float, syntax: bool, similarity: float, result: HarnessResult) -> dict[str, float]:
+    """The dependency chain: syntax (the code parses, here) → compile (prelude + code compiled in the sandbox's child,
+    `HarnessResult.compiled`) → runtime (no error but a failed assertion) → correct (every test passed). An anomaly
+    the solution caused counts as not compiling: nothing of an untrustworthy run is trusted. Efficiency is added
+    later, for correct items only (`CodeScorer._add_efficiency`)."""
+    compiled = syntax and result.compiled is True and result.stage != "anomaly"
+    runtime = compiled and (result.stage in ("assertion", "passed") or _raised_assertion(result))
+    correct = compiled and result.stage == "passed"
     return {
         "format": fmt,
         "syntax": float(syntax),
@@ -110,8 +121,16 @@ def components(fmt: float, similarity: float, result: HarnessResult, efficiency:
         "runtime": float(runtime),
         "correct": float(correct),
         "ast_similarity": similarity,
-        "efficiency": efficiency if correct else 0.0,
+        "efficiency": 0.0,
     }
+
+
+def efficiency(t: float, t_ref: float | None) -> float:
+    """The authors' `clip(1 - t / t_ref, 0, 1)` of a correct run; 0 unless both times are known and positive (their
+    `applied`): as fast as the reference or slower earns 0."""
+    if t_ref is None or t_ref <= 0 or t <= 0:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 - t / t_ref))
 
 
 def _noisy(times: list[float]) -> bool:
@@ -236,17 +255,16 @@ class CodeScorer:
     def evaluate(self, problem: CodeProblem, completion: str) -> _Outcome:
         """Everything but t_ref, blocking (extraction, parsing, the run, AST similarity): off the event loop."""
         config = self.config
-        blocks = python_blocks(completion, config.languages)
-        fmt, code = format_of(blocks), pick_block(blocks, config.extract)
-        if code is not None and len(code) > config.max_code_chars:
+        prepared = self.prepare(problem)
+        extracted = extract(completion, prepared.marker)
+        code = extracted.code
+        if len(code) > config.max_code_chars:
             error = f"code of {len(code)} characters is over the limit of {config.max_code_chars}; not run"
             zeros = dict.fromkeys(("syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency"), 0.0)
-            return _Outcome(Scored({"format": fmt, **zeros}, {"stage": "too_long", "error": error}))
-        prepared = self.prepare(problem)
-        tree = parse_solution(code or "")
-        parsed = not isinstance(tree, str)  # the syntax check and the similarity share one parse
-        result = run_tests(self.sandbox, prepared, code or "", config.limits, parsed)
-        similarity = prepared.reference.similarity(tree) if not isinstance(tree, str) else 0.0
+            return _Outcome(Scored({"format": extracted.format, **zeros}, {"stage": "too_long", "error": error}))
+        parsed = parse_solution(code)  # the syntax check and the similarity share one parse
+        tree = None if isinstance(parsed, str) else parsed
+        result = run_tests(self.sandbox, prepared, code, config.limits, parsed=tree is not None)
         info: dict[str, Any] = {
             "stage": result.stage,
             "error": result.error,
@@ -256,8 +274,14 @@ class CodeScorer:
             "isolation": result.exec.isolation if result.exec else self.sandbox.isolation,
             "t": result.exec.cpu_s if result.exec else None,
             "t_wall": result.exec.wall_s if result.exec else None,
+            "fenced": extracted.fenced,
+            "ast_reference": prepared.reference.available,  # False: no reference to compare with, similarity 0
         }
-        scored = Scored(components(fmt, similarity, result, 0.0), info)
+        try:
+            similarity = prepared.reference.similarity(tree)
+        except OverBudget as error:  # too repetitive or too large to compare within the budget: scores 0
+            similarity, info["ast_error"] = 0.0, str(error)
+        scored = Scored(components(extracted.format, tree is not None, similarity, result), info)
         if config.efficiency and result.ok and result.exec is not None:
             return _Outcome(scored, prepared, result.exec.cpu_s)
         return _Outcome(scored)
@@ -265,9 +289,7 @@ class CodeScorer:
     def _add_efficiency(self, outcome: _Outcome, reference: dict[str, Any]) -> None:
         info = outcome.scored.info
         info.update({"t_ref": reference["t_ref"], "t_ref_source": reference["source"], "t_ref_error": reference.get("error")})
-        if reference["t_ref"] is not None:
-            efficiency = min(reference["t_ref"] / max(outcome.cpu_s, 1e-6), self.config.efficiency_cap)
-            outcome.scored.components["efficiency"] = efficiency
+        outcome.scored.components["efficiency"] = efficiency(outcome.cpu_s, reference["t_ref"])
 
     def measure_reference(self, prepared: PreparedProblem) -> dict[str, Any]:
         """Mean child CPU time of `reference_runs` runs of the reference through the same harness. A failed
@@ -284,7 +306,7 @@ class CodeScorer:
     def _measure_once(self, prepared: PreparedProblem) -> dict[str, Any]:
         times = []
         for _ in range(self.config.reference_runs):
-            result = run_tests(self.sandbox, prepared, prepared.problem.reference, self.config.limits)
+            result = run_tests(self.sandbox, prepared, prepared.reference.code, self.config.limits)
             if not result.ok or result.exec is None:
                 return {"t_ref": None, "error": f"reference fails its tests: {result.stage}: {result.error}"}
             times.append(result.exec.cpu_s)
@@ -304,7 +326,7 @@ class CodeScorer:
         """t_ref from the store, else measured once (the store's `add` is the lock between replicas).
         Every key has a TTL; a failed measurement only a short one, so it is re-measured soon."""
         config = self.config
-        key = f"{config.cache_prefix}tref:{prepared.key}"
+        key = f"{config.cache_prefix}tref:v{TREF_VERSION}:{prepared.key}"
         loop = asyncio.get_running_loop()
         try:
             deadline = loop.time() + LOCK_TTL_S

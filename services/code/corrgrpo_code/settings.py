@@ -15,7 +15,6 @@ from corrgrpo_sandbox import Limits
 from corrgrpo_service import ServiceSettings
 from corrgrpo_service.settings import cpu_count
 
-from .extract import ExtractMode
 from .scoring import HARNESS_LIMITS, ScoringConfig
 
 DEFAULT = ScoringConfig()
@@ -32,8 +31,6 @@ class CodeSettings(ServiceSettings):
         default_factory=cpu_count,
         description="Sandbox workers = concurrent executions (a thread pool runs the blocking `Sandbox.run`); default: CPU count",
     )
-    code_extract: ExtractMode = Field(DEFAULT.extract, description="Which fenced python block is the code: last, first, only")
-    code_fence_languages: str = Field(",".join(DEFAULT.languages), description="Fence tags that mark a Python block")
     code_sandbox_mode: Literal["pool", "fresh"] = Field(
         "pool", description="`pool` (warm workers forking per run) or `fresh` (one interpreter per run)"
     )
@@ -56,7 +53,6 @@ class CodeSettings(ServiceSettings):
         description="Extracted code longer than this is neither parsed nor run: every component but `format` is 0, "
         "`info.stage` = `too_long` (parsing 1 MB of code alone takes seconds)",
     )
-    code_efficiency_cap: float = Field(DEFAULT.efficiency_cap, gt=0, description="efficiency = min(t_ref / t, cap)")
     code_reference_attempts: int = Field(
         DEFAULT.reference_attempts,
         ge=1,
@@ -78,18 +74,12 @@ class CodeSettings(ServiceSettings):
     def limits(self) -> Limits:
         return replace(HARNESS_LIMITS, cpu_s=self.code_cpu_s, wall_s=self.code_wall_s, memory_mb=self.code_memory_mb)
 
-    def languages(self) -> tuple[str, ...]:
-        return tuple(part.strip().lower() for part in self.code_fence_languages.split(",") if part.strip())
-
     def scoring_config(self) -> ScoringConfig:
         return replace(
             DEFAULT,
             limits=self.limits(),
-            extract=self.code_extract,
-            languages=self.languages(),
             cache_prefix=self.code_cache_prefix,
             reference_runs=self.code_reference_runs,
-            efficiency_cap=self.code_efficiency_cap,
             efficiency=self.code_efficiency,
             max_code_chars=self.code_max_chars,
             reference_attempts=self.code_reference_attempts,

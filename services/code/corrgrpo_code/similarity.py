@@ -1,66 +1,50 @@
-"""`ast_similarity`: multiset Jaccard of structural subtrees, identifiers and literal values abstracted.
+"""`ast_similarity`, the authors' definition: difflib's `SequenceMatcher(autojunk=False).ratio()` of the two modules'
+structure sequences, clipped to [0, 1].
 
-Every node is labelled by its type only (names, attributes, argument names and constant values
-are dropped; the load/store context is ignored), and every subtree gets an exact id by interning
-(label, child ids): two subtrees share an id iff they have the same shape. The score is
-|A ∩ B| / |A ∪ B| over the two multisets of subtree ids: 1 for a renamed copy, deterministic (no
-hashing), linear in the size of the trees. Both trees are parsed on their own, so a syntax error
-on either side gives 0.
+A module's sequence is its pre-order walk (`ast.iter_child_nodes` order) writing each node's type name on the way
+in and `/<name>` on the way out; identifiers, literal values and the load/store context are not names of types, so
+a renamed copy scores 1 (the context nodes `Load`/`Store` and operators such as `Add` are nodes: they count).
+ratio = 2·M / (len(candidate) + len(reference)), M the total size of the matching blocks SequenceMatcher finds.
+
+SequenceMatcher is worse than quadratic on repetitive sequences (each matching block re-scans the rest of the
+other side: 2,000 tokens against 2,000 took 315 s), so `matched` is the same block search with the reference's
+positions found by bisection and a budget on the pairs it examines: past `MATCH_BUDGET` the pair is not compared
+and scores 0. Real pairs stay far below it (LeetCodeDataset's largest references against each other: see README).
 """
 
 from __future__ import annotations
 
 import ast
-from collections import Counter
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 
 from corrgrpo_sandbox.harness import parse_python
 
-_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)  # null bytes; absurd nesting (parser stack)
+from .extract import pick_code, split_fences
+
+MATCH_BUDGET = 3_000_000  # (i, j) pairs one comparison examines: ~1 s of Python on a loaded core
+_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)  # null bytes; nesting past the parser's stack
+_CLOSING: dict[str, str] = {}
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}  # per node type, the fields that may hold child nodes ("ctx" never counts)
-_UNKNOWN = -1  # a subtree whose shape the table does not hold: nor does any tree above it (its key holds this id)
+class OverBudget(Exception):
+    """The comparison would examine more than its budget of pairs."""
 
 
-def _fields(kind: type) -> tuple[str, ...]:
-    names = _FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")  # type: ignore[attr-defined]
-    return names
-
-
-def _subtree_ids(tree: ast.AST, table: dict[tuple[object, ...], int], grow: bool) -> tuple[Counter[int], int]:
-    """The ids (keyed by node type and child ids) of the subtrees whose shape `table` holds, and the number of
-    subtrees. `grow` adds every new shape to `table` (the reference); else a new shape is `_UNKNOWN`, and so is every
-    tree above it, with no lookup (a candidate, against the shared read-only table). The service's hot loop."""
-    known: list[int] = []
-    count = 0
-
-    def visit(node: ast.AST) -> int:
-        nonlocal count
-        count += 1
-        kind = type(node)
-        key: list[object] = [kind]
-        for name in _FIELDS.get(kind) or _fields(kind):
-            value = getattr(node, name, None)
-            if type(value) is list:
-                for child in value:
-                    if isinstance(child, ast.AST):
-                        key.append(visit(child))
-            elif isinstance(value, ast.AST):
-                key.append(visit(value))
-        if _UNKNOWN in key:
-            return _UNKNOWN
-        shape = tuple(key)
-        node_id = table.get(shape)
-        if node_id is None:
-            if not grow:
-                return _UNKNOWN
-            node_id = table[shape] = len(table)
-        known.append(node_id)
-        return node_id
-
-    visit(tree)
-    return Counter(known), count
+def structure(tree: ast.AST) -> list[str]:
+    """The node-type names in pre-order, each subtree closed by `/<name>` (iterative: any depth the parser took)."""
+    tokens: list[str] = []
+    stack: list[ast.AST | str] = [tree]
+    while stack:
+        node = stack.pop()
+        if type(node) is str:  # a subtree's closing tag, due once its children are written
+            tokens.append(node)
+            continue
+        name = type(node).__name__
+        tokens.append(name)
+        stack.append(_CLOSING.get(name) or _CLOSING.setdefault(name, f"/{name}"))
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))  # type: ignore[arg-type]
+    return tokens
 
 
 def _parse(source: str) -> ast.AST | None:
@@ -70,37 +54,82 @@ def _parse(source: str) -> ast.AST | None:
         return None
 
 
-@dataclass(frozen=True)
-class ReferenceTree:
-    """The reference's subtree ids, computed once per problem (a big inline reference is parsed once, not per item)."""
+def _positions(b: list[str]) -> dict[str, list[int]]:
+    where: dict[str, list[int]] = {}
+    for j, token in enumerate(b):
+        where.setdefault(token, []).append(j)
+    return where
 
-    table: dict[tuple[object, ...], int]
-    ids: Counter[int] | None  # None: the reference does not parse
-    size: int = 0  # its number of subtrees
+
+def matched(a: list[str], b: list[str], where: dict[str, list[int]], budget: int = MATCH_BUDGET) -> int:
+    """Total size of the matching blocks `SequenceMatcher(None, a, b, autojunk=False)` finds (`where`: `b`'s positions
+    per token). Same recursion: the longest block of a region (earliest in `a`, then in `b`), then the regions before
+    and after it. Raises OverBudget past `budget` examined pairs."""
+    total, spent = 0, 0
+    regions = [(0, len(a), 0, len(b))]
+    while regions:
+        alo, ahi, blo, bhi = regions.pop()
+        best_i, best_j, best = alo, blo, 0
+        run: dict[int, int] = {}  # j -> length of the common run ending at (i - 1, j)
+        for i in range(alo, ahi):
+            spots = where.get(a[i], ())
+            grown: dict[int, int] = {}
+            for j in spots[bisect_left(spots, blo) :]:  # type: ignore[call-overload]
+                if j >= bhi:
+                    break
+                spent += 1
+                k = grown[j] = run.get(j - 1, 0) + 1
+                if k > best:
+                    best_i, best_j, best = i - k + 1, j - k + 1, k
+            run = grown
+            spent += 1
+            if spent > budget:
+                raise OverBudget(f"over {budget} pairs")
+        if best:
+            total += best
+            if alo < best_i and blo < best_j:
+                regions.append((alo, best_i, blo, best_j))
+            if best_i + best < ahi and best_j + best < bhi:
+                regions.append((best_i + best, ahi, best_j + best, bhi))
+    return total
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A problem's reference as the comparison needs it, prepared once per problem: its structure (None when it has
+    no code or does not parse: the component is then unavailable, 0) and the positions of each of its tokens."""
+
+    code: str  # what the reference's timing runs execute
+    tokens: list[str] | None
+    where: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, reference: str) -> ReferenceTree:
-        table: dict[tuple[object, ...], int] = {}
-        tree = _parse(reference)
-        try:
-            return cls(table, *_subtree_ids(tree, table, grow=True)) if tree is not None else cls({}, None)
-        except RecursionError:
-            return cls({}, None)
+    def of(cls, reference: str, marker: str) -> Reference:
+        """A reference with a fenced block is reduced to its code as a response is (`extract.pick_code`); a plain one
+        is taken whole, stripped."""
+        text = reference.strip()
+        blocks = split_fences(text)
+        code = pick_code(blocks, marker) if blocks else text
+        tree = _parse(code) if code else None
+        tokens = structure(tree) if tree is not None else None
+        return cls(code, tokens, _positions(tokens) if tokens else {})
 
-    def similarity(self, candidate: ast.AST) -> float:
-        """Similarity of a candidate's syntax tree (parsed once by the caller, who needs it for the syntax check too)."""
-        if self.ids is None:
+    @property
+    def available(self) -> bool:
+        return bool(self.tokens)
+
+    def similarity(self, candidate: ast.AST | None, budget: int = MATCH_BUDGET) -> float:
+        """The ratio for a candidate's syntax tree (None: no code, or it does not parse: 0). Raises OverBudget."""
+        if not self.tokens or candidate is None:
             return 0.0
-        try:
-            ids, size = _subtree_ids(candidate, self.table, grow=False)
-        except RecursionError:  # nested deeper than Python's stack, though the parser took it
-            return 0.0
-        reference = self.ids
-        common = sum(min(count, reference[node_id]) for node_id, count in ids.items())
-        union = size + self.size - common
-        return common / union if union else 1.0
+        tokens = structure(candidate)
+        ratio = 2 * matched(tokens, self.tokens, self.where, budget) / (len(tokens) + len(self.tokens))
+        return min(1.0, max(0.0, ratio))
 
 
-def ast_similarity(candidate: str, reference: str) -> float:
-    tree = _parse(candidate)
-    return ReferenceTree.of(reference).similarity(tree) if tree is not None else 0.0
+def ast_similarity(candidate: str, reference: str, marker: str = "class Solution") -> float:
+    """The component for two sources (the scorer prepares the reference once per problem instead); 0 past the budget."""
+    try:
+        return Reference.of(reference, marker).similarity(_parse(candidate) if candidate.strip() else None)
+    except OverBudget:
+        return 0.0
