@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 from conftest import start_service
 
+from corrgrpo_code.scoring import efficiency
+
 SQUARE = {
     "task_id": "square",
     "entry_point": "square",
@@ -25,7 +27,8 @@ def test_two_replicas_share_the_reference_time_and_score_in_order(redis_url: str
         body = httpx.post(f"{first.url}/v1/score", json={"items": items}, timeout=60).json()
         measured, unknown, wrong = body["results"]
         assert measured["components"]["correct"] == 1 and measured["info"]["t_ref_source"] == "measured"
-        assert measured["components"]["efficiency"] > 0 and measured["info"]["isolation"]
+        assert measured["components"]["efficiency"] == efficiency(measured["info"]["t"], measured["info"]["t_ref"])
+        assert measured["info"]["isolation"]
         assert unknown["error"]["code"] == "unknown_task"
         assert wrong["components"]["runtime"] == 1 and wrong["components"]["correct"] == 0
 
@@ -46,5 +49,6 @@ def test_readyz_reports_the_sandbox_isolation() -> None:
         checks = response.json()["checks"]
         assert checks["sandbox"] == "bwrap"
         components = httpx.get(f"{service.url}/v1/components", timeout=10).json()["components"]
-        names = ["format", "syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency"]
-        assert [c["name"] for c in components] == names
+        weights = {"format": 0.05, "syntax": 0.05, "compile": 0.05, "runtime": 0.25, "correct": 0.6}
+        weights |= {"ast_similarity": 0.3, "efficiency": 0.2}  # the authors' run.sh defaults
+        assert {c["name"]: c["weight"] for c in components} == weights and list(weights) == [c["name"] for c in components]

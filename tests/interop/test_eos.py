@@ -13,6 +13,8 @@ import httpx
 import pytest
 from servers import start_service
 
+from corrgrpo_code.scoring import efficiency
+
 END_TAILS = ["<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<|im_end|>\n<|endoftext|>", "\n</s></s>"]
 GT = '<think>x</think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1, "b": "x"}}\n</tool_call>'
 HUMANEVAL_0 = (
@@ -43,10 +45,12 @@ ENV = {"code": {"CORRGRPO_CODE_DATASETS": "humaneval"}}
 
 
 def exact(result: dict) -> dict[str, float]:
-    """The components that are a function of the text; `efficiency` is measured time (0 iff not correct)."""
+    """The components that are a function of the text; `efficiency`, of measured times, is replaced by whether it is
+    the formula of the `t` and `t_ref` its item reports (0 when not correct)."""
     components = dict(result["components"])
     if "efficiency" in components:
-        components["efficiency"] = float(components["efficiency"] > 0)
+        info = result["info"]
+        components["efficiency"] = float(components["efficiency"] == efficiency(info["t"] or 0.0, info.get("t_ref")))
     return components
 
 

@@ -21,6 +21,7 @@ import redis
 from conftest import REDIS_URL, ServiceProcess, start_service
 
 from corrgrpo_code.problems import humaneval_problems
+from corrgrpo_code.scoring import efficiency
 
 ADD = {
     "task_id": "security/add",
@@ -107,7 +108,7 @@ def test_reference_time_survives_busy_neighbours_and_every_key_expires(service: 
     assert all(r["error"] is None for r in results), results
     measured = results[1]
     assert measured["components"]["correct"] == 1 and measured["info"]["t_ref"] is not None, measured["info"]
-    assert measured["components"]["efficiency"] > 0
+    assert measured["components"]["efficiency"] == efficiency(measured["info"]["t"], measured["info"]["t_ref"])
     assert all(r["components"]["correct"] == 0 for r in results[::2] if r is not measured)
 
     broken = inline(reference="def add(a, b):\n    return a - b\n")
@@ -209,7 +210,7 @@ def test_trailing_special_tokens_do_not_change_the_score(service: ServiceProcess
     assert plain == {"format": 1.0, **dict.fromkeys(CHAIN, 1.0), "ast_similarity": 1.0}
     for variant, result in zip(variants, results[1:], strict=True):
         assert {k: v for k, v in result["components"].items() if k != "efficiency"} == plain, variant
-        assert result["components"]["efficiency"] > 0
+        assert result["components"]["efficiency"] == efficiency(result["info"]["t"], result["info"]["t_ref"])
 
 
 # 18.3 — per-field limits on inline problems (work once per distinct problem: tests/code/test_scoring.py)
