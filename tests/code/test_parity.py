@@ -175,6 +175,7 @@ def ratio(candidate: str, reference: str) -> float:
 
 BUGGY = H0.reference.replace("< threshold", "> threshold")  # Lt -> Gt: one node, 2 of n tokens differ, M = n - 2
 RAISING = H0.reference.replace("return False", "raise ValueError")
+ASSERTING = H0.reference.replace("return False", "assert False, 'no pair'")
 N0 = len(structure(ast.parse(H0.reference.strip())))
 
 # name, response, (format, syntax, compile, runtime, correct), similarity (a number, a source to compare with, or
@@ -188,6 +189,7 @@ H0_CASES = [
     ("own assert", f"```python\n{H0.reference}\nassert False\n```", (1, 1, 1, 1, 0), None, "toplevel"),
     ("failing assert", f"```python\n{BUGGY}\n```", (1, 1, 1, 1, 0), (N0 - 2) / N0, "assertion"),
     ("raising test", f"```python\n{RAISING}\n```", (1, 1, 1, 0, 0), None, "test_error"),
+    ("assert in function", f"```python\n{ASSERTING}\n```", (1, 1, 1, 1, 0), None, "test_error"),  # an AssertionError
     ("syntax error", "```python\ndef has_close_elements(numbers, threshold)\n    return 1\n```", (1, 0, 0, 0, 0), 0.0, "syntax"),
     ("no block, prose", "I cannot solve this.", (0, 0, 0, 0, 0), 0.0, "syntax"),
 ]
