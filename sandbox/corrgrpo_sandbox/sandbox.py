@@ -241,13 +241,10 @@ class Sandbox:
         files = dict(files or {})
         for name in files:
             check_file_name(name)
-        body = {
-            "source": source,
-            "stdin": base64.b64encode(stdin).decode(),
-            "files": {name: base64.b64encode(content).decode() for name, content in files.items()},
-        }
+        body = {"source": source, "files": {name: base64.b64encode(content).decode() for name, content in files.items()}}
         encoded_body = json.dumps(body).encode()
-        header = b'{"limits": %s, "body": %d}' % (_encoded_limits(limits), len(encoded_body))
+        header = b'{"limits": %s, "body": %d, "stdin": %d}' % (_encoded_limits(limits), len(encoded_body), len(stdin))
+        encoded_body += stdin  # raw, after the JSON: the child splices it into its stdin (worker.copy_stdin)
         cancel: threading.Event | None = getattr(self._cancel, "event", None)
         worker = self._take_worker(cancel)
         started = time.monotonic()

@@ -1,9 +1,10 @@
 """The worker interpreter that runs INSIDE the sandbox (stdlib only, run as a script with `python -I`).
 
-It reads requests from one pipe and writes replies to another. A request is a small header (limits, body size)
-followed by the body (program, stdin, files). The worker reads only the header and forks the child FIRST; the
-child reads the body itself, so no program, input or file ever enters the warm worker's memory, and the next
-child (a copy of the worker) cannot find a previous run's data there. Output is read into fixed buffers that are
+It reads requests from one pipe and writes replies to another. A request is a small header (limits, sizes)
+followed by the body (program and files as JSON, then stdin raw). The worker reads only the header and forks the
+child FIRST; the child reads the body itself (stdin spliced into its memfd, never through its memory), so no
+program, input or file ever enters the warm worker's memory, and the next child (a copy of the worker) cannot find
+a previous run's data there. Output is read into fixed buffers that are
 zeroed after each reply for the same reason.
 
 The child becomes the candidate (own session, rlimits, cwd = a private tmp dir, fds 0-3 wired to a memfd and
@@ -268,7 +269,7 @@ def exit_status(error: SystemExit) -> int:
     return 1
 
 
-def set_up(request: dict, workdir: str) -> None:
+def set_up(request: dict, workdir: str, request_fd: int, stdin_size: int) -> None:
     """In the child: its private cwd with the request's files, and stdin as a memfd on fd 0."""
     os.mkdir(workdir, 0o700)
     for name, content in request["files"].items():
@@ -277,14 +278,41 @@ def set_up(request: dict, workdir: str) -> None:
         with open(path, "wb") as handle:
             handle.write(base64.b64decode(content))
     stdin_fd = os.memfd_create("stdin", 0)
-    os.write(stdin_fd, base64.b64decode(request["stdin"]))
+    copy_stdin(request_fd, stdin_fd, stdin_size)
     os.lseek(stdin_fd, 0, os.SEEK_SET)
     os.dup2(stdin_fd, 0)
     os.chdir(workdir)
 
 
+def copy_stdin(request_fd: int, stdin_fd: int, size: int) -> None:
+    """Move stdin from the request stream into its memfd inside the kernel (splice), never through this process's
+    memory: the child that runs the program is this process, or (assert mode's judge) forks it, and a copy freed here
+    would stay readable in its heap. Where splice is refused, one buffer is reused and zeroed."""
+    remaining = size
+    with contextlib.suppress(OSError):
+        while remaining:
+            moved = os.splice(request_fd, stdin_fd, remaining)
+            if not moved:
+                raise EOFError("stream ended inside stdin")
+            remaining -= moved
+    buffer = bytearray(min(remaining, READ_CHUNK))
+    while remaining:
+        count = os.readv(request_fd, [memoryview(buffer)[: min(remaining, len(buffer))]])
+        if not count:
+            raise EOFError("stream ended inside stdin")
+        os.write(stdin_fd, memoryview(buffer)[:count])
+        remaining -= count
+    buffer[:] = bytes(len(buffer))
+
+
 def become_candidate(
-    request_fd: int, size: int, workdir: str, limits: dict, outputs: list[int], go_fd: int, lock_down: Callable[[], None]
+    request_fd: int,
+    sizes: tuple[int, int],
+    workdir: str,
+    limits: dict,
+    outputs: list[int],
+    go_fd: int,
+    lock_down: Callable[[], None],
 ) -> None:
     """In the forked child: read the program, detach, rewire fds, limit, filter syscalls, run it as __main__, exit.
     Never returns.
@@ -293,7 +321,7 @@ def become_candidate(
     CPU the set-up took (subtracted: it is not the candidate's). Everything before that is the worker's code."""
     status = NO_PROGRAM
     try:
-        body = read_exactly(request_fd, size)
+        body = read_exactly(request_fd, sizes[0])
         if body is None:
             return
         status = 1
@@ -303,7 +331,7 @@ def become_candidate(
         try:
             request = json.loads(body)
             del body
-            set_up(request, workdir)
+            set_up(request, workdir, request_fd, sizes[1])
             source = request["source"]
             del request
         finally:
@@ -522,7 +550,7 @@ class Worker:
         if pid == 0:
             become_candidate(
                 self.request_fd,
-                header["body"],
+                (header["body"], header["stdin"]),
                 os.path.join(self.scratch[0], "work"),
                 limits,
                 [write_end for _, write_end in pipes],
