@@ -21,9 +21,8 @@ itself (everything in the child is the candidate's once its code runs):
   process holds the test's text. The judge is non-dumpable (no ptrace, no ``/proc/<judge>/fd`` or ``mem`` for
   the same uid) and alone writes fd 3: whatever the candidate writes, exits with or returns, only the judge's
   ``done`` passes. A candidate that kills or stops the judge, never answers or answers garbage fails
-  (``test_error`` or ``timeout``). Not covered: the bytes of the request pass through the worker's child before
-  the fork, and freed copies of them may remain in the heap the candidate inherits (a raw scan of its own memory
-  may find the test's text); the worker can close this by moving stdin into its memfd without reading it.
+  (``test_error`` or ``timeout``). The worker's child splices stdin into its memfd without reading it, so the
+  heap the candidate inherits holds no copy of the test either.
   What cannot be judged this way fails with ``test_error`` (syntax and compile 1, runtime 0): a test that hands
   the candidate something that is not data (a function, an instance of a class the prelude does not define),
   expects such a thing back (an object of the solution's own class: LeetCode's design problems), inspects the
