@@ -27,7 +27,7 @@ def test_ast_similarity_is_cheap_per_item() -> None:
     start = time.perf_counter()
     for problem in problems:
         assert ast_similarity(problem.reference, problem.reference) == 1.0
-    assert (time.perf_counter() - start) / len(problems) < 0.05  # generous: ~0.3 ms measured; only catches a blow-up
+    assert (time.perf_counter() - start) / len(problems) < 0.05  # generous: ~2 ms measured; only catches a blow-up
 
 
 def test_split_check_extracts_calls_and_keeps_expected_values_in_the_parent() -> None:
