@@ -69,7 +69,8 @@ ITEM_DEPTH = 3  # where an item sits in a `/v1/score` body: {"items": [{...}]}
 def label_item(label: str, completion: str, shape: ItemShape, limits: JsonLimits) -> tuple[dict[str, Any], int] | Problem:
     """The item a label makes with its completion and the JSON values it holds, or its problem as that item.
 
-    Only a text that opens an object can be one (`label_fields`); it is parsed as a request body is, never bare."""
+    Only a text that opens an object can hold fields (`ItemShape.label_fields`): such a text is parsed and checked as
+    a request body is; any other label fills the item's label field unparsed."""
     fields: dict[str, Any] | None = None
     escapes = False
     if label.lstrip().startswith("{"):
