@@ -1,6 +1,7 @@
-"""`python -m corrgrpo_trainer train|advantages|rollout`: train against the services, advantages for other stacks.
+"""`python -m corrgrpo_trainer train|sft|advantages|rollout`: train against the services, advantages for other stacks.
 
 train       --config trainer/configs/<domain>.yaml [--model M] [--max-steps N] [--output-dir D]
+sft         --config trainer/configs/<domain>_sft.yaml [--model M] [--max-steps N] [--output-dir D]   the warm-up
 advantages  --input rewards.json [--estimator corrgrpo|grpo|gdpo|all] [--output out.json]
 rollout     --config trainer/configs/agentdojo.yaml [--episodes N]   multi-turn AgentDojo episodes
 """
@@ -362,7 +363,7 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
     return trainer
 
 
-def read_config(path: str, overrides: argparse.Namespace) -> dict[str, Any]:
+def read_config(path: str, overrides: argparse.Namespace, required: Sequence[str] = ("domain", "services")) -> dict[str, Any]:
     """The YAML config with the command line's overrides applied."""
     try:
         config = yaml.safe_load(Path(path).read_text())
@@ -370,8 +371,9 @@ def read_config(path: str, overrides: argparse.Namespace) -> dict[str, Any]:
         raise InputError(f"cannot read the config {path}: {error.strerror or error}") from None
     except yaml.YAMLError as error:
         raise InputError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
-    if not isinstance(config, dict) or "domain" not in config or "services" not in config:
-        raise InputError(f"{path}: expected a mapping with at least `domain` and `services` (see trainer/configs/)")
+    if not isinstance(config, dict) or any(key not in config for key in required):
+        keys = " and ".join(f"`{key}`" for key in required)
+        raise InputError(f"{path}: expected a mapping with at least {keys} (see trainer/configs/)")
     if overrides.model:
         config["model"] = overrides.model
     if getattr(overrides, "max_steps", None):
@@ -383,6 +385,13 @@ def read_config(path: str, overrides: argparse.Namespace) -> dict[str, Any]:
 
 def train_command(args: argparse.Namespace) -> int:
     train(read_config(args.config, args))
+    return 0
+
+
+def sft_command(args: argparse.Namespace) -> int:
+    from .sft import sft  # imports this module
+
+    sft(read_config(args.config, args, required=("domain", "dataset")))
     return 0
 
 
@@ -421,6 +430,7 @@ def rollout_command(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "train": "train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)",
+    "sft": "supervised warm-up on tool-call demonstrations before RL (TRL's SFTTrainer), writing a checkpoint",
     "rollout": "run multi-turn AgentDojo episodes with a policy and print utility/security",
     "advantages": "advantages and diagnostics of a [B][G][K] reward JSON, for other stacks (torch only)",
 }
@@ -433,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compute advantages for other stacks.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
-    for name, handler in (("train", train_command), ("rollout", rollout_command)):
+    for name, handler in (("train", train_command), ("sft", sft_command), ("rollout", rollout_command)):
         command = commands.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
         command.add_argument("--config", required=True, help="YAML config, e.g. trainer/configs/<domain>.yaml (required)")
         command.add_argument(
@@ -442,11 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
             "directory or a hub id (default: the config's `model`)",
         )
         command.set_defaults(handler=handler)
-    train_parser, rollout_parser = commands.choices["train"], commands.choices["rollout"]
-    train_parser.add_argument("--max-steps", type=int, help="training steps (default: the config's trl.max_steps)")
-    train_parser.add_argument(
-        "--output-dir", help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir)"
-    )
+    rollout_parser = commands.choices["rollout"]
+    for train_parser in (commands.choices["train"], commands.choices["sft"]):
+        train_parser.add_argument("--max-steps", type=int, help="training steps (default: the config's trl.max_steps)")
+        train_parser.add_argument(
+            "--output-dir", help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir)"
+        )
     rollout_parser.add_argument(
         "--episodes", type=int, default=2, help="user tasks of the first configured suite (default: %(default)s)"
     )
