@@ -75,7 +75,9 @@ def test_step_reads_raw_completions_keeps_call_ids_and_shows_unreadable_calls_as
     assert broken["error"].startswith("AdapterError: tool call 1: not JSON")
     assert step.json()["tool_calls_so_far"] == 1 and step.json()["final_answer"] == "Let me check."
     finished = post(server, f"/v1/episodes/{episode['episode_id']}/finish", {"completion": "All done.</s>"})
-    assert finished.status_code == 200 and finished.json()["components"]["security"] == 1.0
+    assert finished.status_code == 200, finished.text
+    # the authors' reward (035cbac): the unreadable block makes the trajectory invalid, utility and security 0
+    assert finished.json()["components"] == {"utility": 0.0, "security": 0.0} and "invalid" in finished.json()["info"]
 
 
 def test_a_checker_raising_on_a_malformed_call_fails_only_that_item(server: ServiceProcess) -> None:
@@ -92,7 +94,9 @@ def test_finish_after_a_malformed_call_answers_instead_of_500(server: ServicePro
     assert post(server, f"/v1/episodes/{episode['episode_id']}/step", {"tool_calls": [RAISING_CALL]}).status_code == 200
     finished = post(server, f"/v1/episodes/{episode['episode_id']}/finish", {"final_answer": ""})
     assert finished.status_code == 200, finished.text
-    assert finished.json()["components"] == {"utility": 0.0, "security": 1.0}
+    # the checker's error is the answer; security 0: the authors' reward for an episode without an injection task
+    assert finished.json()["components"] == {"utility": 0.0, "security": 0.0}
+    assert "KeyError" in finished.json()["info"]["utility_checker_error"]
     assert post(server, f"/v1/episodes/{episode['episode_id']}/finish", {}).status_code == 409
 
 
