@@ -55,7 +55,8 @@ def test_code_label_by_task_id_and_item_errors() -> None:
         answer = httpx.post(f"{service.url}/v1/openrlhf", json=body, timeout=120).json()
         assert answer["extra_logs"]["correct"] == [1.0, 0.0]
         assert answer["extra_logs"]["corrgrpo_error"] == [0.0, 1.0]
-        assert answer["rewards"][1] == 0.0 and answer["rewards"][0] > 4
+        # the five gated components of a correct program weigh 1.0 together; its AST similarity adds up to 0.3
+        assert answer["rewards"][1] == 0.0 and 1.0 < answer["rewards"][0] <= 1.5
 
 
 def test_empty_shard_is_200_with_empty_lists(toolcall: str) -> None:
