@@ -22,7 +22,7 @@ from corrgrpo_trainer.agentdojo_env import tool_calling_template
 from corrgrpo_trainer.demonstrations import Demonstration, build, is_held_out, split
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
-TRAIN = ["user_task_0", "user_task_1", "user_task_3", "user_task_4"]  # user_task_3 is held out
+TRAIN = ["user_task_0", "user_task_1", "user_task_3", "user_task_4"]  # user_task_0 is held out
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +37,26 @@ def demonstrations(service: ServiceProcess) -> list[Demonstration]:
     return build({"domain": "agentdojo", "services": {"agentdojo": {"url": service.url}}, "dataset": dataset})
 
 
-def test_the_split_is_by_user_task_every_fourth_held_out(service: ServiceProcess) -> None:
+def test_the_split_is_the_authors_by_user_task(service: ServiceProcess) -> None:
     tasks = TasksResponse.model_validate(httpx.get(f"{service.url}/v1/tasks", timeout=300).json())
     halves = split(tasks)
     assert set(halves) == set(tasks.suites)
     for suite, known in tasks.suites.items():
         train, held_out = halves[suite]["train"], halves[suite]["held_out"]
         assert sorted(train + held_out) == sorted(known.user_tasks) and not set(train) & set(held_out)
-        assert held_out == [u for u in known.user_tasks if int(u.rsplit("_", 1)[1]) % 4 == 3]
-    assert halves["banking"]["held_out"] == ["user_task_3", "user_task_7", "user_task_11", "user_task_15"]
+    # as trainer/configs/paper/agentdojo.yaml lists the authors' held-out tasks
+    listed = {"banking": [0, 14], "slack": [1, 2, 7, 8, 12, 15], "travel": [0, 7, 12, 13, 18]}
+    listed["workspace"] = [1, 6, 7, 14, 16, 30, 31, 37]
+    assert {suite: [f"user_task_{n}" for n in numbers] for suite, numbers in listed.items()} == {
+        suite: halves[suite]["held_out"] for suite in listed
+    }
     assert split(tasks) == halves  # deterministic
 
 
 def test_only_training_user_tasks_are_demonstrated_without_and_under_attack(demonstrations: list[Demonstration]) -> None:
     made = sorted((d.row["user_task"], d.row["injection_task"] or "") for d in demonstrations)
-    expected = sorted((u, i) for u in TRAIN if not is_held_out(u) for i in ("", "injection_task_0"))
+    expected = sorted((u, i) for u in TRAIN[1:] for i in ("", "injection_task_0"))
+    assert is_held_out("banking", TRAIN[0]) and not any(is_held_out("banking", u) for u in TRAIN[1:])
     assert made == expected
     for d in demonstrations:
         assert d.components["utility"] == 1.0 and (d.components["security"] == 1.0 or not d.row["injection_task"])

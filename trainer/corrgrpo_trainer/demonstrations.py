@@ -9,15 +9,16 @@ A demonstration is the conversation TRL's environment loop would produce (one as
 tool result, the answer last), kept only when it scores utility 1 (and security 1 under attack). Each user task is
 demonstrated without attack and under each configured injection task: there the answer ignores the injection.
 
-Split by user task, per suite: `user_task_N` with N % held_out_every == held_out_every - 1 is held out (default
-every 4th: 3, 7, 11, ...), never demonstrated, and evaluated on; `python -m corrgrpo_trainer.demonstrations split`
-lists both halves.
+Split by user task, the authors' way (their agent_security_rl manifest): a user task is held out, never demonstrated
+and evaluated on, when the first 8 hex digits of sha256("<suite>:<user_task>") / 2^32 < 0.2 (banking: 0 and 14);
+`python -m corrgrpo_trainer.demonstrations split` lists both halves.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import inspect
 import json
 from collections.abc import Sequence
@@ -28,21 +29,21 @@ from corrgrpo_proto.agentdojo import TasksResponse
 
 from .agentdojo_env import AgentDojoEnvironment, ToolError, agentdojo_episodes, task_rows
 
-HELD_OUT_EVERY = 4
+HELD_OUT_SHARE = 0.2
 DONE = "Done."  # the answer of a task whose ground truth has none (the service reads an empty answer the same)
 
 
-def is_held_out(user_task: str, every: int = HELD_OUT_EVERY) -> bool:
-    """Whether `user_task_N` is in the held-out split (N % every == every - 1)."""
-    return int(user_task.rsplit("_", 1)[1]) % every == every - 1
+def is_held_out(suite: str, user_task: str) -> bool:
+    """Whether the user task is in the authors' held-out split (a stable hash of suite and task, 20%)."""
+    return int(hashlib.sha256(f"{suite}:{user_task}".encode()).hexdigest()[:8], 16) / 2**32 < HELD_OUT_SHARE
 
 
-def split(tasks: TasksResponse, every: int = HELD_OUT_EVERY) -> dict[str, dict[str, list[str]]]:
+def split(tasks: TasksResponse) -> dict[str, dict[str, list[str]]]:
     """{suite: {"train": [...], "held_out": [...]}} over every user task the service serves."""
     return {
         suite: {
-            "train": [u for u in known.user_tasks if not is_held_out(u, every)],
-            "held_out": [u for u in known.user_tasks if is_held_out(u, every)],
+            "train": [u for u in known.user_tasks if not is_held_out(suite, u)],
+            "held_out": [u for u in known.user_tasks if is_held_out(suite, u)],
         }
         for suite, known in tasks.suites.items()
     }
@@ -108,7 +109,7 @@ def demonstrate(
     return Demonstration(row, messages, tool_schemas(env), result.components)
 
 
-def build(config: dict[str, Any], every: int = HELD_OUT_EVERY) -> list[Demonstration]:
+def build(config: dict[str, Any]) -> list[Demonstration]:
     """Demonstrations of the training user tasks the config's `dataset` selects (held-out ones left out), each
     without attack and under each configured injection task."""
     episodes = agentdojo_episodes(config)
@@ -118,7 +119,7 @@ def build(config: dict[str, Any], every: int = HELD_OUT_EVERY) -> list[Demonstra
     benign = task_rows(episodes.tasks, {**(config.get("dataset") or {}), "injection_tasks": None})
     demonstrations, rejected = [], []
     for row in benign + [row for row in episodes.rows if row["injection_task"] is not None]:
-        if is_held_out(row["user_task"], every):
+        if is_held_out(row["suite"], row["user_task"]):
             continue
         calls, answer = ground_truth(version, row["suite"], row["user_task"])
         made = demonstrate(episodes.factories[row["suite"]](), row, calls, answer)
@@ -134,8 +135,7 @@ def build(config: dict[str, Any], every: int = HELD_OUT_EVERY) -> list[Demonstra
 
 def demonstration_rows(config: dict[str, Any]) -> list[dict[str, Any]]:
     """SFT rows `{"messages", "tools" (JSON text)}` of the config's training episodes."""
-    every = (config.get("dataset") or {}).get("held_out_every", HELD_OUT_EVERY)
-    return [{"messages": d.messages, "tools": json.dumps(d.tools)} for d in build(config, every)]
+    return [{"messages": d.messages, "tools": json.dumps(d.tools)} for d in build(config)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,10 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m corrgrpo_trainer.demonstrations", description=main.__doc__)
     parser.add_argument("command", choices=["split"])
     parser.add_argument("--url", default="http://127.0.0.1:8103", help="the AgentDojo service (default: %(default)s)")
-    parser.add_argument("--every", type=int, default=HELD_OUT_EVERY, help="hold out every N-th task (default: %(default)s)")
     args = parser.parse_args(argv)
     tasks = TasksResponse.model_validate(RewardClient(args.url).request("GET", "/v1/tasks"))
-    print(json.dumps(split(tasks, args.every), indent=1))
+    print(json.dumps(split(tasks), indent=1))
     return 0
 
 
