@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from servers import ServiceProcess, start_service  # noqa: F401  (re-exported for test modules)
 
@@ -24,6 +27,26 @@ def require_shared_data(relative: str) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def valid_utf8_json(response: httpx.Response) -> Any:
+    """The body as JSON: strict UTF-8, and no `\\ud800`-style escape (valid JSON syntax no UTF-8 reader can take)."""
+    document = json.loads(response.content.decode("utf-8"))
+    for text in _strings_of(document):
+        text.encode("utf-8")  # raises on a lone surrogate
+    return document
+
+
+def _strings_of(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            yield key
+            yield from _strings_of(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _strings_of(inner)
 
 
 @pytest.fixture

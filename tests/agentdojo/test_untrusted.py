@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, start_service
+from conftest import ServiceProcess, start_service, valid_utf8_json
 
 from corrgrpo_agentdojo.adapter import read_completion, strip_special_tokens
 from corrgrpo_agentdojo.scoring import number_list
@@ -152,26 +152,6 @@ def test_reading_completions_is_linear_and_ignores_end_tokens() -> None:
     assert len(read.calls) == 1 and read.answer == ""
     assert read_completion("<response>Paid.</response><|eot_id|>").answer == "Paid."
     assert len(number_list(4000)) <= 4000 < len(number_list(4000)) + 6
-
-
-def strings_of(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            yield key
-            yield from strings_of(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from strings_of(inner)
-
-
-def valid_utf8_json(response: httpx.Response) -> Any:
-    """The body as JSON, holding no escape that decodes to a lone surrogate (valid JSON no UTF-8 reader can take)."""
-    document = json.loads(response.content.decode("utf-8"))
-    for text in strings_of(document):
-        text.encode("utf-8")  # raises on a lone surrogate
-    return document
 
 
 # What a policy can write in a raw completion that parses into a lone surrogate, or into a call no model takes: each

@@ -192,7 +192,8 @@ os.chmod("/dev/shm", 0)
 
 MEMORY_SCAN = """
 import hashlib, json, re
-pattern = re.compile(rb"CORRGRPOSECRET[0-9a-f]{32}")  # the pattern does not match itself
+# the secret, or base64 of it (of "CORRGRPOSECR..."); the pattern does not match itself
+pattern = re.compile(rb"CORRGRPOSECRET[0-9a-f]{32}|Q09SUkdSUE9TRUNS[A-Za-z0-9+/]{40}")
 digests = set()
 with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as memory:
     for line in maps:
@@ -227,6 +228,20 @@ def test_no_run_finds_a_previous_runs_program_or_data_in_memory(one_worker: Sand
         later = one_worker.run(MEMORY_SCAN)
         assert later.exit_code == 0, later.stderr
         assert hashlib.sha256(secret).hexdigest() not in json.loads(later.stdout), f"found after a {padding}-byte pad"
+
+
+def test_stdin_never_passes_through_the_childs_memory(one_worker: Sandbox) -> None:
+    """Assert mode's judge reads the test from stdin after forking the candidate, so a copy of stdin left in the
+    forking process's heap would be the candidate's to find: stdin is spliced from the request into its memfd.
+    (Before, stdin came base64-encoded inside the JSON body, and its freed copies stayed in the heap.)"""
+    secret = f"CORRGRPOSECRET{secrets.token_hex(16)}".encode()
+    forked_scan = (
+        f"import os, sys\nif os.fork() == 0:\n    os.close(0)\n    exec({MEMORY_SCAN!r})\n"
+        "    sys.stdout.flush()\n    os._exit(0)\nos.wait()"
+    )
+    for copies in (10, 200, 1000, 2000, 5000):  # the old code left 1-2 copies at most of these sizes
+        result = one_worker.run(forked_scan, stdin=secret * copies)
+        assert (result.exit_code, json.loads(result.stdout)) == (0, []), f"{copies} copies: {result}"
 
 
 # 14.7: no silent fallback

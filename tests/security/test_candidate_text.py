@@ -7,14 +7,13 @@ Each case is one item in a batch between two right solutions, with ids (the idem
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, start_service
+from conftest import ServiceProcess, start_service, valid_utf8_json
 
 ADD = {
     "task_id": "security/text",
@@ -64,26 +63,6 @@ CANDIDATES = {
 def service() -> Iterator[ServiceProcess]:
     with start_service("code", env={"CORRGRPO_CODE_WORKERS": "2"}) as running:
         yield running
-
-
-def strings_of(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            yield key
-            yield from strings_of(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from strings_of(inner)
-
-
-def valid_utf8_json(response: httpx.Response) -> Any:
-    """The body as JSON: strict UTF-8, and no `\\ud800`-style escape (valid JSON syntax no UTF-8 reader can take)."""
-    document = json.loads(response.content.decode("utf-8"))
-    for text in strings_of(document):
-        text.encode("utf-8")  # raises on a lone surrogate
-    return document
 
 
 def score(service: ServiceProcess, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import yaml
 from conftest import require_shared_data
 from servers import start_service
 
+from corrgrpo_code.declaration import COMPONENTS as CODE_COMPONENTS
 from corrgrpo_trainer.cli import main, read_config
 from corrgrpo_trainer.trl_trainer import CorrGRPOConfig
 
@@ -52,15 +53,7 @@ LAUNCHERS: dict[str, dict[str, Any]] = {
         "response": 8192,
     },
 }
-CODE_WEIGHTS = {
-    "format": 0.05,
-    "syntax": 0.05,
-    "compile": 0.05,
-    "runtime": 0.25,
-    "correct": 0.60,
-    "ast_similarity": 0.30,
-    "efficiency": 0.20,
-}
+CODE_WEIGHTS = {c.name: c.weight for c in CODE_COMPONENTS}  # the authors' (tests/code/test_parity.py)
 NO_OVERRIDES = argparse.Namespace(model=None, max_steps=None, output_dir=None)
 
 
