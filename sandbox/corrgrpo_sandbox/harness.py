@@ -413,7 +413,7 @@ def run_assert(
     clean = result.exit_code == 0 and result.signal is None and not result.timed_out
     if clean and last.get("done") is True:
         return HarnessResult("passed", "assert", 1, 1, None, result, compiled=compiled)
-    if _ran_out_of_time(result):
+    if _ran_out_of_time(result) or "timeout" in last:  # the whole run's limits, or the candidate's process alone
         return HarnessResult("timeout", "assert", 0, 1, "time limit exceeded", result, compiled=compiled)
     if "assertion" in last:
         return HarnessResult("assertion", "assert", 0, 1, str(last["assertion"]), result, compiled=compiled)

@@ -332,10 +332,17 @@ class Candidate:
         return message
 
     def ended(self) -> str:
-        _, status = os.waitpid(self.pid, 0)
-        if os.WIFSIGNALED(status):
-            return f"the candidate's process was killed by signal {os.WTERMSIG(status)}"
-        return f"the candidate's process exited with status {os.waitstatus_to_exitcode(status)}"
+        """Why the candidate's process is gone; raises CandidateOutOfTime when its CPU limit ended it (SIGXCPU at the
+        soft limit, or SIGKILL at the hard one when it ignored that)."""
+        _, status, usage = os.wait4(self.pid, 0)
+        if not os.WIFSIGNALED(status):
+            return f"the candidate's process exited with status {os.waitstatus_to_exitcode(status)}"
+        number = os.WTERMSIG(status)
+        cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
+        out_of_cpu = cpu_limit != resource.RLIM_INFINITY and usage.ru_utime + usage.ru_stime >= cpu_limit - 0.05
+        if number == signal.SIGXCPU or (number == signal.SIGKILL and out_of_cpu):
+            raise CandidateOutOfTime(f"the candidate's process ran out of CPU time (signal {number})")
+        return f"the candidate's process was killed by signal {number}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with collector_paused():
@@ -351,6 +358,10 @@ class Candidate:
 
 class CandidateLost(Exception):
     """The candidate's process ended (or broke the protocol) during a call."""
+
+
+class CandidateOutOfTime(CandidateLost):
+    """The candidate's process was ended by its CPU limit during a call: a timeout, not an error of the test."""
 
 
 class CandidateError(Exception):
@@ -409,6 +420,8 @@ def run_assert(prelude: str, solution: str, entry: str) -> None:
         check(candidate)
     except AssertionError as error:
         finish({"assertion": describe(error)}, pid)
+    except CandidateOutOfTime as error:
+        finish({"timeout": describe(error)}, pid)
     except BaseException as error:
         finish({"error": describe(error)}, pid)
     finish({"done": True}, pid)
