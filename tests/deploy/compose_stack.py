@@ -157,7 +157,10 @@ def probe():
             seen["write"][path] = errno.errorcode[error.errno]
     seen["visible"] = [p for p in ("/opt/venv", "/shared/data", "/proc/1/root/opt/venv") if os.path.exists(p)]
     seen["env"] = sorted(os.environ)
-    seen["pid1_env"] = open("/proc/1/environ", "rb").read().decode()
+    try:  # pid 1 is the worker (bwrap --as-pid-1), non-dumpable: its environment is not even readable
+        seen["pid1_env"] = open("/proc/1/environ", "rb").read().decode()
+    except OSError as error:
+        seen["pid1_env"] = errno.errorcode[error.errno]
     return seen
 """
 ISOLATED = {
@@ -166,7 +169,7 @@ ISOLATED = {
     "write": {"/": "EROFS", "/usr": "EROFS", "/etc": "EROFS"},
     "visible": [],
     "env": ["HOME", "LANG", "PATH", "PWD", "TMPDIR"],
-    "pid1_env": "",
+    "pid1_env": "EACCES",
 }
 
 
