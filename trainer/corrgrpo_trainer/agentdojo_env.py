@@ -364,9 +364,7 @@ def paper_metrics(log: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "utility_without_attack": mean(benign),
         "utility_under_attack": mean([c["utility"] for c in attacked]),
-        "attack_success_rate": mean(
-            [float(row["injection_succeeded"]) for row in scored if row["injection_task"] is not None]
-        ),
+        "attack_success_rate": mean([float(row["injection_succeeded"]) for row in scored if row["injection_task"] is not None]),
         "episodes": {"without_attack": len(benign), "under_attack": len(attacked), "unscored": len(log) - len(scored)},
     }
 
