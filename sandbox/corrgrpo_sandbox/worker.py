@@ -26,7 +26,6 @@ import atexit
 import base64
 import contextlib
 import ctypes
-import functools
 import importlib.util
 import json
 import math
@@ -537,7 +536,7 @@ class Worker:
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
         self.streams = Streams()
         try:
-            self.lock_down = functools.partial(seccomp.install, seccomp.build_filter())
+            self.lock_down: Callable[[], None] = seccomp.Installer(seccomp.build_filter())
         except ValueError:  # an architecture without a filter: `isolation` refuses it unless the run is unsafe-none
             self.lock_down = lambda: None
 
