@@ -22,8 +22,8 @@ from dataclasses import asdict
 from pathlib import PurePosixPath
 from typing import Literal
 
+from corrgrpo_sandbox.execution import ExecResult, Limits
 from corrgrpo_sandbox.isolation import INSIDE_CPU_COUNTER, Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
-from corrgrpo_sandbox.limits import ExecResult, Limits
 from corrgrpo_sandbox.worker import HEADER, STREAMS
 
 DEFAULT_LIMITS = Limits()

@@ -1,4 +1,4 @@
-"""The two value types of the sandbox API: what a run may use, and what it did."""
+"""The two value types of one sandboxed execution: what it may use (Limits), and what it did (ExecResult)."""
 
 from __future__ import annotations
 
