@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from corrgrpo_service.limits import JsonLimits, Problem, check_json, too_many_values
+from corrgrpo_service.guards import JsonLimits, Problem, check_json, too_many_values
 
 LIMITS = JsonLimits(max_depth=64, max_values=1000, max_items=10, fields={"ground_truth": 50})
 

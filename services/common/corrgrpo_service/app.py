@@ -23,7 +23,7 @@ from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .limits import (
+from .guards import (
     BearerAuth,
     BodyLimit,
     CancelOnDisconnect,

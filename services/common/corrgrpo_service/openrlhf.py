@@ -36,7 +36,7 @@ from corrgrpo_proto import ComponentSpec, ItemResult, ItemShape
 from corrgrpo_proto.common import ErrorBody, ErrorDetail, WireModel
 
 from .errors import error_response
-from .limits import JsonLimits, Problem, check_document, parse_json
+from .guards import JsonLimits, Problem, check_document, parse_json
 
 TOTAL, NORMALIZED = "total", "normalized"
 
