@@ -49,9 +49,9 @@ def test_no_service_guesses_where_the_data_lies() -> None:
 def test_renamed_variables_are_read_and_old_ones_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
     toolcall, code = SERVICES["toolcall"].settings, SERVICES["code"].settings
     monkeypatch.setenv("CORRGRPO_MAX_CALLS", "2")  # the old name: ignored now
-    assert toolcall().limits().max_calls == 64
+    assert toolcall().parse_caps().max_calls == 64
     monkeypatch.setenv("CORRGRPO_TOOLCALL_MAX_CALLS", "3")
-    assert toolcall().limits().max_calls == 3
+    assert toolcall().parse_caps().max_calls == 3
     monkeypatch.setenv("CORRGRPO_WORKERS", "5")  # the old shared name: ignored now
     assert code().code_workers == (os.cpu_count() or 1)
     monkeypatch.setenv("CORRGRPO_CODE_WORKERS", "7")
@@ -61,13 +61,13 @@ def test_renamed_variables_are_read_and_old_ones_are_not(monkeypatch: pytest.Mon
 def test_scoring_configs_are_built_from_the_settings_with_the_scorers_defaults() -> None:
     from corrgrpo_code.scoring import HARNESS_LIMITS, ScoringConfig
     from corrgrpo_code.settings import CodeSettings
-    from corrgrpo_toolcall.scoring import FormatRules, Limits
+    from corrgrpo_toolcall.scoring import FormatRules, ParseCaps
     from corrgrpo_toolcall.settings import ToolCallSettings
 
     assert CodeSettings().scoring_config() == ScoringConfig() and ScoringConfig().limits == HARNESS_LIMITS
     assert CodeSettings(code_reference_runs=7, code_cpu_s=1).scoring_config().reference_runs == 7
     assert CodeSettings(code_cpu_s=1).scoring_config().limits.cpu_s == 1
-    assert (ToolCallSettings().limits(), ToolCallSettings().format_rules()) == (Limits(), FormatRules())
+    assert (ToolCallSettings().parse_caps(), ToolCallSettings().format_rules()) == (ParseCaps(), FormatRules())
 
 
 def test_readme_tables_match_the_settings() -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corrgrpo_toolcall.scoring import RANGES, FormatRules, Limits, extract_response, format_score, json_equal, score
+from corrgrpo_toolcall.scoring import RANGES, FormatRules, ParseCaps, extract_response, format_score, json_equal, score
 
 
 def calls_block(*calls: dict[str, Any]) -> str:
@@ -181,15 +181,15 @@ def test_calls_the_matching_cannot_read_fail_the_prediction() -> None:
 
 
 def test_work_is_bounded() -> None:
-    limits = Limits(max_chars=10_000, max_calls=4)
+    caps = ParseCaps(max_chars=10_000, max_calls=4)
     long_think = response(WEATHER, TIME, think="a" * 20_000)
-    result = score(long_think, GT, limits=limits)
+    result = score(long_think, GT, caps=caps)
     assert (result.format, sum(result.components.values())) == (0.0, pytest.approx(-3.0))
     assert result.reason == "completion over 10000 characters"
     many = response(*[WEATHER] * 5)
-    assert score(many, GT, limits=limits).reason == "more than 4 calls"
+    assert score(many, GT, caps=caps).reason == "more than 4 calls"
     deep = "<think>x</think>\n<tool_call>\n" + "[" * 100_000 + "\n</tool_call>"
-    assert sum(score(deep, GT, limits=Limits(max_chars=200_000)).components.values()) == pytest.approx(-3.0)
+    assert sum(score(deep, GT, caps=ParseCaps(max_chars=200_000)).components.values()) == pytest.approx(-3.0)
 
 
 def toolrl_format(response: str, ground_truth: str, rules: FormatRules) -> float:

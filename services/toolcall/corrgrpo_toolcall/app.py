@@ -31,7 +31,7 @@ def describe(result: Score) -> dict[str, Any]:
 
 def build(settings: ToolCallSettings) -> FastAPI:
     app = SERVICE.create_app(settings, field_limits={"ground_truth": settings.toolcall_max_ground_truth_chars})
-    rules, limits = settings.format_rules(), settings.limits()
+    rules, caps = settings.format_rules(), settings.parse_caps()
 
     def score_items(items: list[ToolCallItem]) -> list[Scored | ItemError]:
         """Item by item, grouped by ground truth so each distinct one is parsed once."""
@@ -41,7 +41,7 @@ def build(settings: ToolCallSettings) -> FastAPI:
         answers: list[Scored | ItemError] = [ItemError(code="internal", message="not scored")] * len(items)
         for ground_truth, indexes in groups.items():
             try:
-                results = score_group([items[i].completion for i in indexes], ground_truth, rules, limits)
+                results = score_group([items[i].completion for i in indexes], ground_truth, rules, caps)
             except Unparseable as error:
                 for i in indexes:
                     answers[i] = ItemError(code="invalid_ground_truth", message=str(error))

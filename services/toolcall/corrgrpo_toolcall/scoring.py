@@ -12,8 +12,8 @@ correctness stays available (`Matching.toolrl_correctness`).
 Differences from the authors, on purpose:
 - JSON `true`/`false` never equal the numbers 1/0 (their `==` has `True == 1`); 1 and 1.0 are the
   same JSON number and do compare equal.
-- work is bounded: a completion over `Limits.max_chars` characters or a `<tool_call>` block over
-  `Limits.max_calls` lines is scored as unparseable (format 0, components at their minimum).
+- work is bounded: a completion over `ParseCaps.max_chars` characters or a `<tool_call>` block over
+  `ParseCaps.max_calls` lines is scored as unparseable (format 0, components at their minimum).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ TURN_MARKERS = (
 
 
 @dataclass(frozen=True)
-class Limits:
+class ParseCaps:
     """Bounds on the work one item may cause."""
 
     max_chars: int = 200_000
@@ -177,7 +177,7 @@ def format_score(response: str, ground_truth: str, rules: FormatRules = FormatRu
     return 0.0
 
 
-def parse_calls(text: str, max_calls: int | None = Limits.max_calls, strict: bool = True) -> list[ToolCall]:
+def parse_calls(text: str, max_calls: int | None = ParseCaps.max_calls, strict: bool = True) -> list[ToolCall]:
     """The calls after the first `<tool_call>`, one JSON object with a `name` per line; raises `Unparseable`.
 
     Cut as ToolRL cuts: at the next `<tool_call>` or the first `</tool_call>`, whichever comes first,
@@ -300,31 +300,31 @@ def _zero() -> dict[str, float]:
     return {"name": 0.0, "param_names": 0.0, "param_values": 0.0}
 
 
-def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules(), limits: Limits = Limits()) -> Score:
+def score(completion: str, ground_truth: str, rules: FormatRules = FormatRules(), caps: ParseCaps = ParseCaps()) -> Score:
     """Score one completion (raw or chat-template-wrapped) against its ground truth.
 
     Raises `Unparseable` when the ground truth has a `<tool_call>` block that does not parse.
     """
-    return score_group([completion], ground_truth, rules, limits)[0]
+    return score_group([completion], ground_truth, rules, caps)[0]
 
 
 def score_group(
-    completions: Sequence[str], ground_truth: str, rules: FormatRules = FormatRules(), limits: Limits = Limits()
+    completions: Sequence[str], ground_truth: str, rules: FormatRules = FormatRules(), caps: ParseCaps = ParseCaps()
 ) -> list[Score]:
     """Score completions that share a ground truth (a GRPO group): the ground truth is parsed once."""
     truth = _truth_calls(ground_truth) if "<tool_call>" in ground_truth else None
-    return [_score(completion, ground_truth, truth, rules, limits) for completion in completions]
+    return [_score(completion, ground_truth, truth, rules, caps) for completion in completions]
 
 
-def _score(completion: str, ground_truth: str, truth: Sequence[ToolCall] | None, rules: FormatRules, limits: Limits) -> Score:
-    if len(completion) > limits.max_chars:
-        return _unmatched(0.0, truth, f"completion over {limits.max_chars} characters")
+def _score(completion: str, ground_truth: str, truth: Sequence[ToolCall] | None, rules: FormatRules, caps: ParseCaps) -> Score:
+    if len(completion) > caps.max_chars:
+        return _unmatched(0.0, truth, f"completion over {caps.max_chars} characters")
     response = extract_response(completion)
     fmt = format_score(response, ground_truth, rules)
     if truth is None:  # ToolRL: a ground truth without tool calls gives correctness 0
         return Score(fmt, _zero(), None)
     try:
-        matching = match(truth, parse_calls(response, limits.max_calls, strict=False))
+        matching = match(truth, parse_calls(response, caps.max_calls, strict=False))
     except Unparseable as error:
         return _unmatched(fmt, truth, str(error))
     return Score(fmt, matching.components(), matching)

@@ -11,16 +11,16 @@ from pydantic import Field
 
 from corrgrpo_service import ServiceSettings
 
-from .scoring import FormatRules, Limits
+from .scoring import FormatRules, ParseCaps
 
 
 class ToolCallSettings(ServiceSettings):
-    toolcall_max_completion_chars: int = Field(Limits.max_chars, gt=0, description="Longer completions score as unparseable")
+    toolcall_max_completion_chars: int = Field(ParseCaps.max_chars, gt=0, description="Longer completions score as unparseable")
     toolcall_max_ground_truth_chars: int = Field(
         32_768, gt=0, description="Longer `ground_truth` gets 413 naming the item (RLLA-4K's longest: 2,339)"
     )
     toolcall_max_calls: int = Field(
-        Limits.max_calls, gt=0, description="A `<tool_call>` block with more lines scores as unparseable"
+        ParseCaps.max_calls, gt=0, description="A `<tool_call>` block with more lines scores as unparseable"
     )
     toolcall_lenient_separators: bool = Field(
         FormatRules.lenient_separators,
@@ -41,5 +41,5 @@ class ToolCallSettings(ServiceSettings):
     def format_rules(self) -> FormatRules:
         return FormatRules(self.toolcall_lenient_separators, self.toolcall_optional_think_open)
 
-    def limits(self) -> Limits:
-        return Limits(self.toolcall_max_completion_chars, self.toolcall_max_calls)
+    def parse_caps(self) -> ParseCaps:
+        return ParseCaps(self.toolcall_max_completion_chars, self.toolcall_max_calls)
