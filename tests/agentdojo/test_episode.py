@@ -14,7 +14,7 @@ import pytest
 from corrgrpo_agentdojo import episode as ep
 from corrgrpo_agentdojo.catalog import Resolved, UnknownTask
 from corrgrpo_agentdojo.environments import injections_for, load_injected_environment
-from corrgrpo_agentdojo.scoring import EpisodeError, EpisodeService
+from corrgrpo_agentdojo.episode_service import EpisodeError, EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
 from corrgrpo_proto.agentdojo import EpisodeSpec, StepRequest, ToolCall, TrajectoryItem
 from corrgrpo_service import MemoryStore, Scored

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import ServiceProcess, start_service
 
-from corrgrpo_agentdojo.scoring import EpisodeService
+from corrgrpo_agentdojo.episode_service import EpisodeService
 from corrgrpo_proto.agentdojo import TrajectoryItem
 
 PAIRS = [

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from corrgrpo_agentdojo import episode as ep
-from corrgrpo_agentdojo.scoring import EpisodeService
+from corrgrpo_agentdojo.episode_service import EpisodeService
 from corrgrpo_proto.agentdojo import EpisodeCreate, EpisodeSpec, FinishRequest, StepRequest, ToolCall, TrajectoryItem
 from corrgrpo_service import Scored
 

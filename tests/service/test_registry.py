@@ -58,7 +58,7 @@ def test_every_service_folder_declares_exactly_its_service() -> None:
 @pytest.mark.parametrize("name", list(declared()))
 def test_every_service_folder_has_the_same_files(name: str) -> None:
     package = REPO / "services" / name / f"corrgrpo_{name}"
-    for module in ("__init__.py", "__main__.py", "declaration.py", "settings.py", "app.py", "scoring.py"):
+    for module in ("__init__.py", "__main__.py", "declaration.py", "settings.py", "app.py"):
         assert (package / module).is_file(), f"{package.relative_to(REPO)} has no {module}"
 
 

@@ -1,4 +1,4 @@
-"""HTTP layer of the AgentDojo episode service: routes only; episodes live in `service` and `episode`."""
+"""HTTP layer of the AgentDojo episode service: routes only; episodes live in `episode_service` and `episode`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from corrgrpo_proto.common import ErrorDetail
 from corrgrpo_service import StoreUnavailable, add_score_route, error_response
 
 from .declaration import SERVICE
-from .scoring import EpisodeError, EpisodeService
+from .episode_service import EpisodeError, EpisodeService
 from .settings import AgentDojoSettings
 
 ERRORS = {status: {"model": ErrorBody} for status in (404, 409, 422, 503)}
