@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 PYTEST_ARGS ?=
 
-.PHONY: install test demo serve lint format docs schemas bench clean compose-test interop
+.PHONY: install test demo serve lint format docs schemas manifests bench clean compose-test interop
 
 install: $(STAMP)
 
@@ -45,6 +45,11 @@ schemas: install
 # The READMEs' configuration tables, from the settings' Field descriptions (tests/service/test_settings.py checks them).
 docs: install
 	$(PY) -m corrgrpo_service.docs
+
+# Each declared service's part of docker-compose.yml, deploy/nginx/ and deploy/k8s/base/, from its declaration.py
+# (tests/deploy/test_static.py checks them).
+manifests: install
+	$(PY) -m corrgrpo_service.deploy
 
 # docker compose up for real (engine, stand-in base images, scaling, faults): deploy/compose-test.sh.
 compose-test: install

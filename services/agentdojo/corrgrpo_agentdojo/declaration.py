@@ -1,11 +1,13 @@
-"""The AgentDojo episode service, declared once: name, version, port, components, settings, app."""
+"""The AgentDojo episode service, declared once: name, version, port, components, settings, app, example item,
+deployment."""
 
 from __future__ import annotations
 
 from importlib.metadata import version
+from typing import Any
 
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service.registry import ServiceDeclaration
+from corrgrpo_service.registry import Deploy, Resources, ServiceDeclaration
 
 from .settings import AgentDojoSettings
 
@@ -19,6 +21,12 @@ COMPONENTS = (
     ),
 )
 
+
+def example(completion: str | None = None) -> dict[str, Any]:
+    """A trajectory of banking's first user task: the final answer alone (no tool call), replayed and checked."""
+    return {"suite": "banking", "user_task": "user_task_0", "final_answer": completion or ""}
+
+
 SERVICE = ServiceDeclaration(
     name="agentdojo",
     version=version("corrgrpo-agentdojo"),
@@ -26,4 +34,10 @@ SERVICE = ServiceDeclaration(
     components=COMPONENTS,
     settings=AgentDojoSettings,
     app="corrgrpo_agentdojo.app:build",
+    example=example,
+    # Start-up loads and probes every suite (~1 min on a busy CPU).
+    deploy=Deploy(
+        Resources(cpu_request=0.5, memory_request_mib=1024, cpu_limit=2, memory_limit_mib=2048, peak_rss_mib=1024),
+        startup_s=120,
+    ),
 )

@@ -1,11 +1,12 @@
-"""The code service, declared once: name, version, port, components, settings, app."""
+"""The code service, declared once: name, version, port, components, settings, app, example item, deployment."""
 
 from __future__ import annotations
 
 from importlib.metadata import version
+from typing import Any
 
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service.registry import ServiceDeclaration
+from corrgrpo_service.registry import Deploy, Resources, ServiceDeclaration
 
 from .settings import CodeSettings
 
@@ -31,6 +32,22 @@ COMPONENTS = (
     ComponentSpec(name="efficiency", min=0, max=1, weight=0.20, description="correct only: clip(1 - t / t_ref, 0, 1)"),
 )
 
+ADD = {
+    "task_id": "example/add",
+    "entry_point": "add",
+    "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+    "reference": "def add(a, b):\n    return a + b\n",
+}
+
+
+def example(completion: str | None = None) -> dict[str, Any]:
+    """An inline problem (no dataset loaded); the right answer runs one sandboxed test, a text without `def add(` none."""
+    return {
+        "completion": "```python\ndef add(a, b):\n    return a + b\n```" if completion is None else completion,
+        "problem": ADD,
+    }
+
+
 SERVICE = ServiceDeclaration(
     name="code",
     version=version("corrgrpo-code"),
@@ -38,4 +55,20 @@ SERVICE = ServiceDeclaration(
     components=COMPONENTS,
     settings=CodeSettings,
     app="corrgrpo_code.app:build",
+    example=example,
+    deploy=Deploy(
+        Resources(cpu_request=1, memory_request_mib=1024, cpu_limit=2, memory_limit_mib=4096, peak_rss_mib=768),
+        env={
+            "CORRGRPO_CODE_WORKERS": "2",
+            # unsafe-none runs candidates unisolated (trusted code only); the overlay no-bwrap replaces this entry.
+            "CORRGRPO_CODE_ISOLATION": "bwrap",
+            # humaneval ships in the image; e.g. leetcode:/shared/data/leetcode/LeetCodeDataset-v0.3.1-test.jsonl.gz
+            "CORRGRPO_CODE_DATASETS": "humaneval",
+            "HF_HOME": "/tmp/huggingface",
+        },
+        build_args={"LOCAL_PARTS": "sandbox", "APT_PACKAGES": "bubblewrap=0.8.0-2+deb12u1"},
+        bubblewrap=True,
+        shared_data=True,
+        autoscale=(2, 16),
+    ),
 )

@@ -3,7 +3,8 @@
 A service declares itself once, in `corrgrpo_<name>/declaration.py`:
 
     SERVICE = ServiceDeclaration(name="code", version=version("corrgrpo-code"), port=8101,
-                                 components=COMPONENTS, settings=CodeSettings, app="corrgrpo_code.app:build")
+                                 components=COMPONENTS, settings=CodeSettings, app="corrgrpo_code.app:build",
+                                 example=example, deploy=Deploy(Resources(...), ...))
 
 and registers it with one entry point in its own pyproject.toml:
 
@@ -11,16 +12,16 @@ and registers it with one entry point in its own pyproject.toml:
     code = "corrgrpo_code.declaration:SERVICE"
 
 `python -m corrgrpo_<name>` serves its `SERVICE`; `declared()` finds every installed one for the
-tests' service lists, the deploy checks and local launchers. Importing a declaration is cheap
-(settings and component specs only); the app module, which may import heavy packages (agentdojo
-takes seconds), is imported only by `build`.
+tests' service lists, the deployment files (`python -m corrgrpo_service.deploy`) and local launchers.
+Importing a declaration is cheap (settings and component specs only); the app module, which may import
+heavy packages (agentdojo takes seconds), is imported only by `build`.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -35,6 +36,31 @@ ENTRY_POINT_GROUP = "corrgrpo.services"
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one replica asks for (Kubernetes requests) and may use (compose and Kubernetes limits)."""
+
+    cpu_request: float = 0.5
+    memory_request_mib: int = 512
+    cpu_limit: float = 1.0
+    memory_limit_mib: int = 1024
+    peak_rss_mib: int = 512  # the stated bound under hostile max-size requests (tests/reliability/test_memory_bounds.py)
+
+
+@dataclass(frozen=True)
+class Deploy:
+    """How the deployment files run the service, beyond its name and port (python -m corrgrpo_service.deploy)."""
+
+    resources: Resources = Resources()
+    replicas: int = 2
+    startup_s: int = 60  # how long start-up may take before Kubernetes restarts the pod
+    env: Mapping[str, str] = field(default_factory=dict)  # variables and defaults (compose: overridable from the shell)
+    build_args: Mapping[str, str] = field(default_factory=dict)  # extra args of deploy/docker/service.Dockerfile
+    bubblewrap: bool = False  # runs candidates under bwrap: namespaces, unconfined seccomp/AppArmor, an unmasked /proc
+    shared_data: bool = False  # mounts ../shared/data read-only (compose)
+    autoscale: tuple[int, int] | None = None  # Kubernetes min/max replicas on CPU, with a disruption budget
+
+
+@dataclass(frozen=True)
 class ServiceDeclaration:
     """Everything the kit, the launchers and the checks need to know about one service."""
 
@@ -44,6 +70,10 @@ class ServiceDeclaration:
     components: Sequence[ComponentSpec]
     settings: type[ServiceSettings]
     app: str  # "module:function": builds the FastAPI app from the settings (imported only when called)
+    # A well-formed /v1/score item that needs no network or data files: a right answer without `completion`,
+    # else that text as the model's. The reliability suite's item.
+    example: Callable[[str | None], dict[str, Any]]
+    deploy: Deploy = Deploy()
 
     @property
     def module(self) -> str:

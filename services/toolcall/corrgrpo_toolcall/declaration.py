@@ -1,11 +1,12 @@
-"""The tool-call service, declared once: name, version, port, components, settings, app."""
+"""The tool-call service, declared once: name, version, port, components, settings, app, example item, deployment."""
 
 from __future__ import annotations
 
 from importlib.metadata import version
+from typing import Any
 
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service.registry import ServiceDeclaration
+from corrgrpo_service.registry import Deploy, Resources, ServiceDeclaration
 
 from .scoring import RANGES
 from .settings import ToolCallSettings
@@ -20,6 +21,13 @@ COMPONENTS = (
     *(ComponentSpec(name=name, min=low, max=high, description=MATCHING[name]) for name, (low, high) in RANGES.items()),
 )
 
+TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+
+
+def example(completion: str | None = None) -> dict[str, Any]:
+    return {"completion": TOOL_CALL if completion is None else completion, "ground_truth": TOOL_CALL}
+
+
 SERVICE = ServiceDeclaration(
     name="toolcall",
     version=version("corrgrpo-toolcall"),
@@ -27,4 +35,6 @@ SERVICE = ServiceDeclaration(
     components=COMPONENTS,
     settings=ToolCallSettings,
     app="corrgrpo_toolcall.app:build",
+    example=example,
+    deploy=Deploy(Resources(cpu_request=0.5, memory_request_mib=512, cpu_limit=1, memory_limit_mib=1024, peak_rss_mib=512)),
 )
