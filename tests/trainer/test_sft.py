@@ -92,6 +92,6 @@ def test_generate_writes_one_completion_per_first_row_for_the_toolcall_evaluator
     build_tiny_policy(tmp_path / "policy")
     out = tmp_path / "completions.jsonl"
     argv = ["generate", "--model", str(tmp_path / "policy"), "--dataset", "rlla4k", "--source", str(test)]
-    assert sft_main([*argv, "--limit", "3", "--max-new-tokens", "4", "--output", str(out)]) == 0
+    assert sft_main([*argv, "--limit", "3", "--max-new-tokens", "4", "--batch", "2", "--output", str(out)]) == 0
     completions = read_completions(out, 80)
     assert len(completions) == 3 and all(isinstance(c, str) for c in completions)

@@ -194,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="the first LIMIT rows (default: all)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="completion tokens (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on CPU (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=4, help="prompts per batched generate call (default: %(default)s)")
     parser.add_argument("--output", required=True, help="JSONL file to write (required)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -201,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = evaluation_prompts(args.dataset, args.source)[: args.limit]
     model, tokenizer = load_pretrained(args.model, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     with Path(args.output).open("w") as handle:  # written as they come: a cut run still scores its first rows
-        for completion in generate(model.eval(), tokenizer, prompts, args.max_new_tokens):
+        for completion in generate(model.eval(), tokenizer, prompts, args.max_new_tokens, args.batch):
             handle.write(json.dumps({"completion": completion}) + "\n")
             handle.flush()
     print(f"[generate] completions of the first {len(prompts)} {args.dataset} rows: {args.output}")
