@@ -6,18 +6,26 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from pydantic import BaseModel
 
-from . import agentdojo, code, common, toolcall
+import corrgrpo_proto
 
-# Each wire module lists its own models in SCHEMA_MODELS, so a service's models live beside it.
-MODELS: tuple[type[BaseModel], ...] = tuple(
-    model for module in (common, code, toolcall, agentdojo) for model in module.SCHEMA_MODELS
-)
+
+def wire_modules() -> list[ModuleType]:
+    """This package's modules that list their models in SCHEMA_MODELS (a new service's needs no line here)."""
+    names = sorted(info.name for info in pkgutil.iter_modules(corrgrpo_proto.__path__))
+    modules = [importlib.import_module(f"corrgrpo_proto.{name}") for name in names]
+    return [module for module in modules if hasattr(module, "SCHEMA_MODELS")]
+
+
+MODELS: tuple[type[BaseModel], ...] = tuple(model for module in wire_modules() for model in module.SCHEMA_MODELS)
 
 
 def render(model: type[BaseModel]) -> str:
