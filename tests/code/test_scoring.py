@@ -101,7 +101,7 @@ def test_code_over_the_limit_is_not_run(sandbox: Sandbox) -> None:
     huge = problem.reference + "\nx = 1" * 300
     (result,) = score(scorer_for(sandbox, {}, max_code_chars=1000), [CodeItem(problem=problem, completion=fenced(huge))])
     assert isinstance(result, Scored)
-    assert result.components == {"format": 1.0, **dict.fromkeys((*CHAIN, "ast_similarity", "efficiency"), 0.0)}
+    assert result.components == {"format": 1.0, **dict.fromkeys((*CHAIN, "ast_similarity", "efficiency", "pass_rate"), 0.0)}
     assert result.info["stage"] == "too_long" and "over the limit of 1000" in result.info["error"]
 
 
@@ -182,7 +182,7 @@ def test_an_anomaly_that_repeats_while_the_probe_passes_is_the_candidates_failur
     assert result.components == {
         "format": 1.0,
         "syntax": 1.0,
-        **dict.fromkeys(("compile", "runtime", "correct", "efficiency"), 0.0),
+        **dict.fromkeys(("compile", "runtime", "correct", "efficiency", "pass_rate"), 0.0),
         "ast_similarity": 1.0,
     }
     assert box.runs == 3
@@ -212,7 +212,7 @@ def test_a_batch_runs_its_longest_known_items_first(sandbox: Sandbox) -> None:
     scorer = scorer_for(sandbox, {})
     score(scorer, items)  # measures both references
     scorer.lanes, evaluated, evaluate = 1, [], scorer.evaluate
-    scorer.evaluate = lambda problem, completion: evaluated.append(problem.reference) or evaluate(problem, completion)  # type: ignore[method-assign]
+    scorer.evaluate = lambda problem, completion, runs: evaluated.append(problem.reference) or evaluate(problem, completion, runs)  # type: ignore[method-assign]
     results = score(scorer, items)
     assert evaluated == [slow.reference, SQUARE.reference]
     fast_result, slow_result = results  # answered in the batch's order

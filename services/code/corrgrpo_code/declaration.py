@@ -30,6 +30,7 @@ COMPONENTS = (
         description="SequenceMatcher ratio of the node-type sequences of code and reference (0 without a reference)",
     ),
     ComponentSpec(name="efficiency", min=0, max=1, weight=0.20, description="correct only: clip(1 - t / t_ref, 0, 1)"),
+    ComponentSpec(name="pass_rate", min=0, max=1, weight=0.0, description="requires compile; share of the tests/cases passed"),
 )
 
 ADD = {

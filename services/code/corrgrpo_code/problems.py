@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from corrgrpo_proto.code import CodeProblem
+from corrgrpo_proto.code import AnyProblem, CodeProblem
 
 
 def humaneval_problems() -> Iterator[CodeProblem]:
@@ -76,7 +76,11 @@ def load_problems(spec: str) -> dict[str, CodeProblem]:
     return problems
 
 
-def problem_hash(problem: CodeProblem) -> str:
-    """Changes whenever anything that affects execution or timing changes (task_id does not)."""
-    payload = json.dumps([problem.prompt, problem.entry_point, problem.test, problem.reference])
+def problem_hash(problem: AnyProblem) -> str:
+    """Changes whenever anything that affects execution or timing changes (task_id does not). A check problem's hash
+    is what it was before the other kinds existed: the t_ref keys already stored stay valid."""
+    if isinstance(problem, CodeProblem):
+        payload = json.dumps([problem.prompt, problem.entry_point, problem.test, problem.reference])
+    else:
+        payload = type(problem).__name__ + problem.model_dump_json(exclude={"task_id"})
     return hashlib.sha256(payload.encode()).hexdigest()[:32]

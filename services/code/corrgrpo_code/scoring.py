@@ -6,7 +6,9 @@ item's blocking work runs in a thread pool; the sandbox runs at most `workers` e
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -16,21 +18,33 @@ import statistics
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from corrgrpo_proto import ItemError
-from corrgrpo_proto.code import CodeItem, CodeProblem
+from corrgrpo_proto.code import (
+    AnyProblem,
+    CallProblem,
+    CodeItem,
+    CodeProblem,
+    MbppProblem,
+    StdinCase,
+    StdinProblem,
+    problem_kind,
+)
 from corrgrpo_sandbox import Limits, RunCancelled, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult, IOTest, parse_solution, run_assert, run_io
+from corrgrpo_sandbox.harness import HarnessResult, IOTest, parse_solution, run_assert, run_io, syntax_error
 from corrgrpo_service import Scored, Store, StoreUnavailable
 
-from .extract import extract, marker_of
+from .extract import Extracted, extract, marker_of
+from .kinds import ProblemError, call_tests, mbpp_check
 from .problems import problem_hash
+from .runs import SharedRuns, run_key
 from .similarity import OverBudget, Reference
 from .split import split_check
+from .stdio import case_limits, run_stdin
 
 log = logging.getLogger("corrgrpo.code")
 LOCK_TTL_S = 120.0  # a replica that died while measuring frees the lock after this
@@ -59,30 +73,61 @@ class ScoringConfig:
     reference_failure_ttl_s: float = 30.0  # a failed measurement is shared briefly, never kept as final
     efficiency: bool = True  # False: never measure t_ref; the component is 0
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
+    case_s: float = 6.0  # CPU seconds per stdin case (LiveCodeBench's 6 s), and the most a problem's own limit may ask
+    run_ttl_s: float = 3600.0  # a run's verdict is shared through the store this long (`runs`); 0: within a batch only
 
 
 @dataclass
 class PreparedProblem:
-    problem: CodeProblem
+    """A problem of any kind as its runs need it: stdin cases, or a prelude and entry point with I/O tests (call
+    cases, split checks and MBPP asserts) or a `check` source for assert mode."""
+
+    problem: AnyProblem
     key: str
-    io_tests: list[IOTest] | None  # None: assert mode
-    marker: str  # what extraction looks for and `format` requires (`extract.marker_of`)
+    io_tests: list[IOTest] | None  # None: assert mode (or stdin cases)
+    marker: str  # what extraction looks for and `format` requires (`extract.marker_of`; "" for stdin programs)
     reference: Reference
+    prelude: str = ""
+    entry: str = ""
+    test: str = ""
+    stdin: list[StdinCase] | None = None
+    time_limit_s: float | None = None  # CPU seconds per stdin case, or of a call problem's run; None: the config's
     t_ref: dict[str, Any] | None = None  # a successful t_ref, kept until `t_ref_until` (CodeScorer.reference_time)
     t_ref_until: float = 0.0
 
+    @property
+    def kind(self) -> str | None:
+        return problem_kind(self.problem)
+
     @classmethod
-    def of(cls, problem: CodeProblem, key: str | None = None) -> PreparedProblem:
+    def of(cls, problem: AnyProblem, key: str | None = None, case_s: float = ScoringConfig.case_s) -> PreparedProblem:
+        """Raises ProblemError for a problem that cannot be judged as sent."""
         key = key or problem_hash(problem)
-        marker = marker_of(problem.entry_point)
-        return cls(problem, key, split_check(problem.test), marker, Reference.of(problem.reference, marker))
+        if isinstance(problem, StdinProblem):
+            limit = min(problem.time_limit_s or case_s, case_s)
+            reference = Reference.of(problem.reference or "", "")
+            return cls(problem, key, None, "", reference, stdin=problem.stdin_cases, time_limit_s=limit)
+        if isinstance(problem, CallProblem):
+            marker = marker_of(problem.fn_name)
+            reference = Reference.of(problem.reference or "", marker)
+            tests = call_tests(problem.call_cases)
+            return cls(problem, key, tests, marker, reference, problem.prompt, problem.fn_name, time_limit_s=problem.time_limit_s)
+        check = mbpp_check(problem) if isinstance(problem, MbppProblem) else problem
+        marker = marker_of(check.entry_point)
+        reference = Reference.of(check.reference, marker)
+        return cls(problem, key, split_check(check.test), marker, reference, check.prompt, check.entry_point, check.test)
 
 
 def _run_once(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool) -> HarnessResult:
-    problem = prepared.problem
+    if prepared.stdin is not None:
+        if not parsed and (error := syntax_error(solution)):
+            return HarnessResult("syntax", "stdin", 0, len(prepared.stdin), error)  # type: ignore[arg-type]
+        return run_stdin(sandbox, solution, prepared.stdin, limits, prepared.time_limit_s or ScoringConfig.case_s)
+    if prepared.time_limit_s is not None:
+        limits = case_limits(limits, min(limits.cpu_s, prepared.time_limit_s))
     if prepared.io_tests is not None:
-        return run_io(sandbox, problem.prompt, solution, problem.entry_point, prepared.io_tests, limits, parsed=parsed)
-    return run_assert(sandbox, problem.prompt, solution, problem.entry_point, problem.test, limits, parsed=parsed)
+        return run_io(sandbox, prepared.prelude, solution, prepared.entry, prepared.io_tests, limits, parsed=parsed)
+    return run_assert(sandbox, prepared.prelude, solution, prepared.entry, prepared.test, limits, parsed=parsed)
 
 
 def run_tests(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool = False) -> HarnessResult:
@@ -122,6 +167,7 @@ def components(fmt: float, syntax: bool, similarity: float, result: HarnessResul
         "correct": float(correct),
         "ast_similarity": similarity,
         "efficiency": 0.0,
+        "pass_rate": result.passed / result.total if compiled and result.total else 0.0,
     }
 
 
@@ -146,8 +192,11 @@ class _Outcome:
     cpu_s: float = 0.0
 
 
-def _content(problem: CodeProblem) -> tuple[str, ...]:
-    return problem.prompt, problem.entry_point, problem.test, problem.reference  # what problem_hash covers
+def _content(problem: AnyProblem) -> tuple[str, ...]:
+    """What problem_hash covers, as a dict key (a check problem's strings need no dump)."""
+    if isinstance(problem, CodeProblem):
+        return problem.prompt, problem.entry_point, problem.test, problem.reference
+    return type(problem).__name__, problem.model_dump_json(exclude={"task_id"})
 
 
 def _remembered(prepared: PreparedProblem) -> dict[str, Any] | None:
@@ -158,13 +207,15 @@ def _remembered(prepared: PreparedProblem) -> dict[str, Any] | None:
 def _item_error(error: BaseException, task_id: str) -> ItemError:
     if isinstance(error, SandboxFault):
         return ItemError(code="sandbox_anomaly", message=f"sandbox broken: {error}")
+    if isinstance(error, ProblemError):
+        return ItemError(code="invalid_problem", message=str(error))
     log.error("scoring failed", exc_info=error, extra={"task_id": task_id})
     return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
 
 
 class CodeScorer:
     def __init__(
-        self, sandbox: Sandbox, store: Store, problems: dict[str, CodeProblem], config: ScoringConfig, workers: int
+        self, sandbox: Sandbox, store: Store, problems: dict[str, AnyProblem], config: ScoringConfig, workers: int
     ) -> None:
         self.sandbox, self.store, self.problems, self.config = sandbox, store, problems, config
         # Twice the sandbox's workers: while one thread does an item's own work (extraction, parsing, similarity),
@@ -186,7 +237,9 @@ class CodeScorer:
             pending.put(index)  # longest first (known t_ref; unknown ones before all): the batch's tail is short
         cancelled = threading.Event()
         loop = asyncio.get_running_loop()
-        lanes = (loop.run_in_executor(self.pool, self._lane, items, answers, pending, cancelled) for _ in items[: self.lanes])
+        runs = SharedRuns(self.store, loop, f"{self.config.cache_prefix}run:", self.config.run_ttl_s)
+        lane = functools.partial(self._lane, items, answers, pending, cancelled, runs)
+        lanes = (loop.run_in_executor(self.pool, lane) for _ in items[: self.lanes])
         try:
             await asyncio.gather(*lanes)
         except asyncio.CancelledError:  # the client went away: end the batch's sandbox runs now, not at their wall limit
@@ -214,24 +267,39 @@ class CodeScorer:
         answers: list[_Outcome | ItemError | None],
         pending: queue.SimpleQueue[int],
         cancelled: threading.Event,
+        runs: SharedRuns | None = None,
     ) -> None:
+        """Items until none is left; an item whose program another lane is running waits until then (`waiting`)."""
+        waiting: list[tuple[int, str, Callable[[], _Outcome]]] = []
         with self.sandbox.cancellable(cancelled):
             while not cancelled.is_set():
                 try:
                     index = pending.get_nowait()
                 except queue.Empty:
-                    return
+                    break
                 item = items[index]
                 problem = item.problem or self.problems.get(item.task_id or "")
                 if problem is None:
                     answers[index] = ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
                     continue
                 try:
-                    answers[index] = self.evaluate(problem, item.completion)
+                    answer = self.evaluate(problem, item.completion, runs)
                 except RunCancelled:
                     return
                 except Exception as error:  # one item's failure never fails the batch
                     answers[index] = _item_error(error, problem.task_id)
+                    continue
+                if isinstance(answer, _Outcome):
+                    answers[index] = answer
+                else:
+                    waiting.append((index, problem.task_id, answer))
+            for index, task_id, conclude in waiting:
+                try:
+                    answers[index] = conclude()
+                except RunCancelled:
+                    return
+                except Exception as error:
+                    answers[index] = _item_error(error, task_id)
 
     def _expected_seconds(self, item: CodeItem) -> float:
         """The reference's time when this replica knows it, else infinity (a dict read: fine on the event loop)."""
@@ -246,26 +314,47 @@ class CodeScorer:
         with self._prepare_lock:  # the items of one batch share one preparation
             prepared = self._prepared.get(content)
             if prepared is None:
-                prepared = self._prepared[content] = PreparedProblem.of(problem)
+                prepared = self._prepared[content] = PreparedProblem.of(problem, case_s=self.config.case_s)
                 if len(self._prepared) > PREPARED_CACHE:
                     self._prepared.popitem(last=False)
             self._prepared.move_to_end(content)
             return prepared
 
-    def evaluate(self, problem: CodeProblem, completion: str) -> _Outcome:
-        """Everything but t_ref, blocking (extraction, parsing, the run, AST similarity): off the event loop."""
+    def evaluate(self, problem: AnyProblem, completion: str, runs: SharedRuns | None = None) -> _Outcome | Callable[[], _Outcome]:
+        """Everything but t_ref, blocking (extraction, parsing, the run, AST similarity): off the event loop. With
+        `runs`, a program already running for another item of the batch returns what concludes it once that run ends."""
         config = self.config
         prepared = self.prepare(problem)
         extracted = extract(completion, prepared.marker)
         code = extracted.code
         if len(code) > config.max_code_chars:
             error = f"code of {len(code)} characters is over the limit of {config.max_code_chars}; not run"
-            zeros = dict.fromkeys(("syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency"), 0.0)
+            zeros = dict.fromkeys(("syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency", "pass_rate"), 0.0)
             return _Outcome(Scored({"format": extracted.format, **zeros}, {"stage": "too_long", "error": error}))
         parsed = parse_solution(code)  # the syntax check and the similarity share one parse
         tree = None if isinstance(parsed, str) else parsed
-        result = run_tests(self.sandbox, prepared, code, config.limits, parsed=tree is not None)
+        execute = functools.partial(run_tests, self.sandbox, prepared, code, config.limits, parsed=tree is not None)
+        if runs is None:
+            return self._conclude(prepared, extracted, tree, execute(), "run")
+        key = run_key(code, f"{prepared.key}:{prepared.time_limit_s}", config.limits, self.sandbox.isolation)
+        future, owned = runs.claim(key)
+        if owned:
+            runs.run(future, key, execute)
+            return self._conclude(prepared, extracted, tree, *future.result())
+
+        def conclude() -> _Outcome:
+            return self._conclude(prepared, extracted, tree, future.result()[0], "batch")
+
+        return conclude() if future.done() else conclude
+
+    def _conclude(
+        self, prepared: PreparedProblem, extracted: Extracted, tree: ast.Module | None, result: HarnessResult, source: str
+    ) -> _Outcome:
+        """The item's components and info from its run (`source`: `run`, `batch`: another item's, `store`)."""
+        config = self.config
         info: dict[str, Any] = {
+            "kind": prepared.kind,
+            "run": source,
             "stage": result.stage,
             "error": result.error,
             "tests_passed": result.passed,
@@ -283,6 +372,9 @@ class CodeScorer:
             similarity, info["ast_error"] = 0.0, str(error)
         scored = Scored(components(extracted.format, tree is not None, similarity, result), info)
         if config.efficiency and result.ok and result.exec is not None:
+            if not prepared.reference.code:
+                info["t_ref_error"] = "no reference solution"
+                return _Outcome(scored)
             return _Outcome(scored, prepared, result.exec.cpu_s)
         return _Outcome(scored)
 

