@@ -85,7 +85,8 @@ def evaluate(
         scorer.close()
     scored = [(item, r) for item, r in zip(items, results, strict=True) if isinstance(r, Scored)]
     prepared = [(PreparedProblem.of(problems[item.task_id or ""]), item) for item, r in scored if r.components["correct"] == 1]
-    eligible = [(problem, extract(item.completion, problem.marker).code) for problem, item in prepared]
+    # a problem without a reference solution (LiveCodeBench, some MBPP rows) has no pair to time
+    eligible = [(problem, extract(item.completion, problem.marker).code) for problem, item in prepared if problem.reference.code]
     os.sched_setaffinity(0, {core if core is not None else min(os.sched_getaffinity(0))})
     percentages = []
     if eligible:
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dataset",
         default="humaneval",
-        help="the problems, as CORRGRPO_CODE_DATASETS: humaneval, leetcode:<path or hub id> (default: %(default)s)",
+        help="the problems, as CORRGRPO_CODE_DATASETS: humaneval, or leetcode, livecodebench, taco, apps, mbpp, "
+        "codecontests:<path or hub id> (default: %(default)s)",
     )
     parser.add_argument("--completions", type=Path, required=True, help="jsonl of {task_id, completion} (required)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first LIMIT completions (default: all)")
