@@ -1,7 +1,7 @@
 """Multi-turn AgentDojo training throughput: episodes per second through TRL's loop, the service's share
 of a step, and whether TRL runs the tool calls of different rollouts concurrently.
 
-Runs `cli.train` (CorrGRPO, TRL environment_factory) against a real AgentDojo service process for
+Runs `train` (CorrGRPO, TRL environment_factory) against a real AgentDojo service process for
 `--steps` steps on banking/user_task_0 under injection_task_0. Default policy: the tiny one steered
 by `sequence_bias` to call `read_file` once and answer (the fast test's policy), so every rollout makes
 a tool call; `--model smollm2-135m-instruct` runs the real pretrained policy unsteered.
@@ -17,13 +17,13 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "tests"), str(ROOT / "tests" / "trainer")]
+sys.path.insert(0, str(ROOT / "tests" / "trainer"))  # the fast test's steered policy (below)
 
 import torch  # noqa: E402
-from servers import start_service  # noqa: E402  (the test helper: starts a service as its container does)
 from test_agentdojo_env import agentdojo_config, steered_policy  # noqa: E402  (the fast test's steered policy)
 
-from corrgrpo_trainer import cli  # noqa: E402
+from corrgrpo_testing.servers import start_service  # noqa: E402  (the test helper: starts a service as its container does)
+from corrgrpo_trainer.train import train  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
             trl["max_completion_length"] = 64
         config = agentdojo_config(service, Path(scratch) / "out", model, **trl)
         config["trl"]["max_steps"] = args.steps
-        trainer = cli.train(config, progress=False)
+        trainer = train(config, progress=False)
     clock = next(iter(trainer.environment_factories.values())).clock
     runtime = trainer.state.log_history[-1]["train_runtime"]
     episodes = args.steps * args.rollouts

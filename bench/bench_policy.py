@@ -7,7 +7,7 @@
 
 Per task (code: HumanEval; toolcall: RLLA-4K), the base policy is evaluated once on held-out prompts,
 then for every seed × estimator a fresh copy trains `--steps` steps against the live services
-(`corrgrpo_trainer.cli.train`, which writes metrics.jsonl) and is evaluated again on the same prompts
+(`corrgrpo_trainer.train.train`, which writes metrics.jsonl) and is evaluated again on the same prompts
 with greedy decoding. Metrics are the services' own evaluators: code `python -m corrgrpo_code.evaluate`
 (Executable, Pass@1, Efficiency; run as a subprocess because it pins itself to one core), toolcall
 `corrgrpo_toolcall.evaluate` (format, name, parameter name / value, all-exact, %). Each run's results are
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from servers import launch
 from tasks import humaneval_rows, rlla_rows
+
+from corrgrpo_testing.servers import launch
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ESTIMATORS = ("grpo", "corrgrpo", "gdpo")
@@ -113,8 +114,8 @@ def config_for(task: str, url: str, estimator: str, seed: int, out: Path, args: 
 def run_task(task: str, args: argparse.Namespace) -> None:
     import torch
 
-    from corrgrpo_trainer.cli import train
     from corrgrpo_trainer.models import load_pretrained
+    from corrgrpo_trainer.train import train
 
     train_rows, eval_rows = task_rows(task, args)
     base = args.out / task

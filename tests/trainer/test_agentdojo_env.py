@@ -1,6 +1,6 @@
 """Multi-turn AgentDojo training through TRL's environment_factory against the real AgentDojo service.
 
-The fast test trains one step of the tiny policy through `cli.train` with generation steered by
+The fast test trains one step of the tiny policy through `train` with generation steered by
 `sequence_bias` (a real transformers generation option) to call `read_file` first and answer after
 the tool result, so the tool loop, the service and the rewards run for real; a spy on `generate`
 records what the policy is given. The slow test trains the real pretrained policy unsteered.
@@ -18,22 +18,17 @@ import pytest
 import torch
 import yaml
 from agentdojo.task_suite.load_suites import get_suite
-from conftest import ServiceProcess, start_service
 from transformers import Qwen2ForCausalLM
 from transformers.utils import get_json_schema
 
 from corrgrpo_proto.agentdojo import TasksResponse
-from corrgrpo_trainer import cli
-from corrgrpo_trainer.agentdojo_env import (
-    ToolError,
-    agentdojo_episodes,
-    evaluate,
-    paper_metrics,
-    task_rows,
-    tool_calling_template,
-    tool_method,
-)
+from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_trainer.agentdojo.environment import ToolError
+from corrgrpo_trainer.agentdojo.episodes import agentdojo_episodes, task_rows
+from corrgrpo_trainer.agentdojo.evaluate import evaluate, paper_metrics, rollout
+from corrgrpo_trainer.agentdojo.tools import tool_calling_template, tool_method
 from corrgrpo_trainer.tiny import build_tiny_policy
+from corrgrpo_trainer.train import train
 
 CONFIG = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "agentdojo.yaml"
 PAIR = {"suites": ["banking"], "user_tasks": ["user_task_0"], "injection_tasks": ["injection_task_0"]}
@@ -136,7 +131,7 @@ def agentdojo_config(service: ServiceProcess, output_dir: Path, model: str, **tr
 
 @pytest.fixture(scope="module")
 def steered_step(service: ServiceProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One CorrGRPO step of the steered tiny policy through `cli.train`, with what each generation was given."""
+    """One CorrGRPO step of the steered tiny policy through `train`, with what each generation was given."""
     directory = tmp_path_factory.mktemp("agentdojo-tiny")
     model, bias = steered_policy(directory)
     config = agentdojo_config(
@@ -156,7 +151,7 @@ def steered_step(service: ServiceProcess, tmp_path_factory: pytest.TempPathFacto
     torch.set_num_threads(1)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Qwen2ForCausalLM, "generate", recording_generate)
-        trainer = cli.train(config, progress=False)
+        trainer = train(config, progress=False)
     return {"trainer": trainer, "given": given, "model": model, "bias": bias}
 
 
@@ -197,6 +192,20 @@ def test_evaluation_prints_and_writes_the_papers_metrics(
     ]
 
 
+def test_rollout_prints_each_of_the_first_episodes(
+    service: ServiceProcess, steered_step: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rollout`: the config's first episodes through the same loop, a line each (the steered policy reads the bill)."""
+    generation = {"sequence_bias": steered_step["bias"]}
+    config = agentdojo_config(service, tmp_path / "rollout", steered_step["model"], generation_kwargs=generation)
+    config["trl"]["max_tool_calling_iterations"] = 2
+    config["dataset"] = {**PAIR, "user_tasks": ["user_task_0", "user_task_1"]}
+    [episode] = rollout(config, 1)
+    assert (episode["user_task"], episode["components"]) == ("user_task_0", {"utility": 0.0, "security": 1.0})
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[rollout]")]
+    assert lines == ["[rollout] banking/user_task_0/injection_task_0  utility=0  security=1"]
+
+
 def test_paper_metrics_count_attacked_and_benign_episodes_apart() -> None:
     """ASR is the injection checker's verdict, not 1 - security: an invalid trajectory scores security 0 (the
     authors' reward) whether or not the injection's goal was met (the third episode)."""
@@ -217,7 +226,7 @@ def test_a_training_step_of_the_real_pretrained_policy(service: ServiceProcess, 
     """The embedded SmolLM2-135M-Instruct, unsteered: one step; both reward columns are scored by the service."""
     config = agentdojo_config(service, tmp_path / "out", "smollm2-135m-instruct", max_completion_length=48)
     config["trl"]["max_tool_calling_iterations"] = 1
-    trainer = cli.train(config, progress=False)
+    trainer = train(config, progress=False)
     logs = trainer.state.log_history[0]
     assert not math.isnan(logs["rewards/utility/mean"]) and not math.isnan(logs["rewards/security/mean"])
     assert "tools/call_frequency" in logs

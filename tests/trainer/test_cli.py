@@ -16,19 +16,13 @@ import pytest
 import torch
 import yaml
 from conftest import require_shared_data
-from servers import free_port, start_service
 
+from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
-from corrgrpo_trainer.cli import (
-    COMMANDS,
-    InputError,
-    ServicesDown,
-    build_parser,
-    check_services,
-    component_table,
-    compute_advantages,
-    main,
-)
+from corrgrpo_trainer.cli import COMMANDS, build_parser, main
+from corrgrpo_trainer.config import InputError, ServicesDown, check_services
+from corrgrpo_trainer.reward_json import compute_advantages
+from corrgrpo_trainer.train import component_table
 
 REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5, 0.2]]]
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
@@ -190,7 +184,7 @@ def down_line(command: str, domain: str, url: str) -> str:
 
 @pytest.mark.parametrize(
     ("module", "argv", "domain"),
-    [("corrgrpo_trainer", ["train"], "code"), ("corrgrpo_trainer.agentdojo_env", ["eval"], "agentdojo")],
+    [("corrgrpo_trainer", ["train"], "code"), ("corrgrpo_trainer", ["eval"], "agentdojo")],
 )
 def test_a_service_that_does_not_answer_is_one_line_and_exit_2_before_the_model_loads(
     tmp_path: Path, module: str, argv: list[str], domain: str
@@ -305,13 +299,11 @@ def every_cli() -> dict[str, Callable[[], object]]:
     from corrgrpo_service import docs, launcher
     from corrgrpo_service.registry import declared
     from corrgrpo_toolcall import evaluate as toolcall_evaluate
-    from corrgrpo_trainer import agentdojo_env
 
     clis: dict[str, Callable[[], object]] = {f"corrgrpo_trainer {name}": partial(main, [name, "--help"]) for name in COMMANDS}
     clis |= {f"corrgrpo_{name}": partial(service_cli.serve, service, ["--help"]) for name, service in declared().items()}
     return clis | {
         "corrgrpo_trainer": partial(main, ["--help"]),
-        "corrgrpo_trainer.agentdojo_env": partial(agentdojo_env.main, ["--help"]),
         "corrgrpo_code.evaluate": partial(code_evaluate.main, ["--help"]),
         "corrgrpo_toolcall.evaluate": partial(toolcall_evaluate.main, ["--help"]),
         "corrgrpo_service": partial(launcher.main, ["--help"]),

@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, start_service
 from trl.chat_template_utils import add_response_schema, parse_response
 
 from corrgrpo_proto.agentdojo import TasksResponse
-from corrgrpo_trainer.agentdojo_env import tool_calling_template
-from corrgrpo_trainer.demonstrations import Demonstration, build, is_held_out, split
+from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_trainer.agentdojo.demonstrations import Demonstration, build, is_held_out, split
+from corrgrpo_trainer.agentdojo.tools import tool_calling_template
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
 TRAIN = ["user_task_0", "user_task_1", "user_task_3", "user_task_4"]  # user_task_0 is held out

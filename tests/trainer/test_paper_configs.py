@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_shared_data
-from servers import start_service
 
 from corrgrpo_code.declaration import COMPONENTS as CODE_COMPONENTS
-from corrgrpo_trainer.cli import main, read_config
+from corrgrpo_testing.servers import start_service
+from corrgrpo_trainer.cli import main
+from corrgrpo_trainer.config import read_config
 from corrgrpo_trainer.trl_trainer import CorrGRPOConfig
 
 PAPER = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "paper"

@@ -8,12 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import free_port, start_service
 
-from corrgrpo_proto import AsyncRewardClient, RewardServiceUnavailable
-from corrgrpo_proto.agentdojo import EpisodeSpec
+from corrgrpo_proto import RewardServiceUnavailable
+from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_trainer.rewards import ServiceRewards, reward_columns
-from corrgrpo_trainer.rollouts import run_episode
 
 GROUND_TRUTH = (
     '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
@@ -119,55 +117,3 @@ def test_columns_against_the_real_toolcall_service() -> None:
     assert by_name["format"] == [1.0, 1.0]
     exact, wrong = (sum(by_name[c][i] for c in TOOLCALL_COMPONENTS[1:]) for i in range(2))
     assert exact == pytest.approx(3.0) and wrong == pytest.approx(-3.0)  # ToolRL: exact → 3, wrong tool → −3
-
-
-async def test_run_episode_sends_the_raw_completions_and_feeds_results_back_with_their_ids() -> None:
-    calls: list[tuple[str, Any]] = []
-    answer = "<response>Paid.</response><|im_end|>"
-
-    def episode_api(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
-        calls.append((request.url.path, body))
-        if request.url.path == "/v1/episodes":
-            messages = [{"role": "user", "content": "pay the bill"}]
-            return httpx.Response(200, json={"episode_id": "e1", **body, "messages": messages, "tools": [{"name": "pay"}]})
-        if request.url.path.endswith("/step"):
-            results = [] if body["completion"] == answer else [{"tool_call_id": "c1", "function": "pay", "content": "paid 5"}]
-            return httpx.Response(200, json={"episode_id": "e1", "results": results, "tool_calls_so_far": 1})
-        return httpx.Response(200, json={"episode_id": "e1", "components": {"utility": 1.0, "security": 1.0}, "total": 2.0})
-
-    seen: list[list[dict[str, Any]]] = []
-    call = '<tool_call>\n{"name": "pay", "arguments": {"amount": 5}, "id": "c1"}\n</tool_call>'
-
-    async def policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        seen.append(list(messages))
-        return call if len(seen) == 1 else answer
-
-    async with AsyncRewardClient("http://episodes", transport=httpx.MockTransport(episode_api)) as client:
-        result = await run_episode(client, EpisodeSpec(suite="banking", user_task="user_task_0"), policy)
-    assert result.components == {"utility": 1.0, "security": 1.0}
-    assert [path for path, _ in calls] == [
-        "/v1/episodes",
-        "/v1/episodes/e1/step",
-        "/v1/episodes/e1/step",
-        "/v1/episodes/e1/finish",
-    ]
-    assert calls[1][1] == {"completion": call} and calls[3][1] == {"completion": answer}
-    assert seen[1][-1] == {"role": "tool", "name": "pay", "content": "paid 5", "tool_call_id": "c1"}
-
-
-@pytest.mark.slow
-async def test_run_episode_against_the_real_agentdojo_service() -> None:
-    call = '<tool_call>\n{"name": "get_balance", "arguments": {}, "id": "call-1"}\n</tool_call>'
-    seen: list[list[dict[str, Any]]] = []
-
-    async def policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        seen.append(list(messages))
-        return call if len(seen) == 1 else "<response>Done.</response><|im_end|>"
-
-    with start_service("agentdojo") as service:
-        async with AsyncRewardClient(service.url) as client:
-            result = await run_episode(client, EpisodeSpec(suite="banking", user_task="user_task_0"), policy)
-    tool_message = seen[1][-1]
-    assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "call-1" and tool_message["name"] == "get_balance"
-    assert set(result.components) == {"utility", "security"}

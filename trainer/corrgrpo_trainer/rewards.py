@@ -18,7 +18,14 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from corrgrpo_proto import AsyncRewardClient, ItemResult, ItemShape, RewardServiceError, RewardServiceUnavailable
+from corrgrpo_proto import (
+    AsyncRewardClient,
+    ItemResult,
+    ItemShape,
+    RewardClient,
+    RewardServiceError,
+    RewardServiceUnavailable,
+)
 
 Row = dict[str, Any]
 RewardColumn = Callable[..., Awaitable[list[float | None]]]
@@ -130,3 +137,22 @@ def reward_columns(services: Sequence[ServiceRewards]) -> list[RewardColumn]:
     if duplicates := sorted({n for n in names if names.count(n) > 1}):
         raise ValueError(f"reward columns {duplicates} appear twice: give the services a `prefix`")
     return columns
+
+
+def service_rewards(config: dict[str, Any]) -> tuple[list[RewardColumn], list[float]]:
+    """The reward columns of every configured service (components default to all it declares) and TRL's reward
+    weights (the config's `weights`, else the service's declared ones)."""
+    services, weights = [], []
+    for name, spec in config["services"].items():
+        declared = {
+            c.name: c.weight
+            for c in RewardClient(spec["url"], retries=spec.get("client", {}).get("retries", 4)).components().components
+        }
+        components = spec.get("components") or list(declared)
+        if unknown := sorted(set(components) - set(declared)):
+            raise ValueError(f"{name}: components {unknown} not served at {spec['url']} (it has {sorted(declared)})")
+        services.append(
+            ServiceRewards(name, spec["url"], components, prefix=spec.get("prefix", ""), client_options=spec.get("client"))
+        )
+        weights += [float(spec.get("weights", {}).get(c, declared[c])) for c in components]
+    return reward_columns(services), weights

@@ -7,7 +7,7 @@ learned (docs/policy_experiment.md). A short SFT (TRL's `SFTTrainer`) on demonst
   rows give the policy: prompt [system instruction, user input], completion [assistant output], loss on the
   completion. Rows whose user turn is an evaluation row's (`exclude_prompts_of`) are left out; `think_sentences`
   keeps the first sentences of each `<think>` (ToolRL's run to ~300 tokens, RL's completions get 64-128).
-- `agentdojo`: the training user tasks' ground truths, executed by the service (demonstrations.py), as the
+- `agentdojo`: the training user tasks' ground truths, executed by the service (agentdojo/demonstrations.py), as the
   conversation TRL's environment loop produces; loss on the assistant turns only (not the tool results).
 
 Rows longer than `trl.max_length` tokens are dropped, not truncated (a cut demonstration teaches no answer).
@@ -30,7 +30,10 @@ from typing import Any
 
 import torch
 
-from .models import EMBEDDED, TINY
+from .agentdojo.tools import tool_calling_template
+from .config import InputError
+from .models import EMBEDDED
+from .policy import bf16, config_policy
 
 THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -93,21 +96,14 @@ def sft(config: dict[str, Any], progress: bool = True) -> Any:
     from transformers import PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from .agentdojo_env import tool_calling_template
-    from .cli import InputError, load_policy
-
     domain, spec = config["domain"], config.get("dataset") or {}
     if domain not in ("toolcall", "agentdojo"):
         raise InputError(f"no demonstrations for domain {domain!r} (toolcall, agentdojo)")
     trl_args = {"output_dir": f"trainer_out/{domain}_sft", **(config.get("trl") or {})}
-    name = config.get("model", EMBEDDED)
-    model, tokenizer = load_policy(name, trl_args["output_dir"])
-    threads = config.get("torch_threads", 1 if name == TINY else None)
-    if threads and not torch.cuda.is_available():
-        torch.set_num_threads(threads)
+    name, model, tokenizer = config_policy(config, trl_args["output_dir"])
     features = None
     if domain == "agentdojo":
-        from .demonstrations import demonstration_rows  # needs the agentdojo package
+        from .agentdojo.demonstrations import demonstration_rows  # needs the agentdojo package
 
         tool_calling_template(tokenizer)  # the template the RL loop renders tools with; saved with the checkpoint
         rows = demonstration_rows(config)
@@ -115,7 +111,7 @@ def sft(config: dict[str, Any], progress: bool = True) -> Any:
         trl_args.setdefault("assistant_only_loss", True)
     else:
         rows = rlla_rows(spec)
-    args = SFTConfig(bf16=torch.cuda.is_available() and name != TINY, **trl_args)
+    args = SFTConfig(bf16=bf16(name), **trl_args)
     rows = select(rows, tokenizer, args.max_length, spec.get("limit"), spec.get("seed", args.seed))
     if not rows:
         raise InputError(f"no demonstration fits in trl.max_length={args.max_length} tokens")

@@ -3,7 +3,7 @@
 Every AgentDojo user task has `ground_truth(pre_environment)`, the function calls that solve it, and most a
 `GROUND_TRUTH_OUTPUT`, the answer; both are read with the `agentdojo` package on the suite's default environment, at
 the benchmark version the service reports. The calls then run through the environment class the RL loop uses
-(agentdojo_env.py: `reset` creates the episode, one tool method and one `/step` per call), so the tool results,
+(environment.py: `reset` creates the episode, one tool method and one `/step` per call), so the tool results,
 injections included, are what the policy reads in training, and `/finish` with the answer scores the episode.
 A demonstration is the conversation TRL's environment loop would produce (one assistant tool call per turn, its
 tool result, the answer last), kept only when it scores utility 1 (and security 1 under attack). Each user task is
@@ -11,7 +11,7 @@ demonstrated without attack and under each configured injection task: there the 
 
 Split by user task, the authors' way (their agent_security_rl manifest): a user task is held out, never demonstrated
 and evaluated on, when the first 8 hex digits of sha256("<suite>:<user_task>") / 2^32 < 0.2 (banking: 0 and 14);
-`python -m corrgrpo_trainer.demonstrations split` lists both halves.
+`python -m corrgrpo_trainer.agentdojo.demonstrations split` lists both halves.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any
 
 from corrgrpo_proto.agentdojo import TasksResponse
 
-from .agentdojo_env import AgentDojoEnvironment, ToolError, agentdojo_episodes, task_rows
+from .environment import AgentDojoEnvironment, ToolError
+from .episodes import agentdojo_episodes, task_rows
 
 HELD_OUT_SHARE = 0.2
 DONE = "Done."  # the answer of a task whose ground truth has none (the service reads an empty answer the same)
@@ -142,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`split --url U`: each suite's training and held-out user tasks, as JSON."""
     from corrgrpo_proto import RewardClient
 
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_trainer.demonstrations", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_trainer.agentdojo.demonstrations", description=main.__doc__)
     parser.add_argument("command", choices=["split"])
     parser.add_argument("--url", default="http://127.0.0.1:8103", help="the AgentDojo service (default: %(default)s)")
     args = parser.parse_args(argv)

@@ -1,0 +1,102 @@
+"""AgentDojo's rows and what GRPOTrainer needs to train on them multi-turn, read from the service.
+
+The config's `dataset` section selects the episodes (suites, user tasks, injection tasks, attack) out of
+`GET /v1/tasks`; one environment class per suite (the suites' tools differ) and rows select theirs by an
+`environment` column, TRL's multi-environment form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from corrgrpo_proto import RewardClient
+from corrgrpo_proto.agentdojo import TasksResponse
+
+from .environment import COMPONENTS, AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
+from .tools import tool_calling_template
+
+
+def task_rows(tasks: TasksResponse, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Dataset rows (one per episode spec) from the config's `dataset` section.
+
+    `suites` (default: all), `user_tasks` (names; default all) or `user_tasks_per_suite` (the first N),
+    `injection_tasks` (names, `all`, or empty/null for no attack), `attack`, and `exclude_unearned`
+    (default true: leave out user tasks whose utility the service flags as earned without work).
+    """
+    rows = []
+    for suite in spec.get("suites") or list(tasks.suites):
+        known = tasks.suites[suite]
+        unearned = {task for flagged in known.utility_without_work.values() for task in flagged}
+        users = [
+            u for u in (spec.get("user_tasks") or known.user_tasks) if not (spec.get("exclude_unearned", True) and u in unearned)
+        ]
+        users = users[: spec.get("user_tasks_per_suite")]
+        injections = spec.get("injection_tasks") or [None]
+        injections = known.injection_tasks if injections == "all" else injections
+        for user_task in users:
+            for injection_task in injections:
+                rows.append(
+                    {
+                        "prompt": [{"role": "system", "content": tasks.system_message}, {"role": "user", "content": ""}],
+                        "environment": suite,
+                        "suite": suite,
+                        "user_task": user_task,
+                        "injection_task": injection_task,
+                        "attack": spec.get("attack") if injection_task else None,
+                    }
+                )
+    return rows
+
+
+@dataclass
+class AgentDojoEpisodes:
+    """What GRPOTrainer needs for multi-turn AgentDojo: rows, reward columns and weights, environment factories."""
+
+    tasks: TasksResponse
+    rows: list[dict[str, Any]]
+    columns: list[Callable[..., Any]]
+    weights: list[float]
+    factories: dict[str, type[AgentDojoEnvironment]]
+    clock: ServiceClock
+    log: EpisodeLog
+
+    def trainer_kwargs(self, tokenizer: Any) -> dict[str, Any]:
+        """Extra GRPOTrainer arguments; fits the tokenizer's chat template for tool calls in place."""
+        tool_calling_template(tokenizer)
+        return {"environment_factory": dict(self.factories)}
+
+
+def agentdojo_episodes(config: dict[str, Any]) -> AgentDojoEpisodes | None:
+    """Multi-turn AgentDojo parts for an `agentdojo` config (None for other domains), read from the service."""
+    if config.get("domain") != "agentdojo":
+        return None
+    service = config["services"]["agentdojo"]
+    options = {
+        "timeout": 120.0,
+        **{k: v for k, v in (service.get("client") or {}).items() if k in ("timeout", "retries", "token")},
+    }
+    client = RewardClient(service["url"], **options)
+    step_client = RewardClient(service["url"], **{**options, "retries": 0})
+    dataset = config.get("dataset") or {}
+    query = urlencode([("suite", suite) for suite in dataset.get("suites") or []])  # probed per suite: ask for ours
+    tasks = TasksResponse.model_validate(client.request("GET", f"/v1/tasks?{query}" if query else "/v1/tasks"))
+    rows = task_rows(tasks, dataset)
+    if not rows:
+        raise ValueError("the agentdojo dataset section selects no episodes")
+    clock, log = ServiceClock(), EpisodeLog()
+    suites = sorted({row["suite"] for row in rows})
+    factories = {suite: environment_class(suite, tasks.suites[suite].tools, client, step_client, clock, log) for suite in suites}
+    weights = service.get("weights") or {}
+    components = service.get("components") or list(COMPONENTS)
+    return AgentDojoEpisodes(
+        tasks=tasks,
+        rows=rows,
+        columns=[reward_column(c) for c in components],
+        weights=[float(weights.get(c, 1.0)) for c in components],
+        factories=factories,
+        clock=clock,
+        log=log,
+    )

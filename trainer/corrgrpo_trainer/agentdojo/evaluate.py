@@ -1,0 +1,104 @@
+"""AgentDojo's paper metrics: `python -m corrgrpo_trainer eval` (and `rollout`, a look at a few episodes).
+
+Code and tool-call completions are scored offline by their services' evaluators (`corrgrpo_code.evaluate`,
+`corrgrpo_toolcall.evaluate`); an AgentDojo episode needs the policy in the loop, so its evaluator lives here.
+Episodes run through TRL's multi-turn loop as in training (the trainer's `evaluate`, no update), so the
+policy sees the same prompts, tools and tool results.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..policy import config_policy
+from .episodes import AgentDojoEpisodes, agentdojo_episodes, task_rows
+
+
+def run_episodes(config: dict[str, Any], episodes: AgentDojoEpisodes, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run each row's episode once with the config's policy; the finished episodes (`EpisodeLog` rows)."""
+    from datasets import Dataset
+
+    from ..trl_trainer import CorrGRPOConfig, CorrGRPOTrainer
+
+    trl_args = {k: v for k, v in (config.get("trl") or {}).items() if k != "max_steps"}
+    trl_args.setdefault("output_dir", "trainer_out/agentdojo-eval")
+    _, model, tokenizer = config_policy(config, trl_args["output_dir"])
+    # one generation per episode; the train-side sizes only have to be valid
+    trl_args |= {"num_generations": 2, "per_device_train_batch_size": 2, "num_generations_eval": 1, "report_to": "none"}
+    trl_args.setdefault("per_device_eval_batch_size", 4)
+    trainer = CorrGRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=episodes.columns,
+        args=CorrGRPOConfig(**trl_args),
+        train_dataset=Dataset.from_list(rows),
+        **episodes.trainer_kwargs(tokenizer),
+    )
+    trainer.evaluate(eval_dataset=Dataset.from_list(rows))
+    return episodes.log.rows
+
+
+def evaluate(config: dict[str, Any], output: str | None = None) -> dict[str, Any]:
+    """Run every configured episode once with the policy through TRL's multi-turn loop (the trainer's
+    `evaluate`, no update) under the config's `dataset`, plus the same user tasks without attack;
+    print the paper's metrics as a table and write them (with every episode) as JSON to `output`."""
+    attacked = agentdojo_episodes(config)
+    if attacked is None:
+        raise ValueError("the AgentDojo evaluation needs an agentdojo config (domain: agentdojo)")
+    benign = task_rows(attacked.tasks, {**(config.get("dataset") or {}), "injection_tasks": None})
+    log = run_episodes(config, attacked, benign + [row for row in attacked.rows if row["injection_task"] is not None])
+    metrics = paper_metrics(log)
+    print(metrics_table(metrics))
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(json.dumps({**metrics, "log": log}, indent=2) + "\n")
+    return metrics
+
+
+def rollout(config: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """The config's first `count` training episodes, once each, a line per episode: utility and security."""
+    episodes = agentdojo_episodes(config)
+    if episodes is None:
+        raise ValueError("rollouts need an agentdojo config (domain: agentdojo)")
+    log = run_episodes(config, episodes, episodes.rows[:count])
+    for row in log:
+        scores = "unscored" if row["components"] is None else "  ".join(f"{k}={v:.0f}" for k, v in row["components"].items())
+        print(f"[rollout] {row['suite']}/{row['user_task']}/{row['injection_task'] or 'no attack'}  {scores}")
+    return log
+
+
+def paper_metrics(log: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Utility without attack, utility under attack and attack success rate (ASR = share of attacked
+    episodes whose injection goal was met) over the finished episodes; unscored ones are counted apart."""
+    scored = [row for row in log if row["components"] is not None]
+    benign = [row["components"]["utility"] for row in scored if row["injection_task"] is None]
+    attacked = [row["components"] for row in scored if row["injection_task"] is not None]
+
+    def mean(values: Sequence[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    return {
+        "utility_without_attack": mean(benign),
+        "utility_under_attack": mean([c["utility"] for c in attacked]),
+        "attack_success_rate": mean([float(row["injection_succeeded"]) for row in scored if row["injection_task"] is not None]),
+        "episodes": {"without_attack": len(benign), "under_attack": len(attacked), "unscored": len(log) - len(scored)},
+    }
+
+
+def metrics_table(metrics: dict[str, Any]) -> str:
+    def cell(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.1f}%"
+
+    counts = metrics["episodes"]
+    return "\n".join(
+        [
+            "| metric | value | episodes |",
+            "|---|---|---|",
+            f"| utility without attack | {cell(metrics['utility_without_attack'])} | {counts['without_attack']} |",
+            f"| utility under attack | {cell(metrics['utility_under_attack'])} | {counts['under_attack']} |",
+            f"| attack success rate | {cell(metrics['attack_success_rate'])} | {counts['under_attack']} |",
+        ]
+    )
