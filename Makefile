@@ -2,7 +2,7 @@
 VENV  := .venv
 PY    := $(VENV)/bin/python
 # Every folder under services/ with a pyproject.toml is a part: a new service needs no line here.
-PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer
+PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer testing
 STAMP := $(VENV)/.installed
 # setuptools warns on every flat-layout editable install ("Editable installation ... be careful"): not ours to act on.
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"

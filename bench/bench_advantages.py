@@ -1,6 +1,6 @@
 """GRPO, CorrGRPO and GDPO advantages: vectorised (corrgrpo_trainer.advantages) vs a per-group float64 loop.
 
-The loop is the tests' oracle (`tests/advantages_oracle.py`): one group at a time, float64,
+The loop is the tests' oracle (`corrgrpo_testing.advantages_oracle`, testing/): one group at a time, float64,
 CorrGRPO with the explicit K×K correlation matrix.
 
 Run: `.venv/bin/python bench/bench_advantages.py` (CPU with 1 thread; CUDA too when available).
@@ -9,18 +9,14 @@ Run: `.venv/bin/python bench/bench_advantages.py` (CPU with 1 thread; CUDA too w
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import torch
 
+from corrgrpo_testing.advantages_oracle import reference_loop
 from corrgrpo_trainer.advantages import ESTIMATORS
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from advantages_oracle import reference_loop
 
 
 def _time(fn: Callable[[], object], sync: Callable[[], None], repeats: int) -> float:

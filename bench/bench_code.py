@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 from bench_sandbox import fork_floor
@@ -30,9 +28,7 @@ from corrgrpo_code.similarity import ast_similarity
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Sandbox
 from corrgrpo_service import MemoryStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from servers import start_service  # the test helper: starts a service exactly as its container does
+from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
 
 WORKERS = os.cpu_count() or 1
 ROUNDS = 8

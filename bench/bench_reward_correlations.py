@@ -28,10 +28,10 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from servers import start_service  # the test helper: starts a service exactly as its container does
 from tasks import humaneval_problems, humaneval_row
 
 from corrgrpo_proto import RewardClient
+from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
 from corrgrpo_trainer.advantages import ESTIMATORS, diagnostics
 
 

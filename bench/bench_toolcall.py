@@ -19,12 +19,10 @@ from pathlib import Path
 
 import httpx
 
+from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
 from corrgrpo_toolcall.datasets import Example, default_source, load_rlla4k
 from corrgrpo_toolcall.scoring import score
 from corrgrpo_toolcall.settings import ToolCallSettings
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from servers import start_service  # the test helper: starts a service exactly as its container does
 
 
 def variants(example: Example) -> list[str]:

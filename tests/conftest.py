@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import ServiceProcess, start_service  # noqa: F401  (re-exported for test modules)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CORRGRPO_SHARED_DATA", REPO.parent / "shared" / "data"))

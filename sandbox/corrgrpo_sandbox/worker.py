@@ -49,6 +49,9 @@ PR_SET_CHILD_SUBREAPER = 36
 IPC_RMID = 0
 PROTOCOL_FD_BASE = 200  # the worker's own pipes live here; the child closes every fd >= 4
 READ_CHUNK = 65536
+PAGE = 4096
+NUM_THREADS = 17  # in /proc/<pid>/stat after the command name (field 20 of proc(5))
+DOMAINNAME = "/proc/sys/kernel/domainname"
 DRAIN_READS = 32  # a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
 STRAGGLER_ROUNDS = 2000  # x 1 ms: how long killed processes may take to disappear before the worker gives up
 COALESCE_S = 0.002  # outputs are read at most this often while the child runs (see supervise)
@@ -144,52 +147,89 @@ class Streams:
 
 
 def remove_tree(path: str) -> None:
-    """Delete `path` whatever modes the candidate gave it (the owner may always chmod, even without privileges)."""
+    """Delete `path` whatever modes the candidate gave it (the owner may always chmod, even without privileges).
+    An empty directory (the run's cwd, most runs) goes in one call: rmdir needs no permission on the directory itself,
+    and refuses a symlink or a file (ENOTDIR), which is unlinked, never followed."""
     try:
-        mode = os.lstat(path).st_mode
+        os.rmdir(path)
+        return
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(mode):
-        os.chmod(path, 0o700)
-        for entry in os.listdir(path):
-            remove_tree(os.path.join(path, entry))
-        os.rmdir(path)
-    else:
+    except NotADirectoryError:
         os.unlink(path)
+        return
+    except OSError:  # not empty
+        pass
+    os.chmod(path, 0o700)
+    for entry in os.listdir(path):
+        remove_tree(os.path.join(path, entry))
+    os.rmdir(path)
 
 
 def wipe(directory: str, mode: int) -> bool:
     """Delete everything below a writable mount and give it back its `mode`; True when it is empty afterwards."""
-    if not os.path.isdir(directory):
+    try:
+        os.chmod(directory, mode)  # the candidate may have locked the mount point itself
+    except FileNotFoundError:
         return True
-    os.chmod(directory, mode)  # the candidate may have locked the mount point itself
+    failed = False
     for entry in os.listdir(directory):
-        with contextlib.suppress(OSError, RecursionError):  # checked below: what survives makes an anomaly
+        try:
             remove_tree(os.path.join(directory, entry))
-    return not os.listdir(directory)
+        except (OSError, RecursionError):
+            failed = True
+    # every process of the run is gone (else the run is an anomaly anyway): nothing can add an entry meanwhile, so
+    # only a failed removal needs a second listing
+    return not failed or not os.listdir(directory)
 
 
-def remove_ipc_objects() -> bool:
-    """Remove every SysV shared memory segment, semaphore set and message queue of this IPC namespace (the
-    sandbox's own, see Launcher.namespaced); True when none is left. POSIX IPC lives in the wiped mounts."""
-    removers = {
-        "shm": lambda ident: LIBC.shmctl(ident, IPC_RMID, None),
-        "sem": lambda ident: LIBC.semctl(ident, 0, IPC_RMID),
-        "msg": lambda ident: LIBC.msgctl(ident, IPC_RMID, None),
-    }
-    clean = True
-    for kind, remove in removers.items():
-        path = f"/proc/sysvipc/{kind}"
-        if not os.path.exists(path):
-            continue
-        with open(path) as table:
+class KernelFile:
+    """A /proc or cgroup file the worker reads after every run, kept open and read with pread from offset 0: one
+    system call per read, where `open().read()` made eight (the kernel writes the text anew at each read). The fd is
+    the worker's alone: the child closes every fd above 3 before the program runs."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self) -> bytes:
+        """The whole text (a file of many records, such as /proc/sysvipc/*, may take several reads)."""
+        chunks, offset = [], 0
+        while chunk := os.pread(self.fd, READ_CHUNK, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def read_small(self) -> bytes:
+        """A file of one short record (a counter, a limit table): the kernel writes it in one piece, one read."""
+        return os.pread(self.fd, PAGE, 0)
+
+
+class IpcObjects:
+    """The SysV shared memory segments, semaphore sets and message queues of this IPC namespace (the sandbox's own,
+    see Launcher.namespaced), listed in /proc/sysvipc. POSIX IPC lives in the wiped mounts."""
+
+    def __init__(self) -> None:
+        removers: dict[str, Callable[[int], int]] = {
+            "shm": lambda ident: LIBC.shmctl(ident, IPC_RMID, None),
+            "sem": lambda ident: LIBC.semctl(ident, 0, IPC_RMID),
+            "msg": lambda ident: LIBC.msgctl(ident, IPC_RMID, None),
+        }
+        self.tables = {
+            kind: (KernelFile(path), remove)
+            for kind, remove in removers.items()
+            if os.path.exists(path := f"/proc/sysvipc/{kind}")
+        }
+
+    def remove(self) -> bool:
+        """Remove every one; True when none is left."""
+        clean = True
+        for table, remove in self.tables.values():
             rows = table.read().splitlines()[1:]
-        for row in rows:
-            remove(int(row.split()[1]))
-        if rows:
-            with open(path) as table:
+            for row in rows:
+                remove(int(row.split()[1]))
+            if rows:
                 clean &= len(table.read().splitlines()) <= 1
-    return clean
+        return clean
 
 
 class Invariants:
@@ -198,37 +238,28 @@ class Invariants:
     read-only /proc should make each change impossible; a change seen anyway makes the run an anomaly and the worker
     is replaced, so no later run (nor a reference timing) is measured in a worker the candidate reached."""
 
-    RLIMITS = tuple(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
-
     def __init__(self) -> None:
+        # every limit in one read (sixteen getrlimit calls before); the thread count from the stat line
+        self.files = {name: KernelFile(f"/proc/self/{name}") for name in ("limits", "stat", "oom_score_adj")}
+        self.domainname = KernelFile(DOMAINNAME) if os.path.exists(DOMAINNAME) else None
         self.expected = self.read()
 
-    @classmethod
-    def read(cls) -> dict[str, object]:
-        with open("/proc/self/oom_score_adj", "rb") as oom:
-            oom_score_adj = oom.read()
+    def read(self) -> dict[str, object]:
+        stat_line = self.files["stat"].read_small()
         return {
-            "limits": [resource.getrlimit(limit) for limit in cls.RLIMITS],
+            "limits": self.files["limits"].read_small(),
             "priority": os.getpriority(os.PRIO_PROCESS, 0),
             "affinity": os.sched_getaffinity(0),
             "scheduler": (os.sched_getscheduler(0), os.sched_getparam(0)),
-            "OOM score": oom_score_adj,
-            "threads": len(os.listdir("/proc/self/task")),
-            "UTS names": (os.uname().nodename, read_text("/proc/sys/kernel/domainname")),
+            "OOM score": self.files["oom_score_adj"].read_small(),
+            "threads": stat_line.rsplit(b")", 1)[1].split()[NUM_THREADS],
+            "UTS names": (os.uname().nodename, self.domainname.read_small() if self.domainname else None),
         }
 
     def broken(self) -> str | None:
         """Why the worker can no longer be trusted, or None."""
         changed = [name for name, value in self.read().items() if value != self.expected[name]]
         return f"the run changed the worker's {', '.join(changed)}" if changed else None
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def load_sibling(name: str) -> types.ModuleType:
@@ -372,7 +403,8 @@ class ProcessTree:
 
     def __init__(self, namespaced: bool, usage_path: str | None) -> None:
         self.namespaced = namespaced  # alone in a PID namespace: every process but init and the worker is the run's
-        self.usage_path = usage_path  # the worker's cgroup CPU counter (ns), counting even processes nobody waited for
+        # the worker's cgroup CPU counter (ns), counting even processes nobody waited for
+        self.usage = KernelFile(usage_path) if usage_path is not None else None
         self.me = os.getpid()
         self.reaped_cpu = 0.0
         self.peak_rss_kb = 0
@@ -390,10 +422,9 @@ class ProcessTree:
 
     def counter(self) -> float:
         """Cgroup CPU of everything in the worker's cgroup minus the worker's own, in seconds."""
-        if self.usage_path is None:
+        if self.usage is None:
             return 0.0
-        with open(self.usage_path, "rb") as counter:
-            total = int(counter.read()) / 1e9
+        total = int(self.usage.read_small()) / 1e9
         own = resource.getrusage(resource.RUSAGE_SELF)
         return total - own.ru_utime - own.ru_stime
 
@@ -429,7 +460,7 @@ class ProcessTree:
 
     def cpu(self) -> float:
         """CPU time of every process of the run so far."""
-        if self.usage_path is not None:
+        if self.usage is not None:
             return max(0.0, self.counter() - self.counter_start)
         live = 0.0
         for pid in self.descendants():
@@ -576,8 +607,8 @@ class Worker:
             os.close(fd)
         for directory, mode in self.modes.items():
             clean &= wipe(directory, mode)
-        if self.namespaced:
-            clean &= remove_ipc_objects()
+        if self.ipc is not None:
+            clean &= self.ipc.remove()
         if broken := self.invariants.broken():
             return {"anomaly": broken}, []
         if setup_cpu is None:
@@ -611,6 +642,7 @@ class Worker:
         # with Python's SIGINT handler gone, a candidate can signal it nothing at all
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         self.invariants = Invariants()
+        self.ipc = IpcObjects() if self.namespaced else None
         while (header := read_message(self.request_fd)) is not None:
             views: list[memoryview] = []
             try:

@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, start_service
 
 from corrgrpo_agentdojo.episode_service import EpisodeService
 from corrgrpo_proto.agentdojo import TrajectoryItem
+from corrgrpo_testing.servers import ServiceProcess, start_service
 
 PAIRS = [
     ("workspace", "user_task_0", "injection_task_0"),

@@ -9,10 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, start_service, valid_utf8_json
+from conftest import valid_utf8_json
 
 from corrgrpo_agentdojo.adapter import read_completion, strip_special_tokens
 from corrgrpo_agentdojo.episode_service import number_list
+from corrgrpo_testing.servers import ServiceProcess, start_service
 
 SPECIAL_ENDINGS = ["", "<|im_end|>", "</s>", "<|eot_id|>", "<|endoftext|>\n", "<|im_end|><|endoftext|>"]
 RAISING_CALL = {"function": "invite_user_to_slack", "args": {}}  # slack user_task_11's checker reads its arguments

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import start_service
+
+from corrgrpo_testing.servers import start_service
 
 SQUARE = {
     "task_id": "square",

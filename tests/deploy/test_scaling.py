@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import REDIS_URL
-from servers import ServiceProcess, free_port, start_service
 
 from corrgrpo_service.registry import default_ports
+from corrgrpo_testing.servers import ServiceProcess, free_port, start_service
 
 REPO = Path(__file__).resolve().parents[2]
 NGINX_DIR = REPO / "deploy" / "nginx"

@@ -18,13 +18,13 @@ from typing import Any
 import jsonpatch
 import jsonschema
 import pytest
-import servers
 import yaml
 from packaging.requirements import Requirement
 from referencing import Registry, Resource
 
 from corrgrpo_proto import ComponentSpec
 from corrgrpo_service import ServiceSettings, create_app, declared
+from corrgrpo_testing import servers
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "deploy" / "docker"
@@ -93,7 +93,7 @@ def image_cmd(service: str) -> list[str]:
 
 
 def entrypoint_started_by_tests(service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    """The argv tests/servers.py starts for `service`, captured instead of run."""
+    """The argv corrgrpo_testing.servers starts for `service`, captured instead of run."""
     captured: list[list[str]] = []
 
     class Captured(Exception):

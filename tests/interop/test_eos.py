@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from servers import start_service
 
 from corrgrpo_code.scoring import efficiency
+from corrgrpo_testing.servers import start_service
 
 END_TAILS = ["<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<|im_end|>\n<|endoftext|>", "\n</s></s>"]
 GT = '<think>x</think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1, "b": "x"}}\n</tool_call>'

@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import jsonschema
 import pytest
-from servers import start_service
+
+from corrgrpo_testing.servers import start_service
 
 GT = '<think>.</think>\n<tool_call>\n{"name": "f", "parameters": {"x": 1}}\n</tool_call>'
 

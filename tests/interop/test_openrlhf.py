@@ -6,7 +6,8 @@ import json
 
 import httpx
 import pytest
-from servers import start_service
+
+from corrgrpo_testing.servers import start_service
 
 GT = '<think>x</think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1, "b": "x"}}\n</tool_call>'
 HALF = '<think>x</think>\n<tool_call>\n{"name": "f", "parameters": {"a": 2, "b": "x"}}\n</tool_call>'

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from servers import start_service
 
 from corrgrpo_proto import RewardServiceError
 from corrgrpo_proto import verl as verl_rewards
+from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer import verl_plugin
 from corrgrpo_trainer.advantages import corrgrpo
 

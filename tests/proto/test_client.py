@@ -9,9 +9,9 @@ import time
 
 import httpx
 import pytest
-from servers import start_service
 
 from corrgrpo_proto import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable
+from corrgrpo_testing.servers import start_service
 
 
 def echo_scores(request: httpx.Request) -> httpx.Response:

@@ -10,7 +10,8 @@ from contextlib import ExitStack
 import httpx
 import pytest
 from reliability.helpers import BODY_LIMIT, ThrowawayRedis
-from servers import ServiceProcess, free_port, start_service
+
+from corrgrpo_testing.servers import ServiceProcess, free_port, start_service
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from servers import ServiceProcess
 
 from corrgrpo_service import declared
+from corrgrpo_testing.servers import ServiceProcess
 
 BODY_LIMIT = 4 * 1024 * 1024
 """Small enough that a 5 MB body is refused, large enough that multi-megabyte completions are scored."""

@@ -15,9 +15,9 @@ import httpx
 import pytest
 import redis
 from reliability.helpers import PROBLEM, ThrowawayRedis, valid_item
-from servers import free_port, start_service
 
 from corrgrpo_proto.client import AsyncRewardClient
+from corrgrpo_testing.servers import free_port, start_service
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30) -> None:

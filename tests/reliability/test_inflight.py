@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import httpx
 from reliability.helpers import PROBLEM
-from servers import ServiceProcess, start_service
+
+from corrgrpo_testing.servers import ServiceProcess, start_service
 
 SLEEPER = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(60)\n    return a + b\n```"
 CODE_ENV = {

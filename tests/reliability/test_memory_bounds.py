@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from servers import ServiceProcess, start_service
+
+from corrgrpo_testing.servers import ServiceProcess, start_service
 
 MIB = 1024 * 1024
 BODY = 63 * MIB  # just under the default 64 MiB limit

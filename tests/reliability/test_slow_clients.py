@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from servers import ServiceProcess, start_service
+
+from corrgrpo_testing.servers import ServiceProcess, start_service
 
 LIMITS = {
     "CORRGRPO_HEADER_TIMEOUT_S": "1",

@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, start_service, valid_utf8_json
+from conftest import valid_utf8_json
+
+from corrgrpo_testing.servers import ServiceProcess, start_service
 
 ADD = {
     "task_id": "security/text",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from servers import start_service
 
 from corrgrpo_service.registry import declared
+from corrgrpo_testing.servers import start_service
 
 
 @pytest.mark.parametrize("name", list(declared()))

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import start_service
 
 from corrgrpo_service import docs
 from corrgrpo_service.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
+from corrgrpo_testing.servers import start_service
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE_FOLDERS = sorted(p.parent for p in (REPO / "services").glob("*/pyproject.toml") if p.parent.name != "common")

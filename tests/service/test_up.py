@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import httpx
 import psutil
 import pytest
-from servers import free_port
 
 from corrgrpo_service.launcher import main
 from corrgrpo_service.registry import declared
+from corrgrpo_testing.servers import free_port
 
 UP = [sys.executable, "-m", "corrgrpo_service", "up"]
 READY_S = 240  # AgentDojo imports for tens of seconds on a loaded 2-core machine

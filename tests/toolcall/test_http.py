@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import httpx
-from servers import start_service
+
+from corrgrpo_testing.servers import start_service
 
 CALL = {"name": "get_weather", "parameters": {"city": "Paris"}}
 GROUND_TRUTH = f"<think>t</think>\n<tool_call>\n{json.dumps(CALL)}\n</tool_call>"

@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
-from advantages_oracle import gdpo_group_scores, reference_loop
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import nanstd as trl_nanstd
 
+from corrgrpo_testing.advantages_oracle import gdpo_group_scores, reference_loop
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics, gdpo, group_moments, grpo
 
 FAST = settings(max_examples=40, deadline=None)

@@ -8,7 +8,8 @@ from pathlib import Path
 import demo
 import pytest
 import torch
-from servers import start_service
+
+from corrgrpo_testing.servers import start_service
 
 
 def test_code_groups_hold_the_canonical_solution_and_one_perturbation_per_stage() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import require_shared_data
-from servers import start_service
 
+from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer import models
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.models import EMBEDDED, PolicyLoadError, load_pretrained, resolve_model

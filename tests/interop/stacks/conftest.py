@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from servers import ServiceProcess, start_service
+
+from corrgrpo_testing.servers import ServiceProcess, start_service
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from interop.stacks.common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_intact
 from interop.stacks.scripted_policy import Reply, ScriptedPolicy, Turn
-from servers import ServiceProcess, free_port
 
 from corrgrpo_adapters.nemo_gym import episode_rows
 from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
+from corrgrpo_testing.servers import ServiceProcess, free_port
 
 HERE = Path(__file__).parent
 CODE_ANSWERS = {"A": CODE, "B": WRONG_CODE, "C": "no code at all"}

@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 from interop.stacks.common import CODE, GT, INJECTED, WRONG_CODE, check_intact
-from servers import ServiceProcess, free_port
 
 from corrgrpo_adapters.openenv import AgentDojoAction, AgentDojoEnv, ScoreAction, ScoreEnv
+from corrgrpo_testing.servers import ServiceProcess, free_port
 
 READ_BILL = {"name": "read_file", "arguments": '{"file_path": "bill-december-2023.txt"}', "id": "call_1"}
 

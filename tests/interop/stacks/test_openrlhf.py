@@ -17,8 +17,8 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-from servers import start_service
 
+from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
 SIDE = Path(__file__).resolve().parents[3] / ".venv-openrlhf"

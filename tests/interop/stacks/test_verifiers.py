@@ -17,11 +17,11 @@ import pytest
 import verifiers as vf
 from interop.stacks.common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_intact, score_requests
 from interop.stacks.scripted_policy import Reply, ScriptedPolicy, Turn
-from servers import ServiceProcess
 from verifiers.types import ClientConfig
 
 from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
+from corrgrpo_testing.servers import ServiceProcess
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ import pytest
 import torch
 import verl
 from hydra import compose, initialize_config_dir
-from servers import start_service
 from tensordict import TensorDict
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopWorker, _InternalAgentLoopOutput
@@ -28,6 +27,7 @@ from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.reward import extract_reward
 
 import corrgrpo_proto.verl
+from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer import verl_plugin
 from corrgrpo_trainer.advantages import corrgrpo
 from corrgrpo_trainer.tiny import build_tiny_tokenizer

@@ -1,0 +1,1 @@
+"""Test support shared by tests/, bench/ and examples/: service processes (`servers`), the advantages oracle."""
