@@ -345,12 +345,24 @@ class Candidate:
         return f"the candidate's process was killed by signal {number}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with collector_paused():
-            message, sent = pack([args, kwargs], self.classes, strict=True)
-            self.send({"call": message})
+        # the common call, positional scalars only, goes as a plain list, and a scalar answer comes back as one: the
+        # graph's bookkeeping cost ~0.1 ms a call on each side, and nothing immutable can be changed in place
+        plain = not kwargs and scalars(args)
+        sent: list[Any] = []
+        if plain:
+            self.send({"args": list(args)})
+        else:
+            with collector_paused():
+                message, sent = pack([args, kwargs], self.classes, strict=True)
+                self.send({"call": message})
         reply = self.receive()
         if "raised" in reply:
             raise raised(reply.get("raised"), reply.get("message"))
+        if plain and "value" in reply:
+            value = reply["value"]
+            if type(value) not in SCALAR_TYPES:
+                raise ProtocolError("the candidate's value is not a scalar")
+            return value
         with collector_paused():
             (result,), _ = unpack(reply.get("returned"), self.classes, sent)
         return result
@@ -482,14 +494,21 @@ def serve(prelude: str, solution: str, entry: str) -> None:
     calls = os.fdopen(CALLS, "rb")
     for line in calls:
         try:
+            message = json.loads(line)
+            if "args" in message:  # positional scalars (`Candidate.__call__`): a scalar answer goes back as it is
+                result = function(*message["args"])
+                if type(result) in SCALAR_TYPES:
+                    send({"value": result}, REPLIES)
+                    continue
+                sent, changed = [], []
+            else:
+                with collector_paused():
+                    (args, kwargs), sent = unpack(message["call"], classes)
+                    before = list(map(held, sent))
+                result = function(*args, **kwargs)
+                changed = changes(sent, before)
             with collector_paused():
-                message = json.loads(line)["call"]
-                (args, kwargs), sent = unpack(message, classes)
-                before = list(map(held, sent))
-            result = function(*args, **kwargs)
-            with collector_paused():
-                reply = {"returned": pack([result], classes, sent, changes(sent, before))[0]}
-                send(reply, REPLIES)
+                send({"returned": pack([result], classes, sent, changed)[0]}, REPLIES)
         except BaseException as error:
             send({"raised": type(error).__name__, "message": str(error)[:300]}, REPLIES)
     os._exit(0)

@@ -239,6 +239,23 @@ def test_prelude_classes_may_be_returned_in_assert_mode(sandbox: Sandbox) -> Non
     assert run_assert(sandbox, prelude, own_class, "f", test, LIMITS).stage == "test_error"
 
 
+def test_calls_of_scalars_cross_as_plain_values(sandbox: Sandbox) -> None:
+    """Positional scalars go as a plain list and a scalar answer comes back as one (no object graph); exact types
+    only: an int subclass (its own `__eq__`) is still not data, a list answer still crosses as a graph."""
+    test = (
+        "def check(candidate):\n"
+        "    for value in (None, True, 7, 2**80, -0.5, 'x\\u00e9', ''):\n"
+        "        out = candidate(value)\n"
+        "        assert out == value and type(out) is type(value)\n"
+        "    assert candidate(1, 2) == [1, 2]\n"
+    )
+    echo = "def f(*values):\n    return values[0] if len(values) == 1 else list(values)\n"
+    assert run_assert(sandbox, "", echo, "f", test, LIMITS).stage == "passed"
+    lying = "class Int(int):\n    def __eq__(self, other): return True\ndef f(*values):\n    return Int(0)\n"
+    result = run_assert(sandbox, "", lying, "f", test, LIMITS)
+    assert result.stage == "test_error" and "Int is not data" in str(result.error), result
+
+
 COMPILE_ONLY_ERRORS = ["return 1\ndef f(x): return x", "nonlocal y\ndef f(x): return x"]
 
 

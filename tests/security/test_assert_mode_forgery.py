@@ -221,6 +221,10 @@ GARBAGE = [
     b'{"returned": {"roots": [{"@": 2}], "objects": [0, 0, ["tuple", [{"@": 2}]]]}}\n',
     b'{"returned": {"roots": [{"@": 0}], "objects": [["list", []], 0]}}\n',  # the arguments' tuple became a list
     b'{"returned": {"roots": [{"!": "Anything"}], "objects": []}}\n',
+    # a call of scalars alone takes a scalar back as a plain value: anything else there is refused
+    b'{"value": [9]}\n',
+    b'{"value": {"@": 0}}\n',
+    b'{"value": {"__t": "tuple", "v": [9]}}\n',
     b'{"done": true}\n',
     b"x" * 200000,  # no end of line, then the pipe closes
 ]
