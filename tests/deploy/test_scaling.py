@@ -99,12 +99,9 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
         conf = (NGINX_DIR / "nginx.conf").read_text()
         for name, port in SERVICE_PORTS.items():
             conf = conf.replace(f"listen {port};", f"listen {ports[name]};")
-        upstreams = {
-            "code": [replica.url.removeprefix("http://") for replica in replicas],
-            # Nothing listens there: those groups only have to exist for the config to load.
-            "toolcall": [f"127.0.0.1:{free_port()}"],
-            "agentdojo": [f"127.0.0.1:{free_port()}"],
-        }
+        # The other services' groups only have to exist for the config to load: nothing listens there.
+        upstreams = {name: [f"127.0.0.1:{free_port()}"] for name in SERVICE_PORTS}
+        upstreams["code"] = [replica.url.removeprefix("http://") for replica in replicas]
         (tmp_path / "nginx.conf").write_text(conf)
         compose_upstreams = (NGINX_DIR / "upstreams.conf").read_text()
         (tmp_path / "upstreams.conf").write_text(loopback_upstreams(compose_upstreams, upstreams, ports))
@@ -132,12 +129,12 @@ def served(replica: ServiceProcess, route: str) -> int:
 
 
 def test_loopback_upstreams_cover_every_compose_port() -> None:
-    replicas = {"code": ["a:1", "b:2"], "toolcall": ["c:3"], "agentdojo": ["d:4"]}
-    ports = {"code": 1, "toolcall": 2, "agentdojo": 3}
+    replicas = {name: [f"{name}-a:1", f"{name}-b:2"] for name in SERVICE_PORTS}
+    ports = {name: index for index, name in enumerate(SERVICE_PORTS, start=1)}
     text = loopback_upstreams((NGINX_DIR / "upstreams.conf").read_text(), replicas, ports)
     assert not re.search(r"^resolver ", text, flags=re.M)
-    assert re.findall(r"^\s*server ([^;]*);", text, flags=re.M) == ["a:1", "b:2", "c:3", "d:4"]
-    assert re.findall(r"^\s*(\d+) (\w+);", text, flags=re.M) == [("1", "code"), ("2", "toolcall"), ("3", "agentdojo")]
+    assert re.findall(r"^\s*server ([^;]*);", text, flags=re.M) == [a for name in SERVICE_PORTS for a in replicas[name]]
+    assert re.findall(r"^\s*(\d+) (\w+);", text, flags=re.M) == [(str(ports[name]), name) for name in SERVICE_PORTS]
 
 
 ADD = {

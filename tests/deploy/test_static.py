@@ -16,27 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import jsonschema
 import pytest
-import yaml
+from manifests import compose, compose_errors, compose_validator, k8s_documents, k8s_errors
 from packaging.requirements import Requirement
-from referencing import Registry, Resource
 
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service import ServiceSettings, create_app, declared
+from corrgrpo_service import ServiceSettings, create_app, declared, deploy
 from corrgrpo_testing import servers
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "deploy" / "docker"
 K8S = REPO / "deploy" / "k8s"
-SCHEMAS = REPO / "deploy" / "schemas"
-K8S_SCHEMAS = SCHEMAS / "kubernetes" / "v1.33.0-local-strict"
 SERVICES = tuple(declared())  # every installed service, from its one declaration
-# The folders each service image installs; the code image in particular holds no torch.
+# The folders each image installs: a service's own, the kit, and the parts its declaration adds (the code
+# image's sandbox); the code image in particular holds no torch.
 IMAGE_PARTS = {
-    "code": {"proto", "sandbox", "services/common", "services/code"},
-    "toolcall": {"proto", "services/common", "services/toolcall"},
-    "agentdojo": {"proto", "services/common", "services/agentdojo"},
+    **{
+        name: {"proto", "services/common", f"services/{name}", *service.deploy.build_args.get("LOCAL_PARTS", "").split()}
+        for name, service in declared().items()
+    },
     "trainer": {"proto", "trainer"},
 }
 
@@ -209,25 +207,21 @@ def test_known_env_names_include_the_shared_settings() -> None:
 
 
 def health_paths() -> set[str]:
+    """The paths of the kit's app, from its OpenAPI document (`app.routes` holds an included router unexpanded)."""
     app = create_app("probe", "0", [ComponentSpec(name="x", min=0, max=1)], ServiceSettings())
-    return {route.path for route in app.routes}
+    return set(app.openapi()["paths"])
 
 
 # ---------------------------------------------------------------- docker compose
 
 
-def compose() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "docker-compose.yml").read_text())
-
-
-def compose_validator() -> jsonschema.Draft201909Validator:
-    schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
-    return jsonschema.Draft201909Validator(schema, format_checker=jsonschema.FormatChecker())
+def test_generated_parts_of_the_deployment_files_match_the_declarations() -> None:
+    """`make manifests` (python -m corrgrpo_service.deploy) was run after the last change to a declaration."""
+    assert deploy.drifted(write=False) == [], "run `make manifests`"
 
 
 def test_compose_file_matches_the_compose_spec() -> None:
-    errors = [f"{e.json_path}: {e.message}" for e in compose_validator().iter_errors(compose())]
-    assert errors == []
+    assert compose_errors(compose()) == []
 
 
 def test_compose_schema_rejects_a_misspelt_key() -> None:
@@ -296,40 +290,6 @@ def test_nginx_routes_each_port_to_its_service() -> None:
 
 
 # ---------------------------------------------------------------- Kubernetes
-
-
-def k8s_documents(folder: Path) -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
-    documents = []
-    for resource in kustomization["resources"]:
-        path = folder / resource
-        if path.is_dir():
-            documents += k8s_documents(path)
-        else:
-            documents += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-    for patch in kustomization.get("patches", []):
-        target = patch["target"]
-        (document,) = [d for d in documents if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"]]
-        patched = jsonpatch.apply_patch(document, yaml.safe_load(patch["patch"]))
-        documents[documents.index(document)] = patched
-    return documents
-
-
-def k8s_schema_file(document: dict[str, Any]) -> Path:
-    group, _, version = document["apiVersion"].rpartition("/")
-    group = group.split(".")[0]
-    name = "-".join(part for part in (document["kind"].lower(), group, version) if part)
-    return K8S_SCHEMAS / f"{name}.json"
-
-
-def k8s_errors(document: dict[str, Any]) -> list[str]:
-    definitions = json.loads((K8S_SCHEMAS / "_definitions.json").read_text())
-    registry = Registry().with_resource(definitions["$id"], Resource.from_contents(definitions))
-    schema = json.loads(k8s_schema_file(document).read_text())
-    validator = jsonschema.Draft202012Validator(schema, registry=registry)
-    return [
-        f"{document['kind']}/{document['metadata']['name']} {e.json_path}: {e.message}" for e in validator.iter_errors(document)
-    ]
 
 
 BASE = k8s_documents(K8S / "base")

@@ -1,4 +1,4 @@
-"""Helpers of the reliability suite: which services, well-formed items, a private Redis."""
+"""Helpers of the reliability suite: which services, well-formed items (from the declarations), a private Redis."""
 
 from __future__ import annotations
 
@@ -18,32 +18,17 @@ from corrgrpo_testing.servers import ServiceProcess
 BODY_LIMIT = 4 * 1024 * 1024
 """Small enough that a 5 MB body is refused, large enough that multi-megabyte completions are scored."""
 
-SCORING_SERVICES = list(declared())  # every declared service; `valid_item` must know each
+SCORING_SERVICES = list(declared())  # every declared service, each with its declared example item
 Services = Callable[[str], ServiceProcess]
 """The `services` fixture: name → the running service."""
 
-TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
-PROBLEM = {
-    "task_id": "reliability/add",
-    "entry_point": "add",
-    "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
-    "reference": "def add(a, b):\n    return a + b\n",
-}
+PROBLEM = declared()["code"].example(None)["problem"]
+"""The code service's inline example problem (`add`), for the code-only tests."""
 
 
-def valid_item(service: ServiceProcess, http: httpx.Client, completion: str | None = None) -> dict[str, Any]:
-    """A well-formed item for `service`'s /v1/score; `completion` replaces the model's text."""
-    name = service.name
-    if name == "toolcall":
-        return {"completion": TOOL_CALL if completion is None else completion, "ground_truth": TOOL_CALL}
-    if name == "code":
-        text = "```python\ndef add(a, b):\n    return a + b\n```" if completion is None else completion
-        return {"completion": text, "problem": PROBLEM}
-    if name == "agentdojo":
-        suites = http.get(f"{service.url}/v1/tasks").json()["suites"]
-        suite = sorted(suites)[0]
-        return {"suite": suite, "user_task": suites[suite]["user_tasks"][0], "final_answer": completion or ""}
-    raise ValueError(f"no item shape known for {name}")
+def valid_item(service: ServiceProcess, completion: str | None = None) -> dict[str, Any]:
+    """A well-formed item for `service`'s /v1/score, its declaration's example; `completion` replaces the model's text."""
+    return declared()[service.name].example(completion)
 
 
 def assert_healthy(service: ServiceProcess, http: httpx.Client) -> None:

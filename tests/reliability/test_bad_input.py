@@ -39,7 +39,7 @@ def test_hostile_bodies_get_a_4xx_error_body(name: str, services: Services, http
 @pytest.mark.parametrize("name", SCORING_SERVICES)
 def test_schema_violations_are_422_naming_the_field(name: str, services: Services, http: httpx.Client) -> None:
     service = services(name)
-    item = valid_item(service, http)
+    item = valid_item(service)
     first_field = next(iter(item))
     missing = {k: v for k, v in item.items() if k != first_field}
     cases = {
@@ -75,7 +75,7 @@ def test_garbage_and_huge_completions_get_per_item_results(name: str, services: 
     service = services(name)
     completions = garbage_completions()
     for completion in completions:
-        response = http.post(f"{service.url}/v1/score", json={"items": [valid_item(service, http, completion)]})
+        response = http.post(f"{service.url}/v1/score", json={"items": [valid_item(service, completion)]})
         assert response.status_code == 200, f"{completion[:40]!r}: {response.status_code} {response.text[:300]}"
         (result,) = response.json()["results"]
         assert result["error"] is not None or result["components"], result

@@ -45,7 +45,7 @@ def test_redis_killed_and_restarted_during_scoring(name: str, throwaway_redis: T
     with start_service(name, env={"CORRGRPO_REDIS_URL": throwaway_redis.url}) as service:
 
         def score(tag: str) -> list[dict[str, Any]]:
-            items = [{**valid_item(service, http), "id": f"{tag}-{i}"} for i in range(4)]
+            items = [{**valid_item(service), "id": f"{tag}-{i}"} for i in range(4)]
             response = http.post(f"{service.url}/v1/score", json={"items": items})
             assert response.status_code == 200, response.text
             results = response.json()["results"]

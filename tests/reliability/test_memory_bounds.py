@@ -2,9 +2,10 @@
 
 Each service runs with its default limits (64 MiB bodies, 1M JSON values, 4096 items); the test sends
 the largest bodies of several hostile shapes and reads the process's peak RSS (`VmHWM` in
-/proc/<pid>/status). The bounds are the ones documented in services/common/README.md. Items are shaped
-so the kit's limits, not the scorers' work, are what is exercised (no sandbox run, no replay): the
-scorers' own per-field caps are their services' tests.
+/proc/<pid>/status). The bounds are each declaration's `peak_rss_mib` (services/common/README.md lists
+them). Items are the declared examples around texts the scorers score cheaply (no code to run, no call to replay),
+so the kit's limits, not the scorers' work, are what is exercised: their own per-field caps are their
+services' tests.
 """
 
 from __future__ import annotations
@@ -17,21 +18,17 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from corrgrpo_service import declared
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 MIB = 1024 * 1024
 BODY = 63 * MIB  # just under the default 64 MiB limit
-PEAK_RSS_BOUND_MIB = {"toolcall": 512, "code": 768, "agentdojo": 1024}
 CALLS = '<think>x</think>\n<tool_call>\n{"name": "f", "parameters": {"a": [%s]}}\n</tool_call>'
 
 
 def item_of(name: str, text: str) -> dict[str, object]:
-    """An item whose one free text is `text`; scored cheaply (toolcall) or refused per item (unknown task)."""
-    if name == "toolcall":
-        return {"completion": text, "ground_truth": CALLS % "1"}
-    if name == "code":
-        return {"completion": text, "task_id": "no/such/task"}
-    return {"suite": "banking", "user_task": "no_such_task", "completion": text}
+    """The service's declared example item with `text` as the model's: no code to run, no tool call to replay."""
+    return declared()[name].example(text)
 
 
 def hostile_bodies(name: str) -> Iterator[tuple[str, bytes]]:
@@ -61,7 +58,7 @@ def probe_health(service: ServiceProcess, stop: threading.Event, worst: list[flo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["toolcall", "code", "agentdojo"])
+@pytest.mark.parametrize("name", list(declared()))
 def test_peak_rss_stays_under_the_stated_bound(name: str) -> None:
     with start_service(name, env={"CORRGRPO_CODE_WORKERS": "2"}, timeout_s=120) as service:
         idle = peak_rss_mib(service)
@@ -83,7 +80,8 @@ def test_peak_rss_stays_under_the_stated_bound(name: str) -> None:
         assert service.process.poll() is None
     print(f"{name}: idle {idle:.0f} MiB, peak {peak:.0f} MiB, worst /healthz {worst[0]:.2f}s, answers {statuses}")
     assert statuses["a million values"] == 413 and statuses["5000 items"] == 413
-    assert peak <= PEAK_RSS_BOUND_MIB[name], f"{name}: peak RSS {peak:.0f} MiB over the stated {PEAK_RSS_BOUND_MIB[name]} MiB"
+    bound = declared()[name].deploy.resources.peak_rss_mib
+    assert peak <= bound, f"{name}: peak RSS {peak:.0f} MiB over the stated {bound} MiB"
 
 
 def test_toolcall_ground_truth_over_its_cap_is_413_naming_the_item() -> None:

@@ -63,7 +63,7 @@ def test_a_label_over_a_limit_is_refused_as_its_item_is_on_score(
     name: str, services: Services, http: httpx.Client, label: str, status: int, error: str, at: str | None
 ) -> None:
     service = services(name)
-    good = good_label(name, valid_item(service, http))
+    good = good_label(name, valid_item(service))
     refused(openrlhf(http, service.url, [good, label]), status, error, "labels.1" + (f".{at}" if at else ""))
     on_score = http.post(f"{service.url}/v1/score", content=as_score_body(label), headers={"content-type": "application/json"})
     assert (on_score.status_code, on_score.json()["error"]) == (status, error), on_score.text[:300]
@@ -93,7 +93,7 @@ def test_100k_open_brackets_never_answer_500(name: str, services: Services, http
     """In an object: too deep for the parser, 422. Bare: the label fills the service's label field, and is answered as
     that item on /v1/score (code: an unknown task_id; toolcall: a ground truth over its cap; agentdojo has none)."""
     service = services(name)
-    good = good_label(name, valid_item(service, http))
+    good = good_label(name, valid_item(service))
     refused(openrlhf(http, service.url, [good, '{"x": ' + "[" * 100_000]), 422, "json_too_deep", "labels.1")
     bare = openrlhf(http, service.url, [good, "[" * 100_000])
     if name == "code":

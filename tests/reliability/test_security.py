@@ -16,7 +16,7 @@ def test_token_guards_scoring_and_never_reaches_the_log(http: httpx.Client) -> N
     token, password = f"tok-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"
     env = {"CORRGRPO_API_TOKEN": token, "CORRGRPO_REDIS_URL": f"redis://:{password}@127.0.0.1:1/0", "CORRGRPO_LOG_LEVEL": "DEBUG"}
     with start_service("toolcall", env=env) as service:
-        item = {**valid_item(service, http), "id": "cached-by-id"}  # an id: the idempotency cache is consulted
+        item = {**valid_item(service), "id": "cached-by-id"}  # an id: the idempotency cache is consulted
         refused = http.post(f"{service.url}/v1/score", json={"items": [item]})
         assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
         wrong = {"Authorization": f"Bearer {token[:-1]}x"}

