@@ -29,13 +29,13 @@ def test_readyz_reports_unreachable_redis() -> None:
 
 
 def test_port_from_environment() -> None:
-    from servers import free_port
+    from corrgrpo_testing.servers import free_port
 
     port = free_port()
     import subprocess
     import sys
 
-    from servers import wait_healthy
+    from corrgrpo_testing.servers import wait_healthy
 
     process = subprocess.Popen(
         [sys.executable, "-m", "corrgrpo_toolcall"],
