@@ -1,6 +1,8 @@
-"""The app factory every service uses: health, readiness, metrics, limits, errors, logging.
+"""The app factory every service uses: health, readiness, metrics, guards, errors, logging.
 
-A service builds its routes on top of `create_app(...)`; scoring routes come from
+`create_app` assembles an app from this module's parts: the kit's `router` (health, readiness, metrics,
+components; each handler reads the app's state), the guards, the `observe` middleware and the error
+handlers. A service builds its routes on top of it; scoring routes come from
 `corrgrpo_service.scoring.add_score_route`, so the envelope, totals and idempotency are the same
 everywhere.
 """
@@ -13,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -68,38 +70,86 @@ class Metrics:
         self.service = service
 
 
-def create_app(
-    service: str,
-    version: str,
-    components: list[ComponentSpec],
-    settings: ServiceSettings,
-    *,
-    readiness: dict[str, ReadinessCheck] | None = None,
-    store: Store | None = None,
-    field_limits: Mapping[str, int] | None = None,
-) -> FastAPI:
-    """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`, `inflight`.
+# ---------------------------------------------------------------- the kit's routes (every service's)
 
-    `field_limits` caps string fields by name (`{"ground_truth": 32768}`): a longer one gets 413 naming its path.
-    """
-    store = store or make_store(settings)
-    checks: dict[str, ReadinessCheck] = {"store": store.ping, **(readiness or {})}
+router = APIRouter(route_class=ParsedJsonRoute)
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        log.info("service started", extra={"service": service, "store": store.kind})
-        yield
-        await store.close()
 
-    app = FastAPI(title=f"corrgrpo {service} service", version=version, lifespan=lifespan)
-    app.router.route_class = ParsedJsonRoute  # JSON bodies are parsed once, by JsonGuard
-    app.state.settings, app.state.store, app.state.metrics = settings, store, Metrics(service)
-    app.state.service, app.state.components = service, components
-    counters = app.state.metrics
-    app.state.inflight = InflightItems(settings.max_inflight_items, counters.inflight_items.labels(service).set)
-    # added last = runs first: framing, auth, load shedding, cancellation on disconnect, the body limit, the JSON shape check
-    json_limits = JsonLimits(settings.max_json_depth, settings.max_json_nodes, settings.max_batch_items, field_limits or {})
-    app.state.json_limits = json_limits  # OpenRLHF's labels are held to them too
+@router.get("/healthz", response_model=Health)
+async def healthz(request: Request) -> Health:
+    state = request.app.state
+    return Health(service=state.service, version=state.version)
+
+
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
+async def readyz(request: Request) -> JSONResponse:
+    state = request.app.state
+    results: dict[str, str] = {}
+    ready = True
+    for name, check in state.readiness.items():
+        try:
+            results[name] = await check() or "ok"
+        except Exception as error:  # a failed check is a reason, not a crash
+            results[name], ready = f"{type(error).__name__}: {error}", False
+    body = Readiness(ready=ready, service=state.service, checks=results)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/components", response_model=ComponentsResponse)
+async def list_components(request: Request) -> ComponentsResponse:
+    return ComponentsResponse(service=request.app.state.service, components=request.app.state.components)
+
+
+# ---------------------------------------------------------------- errors: the kit's error body for every refusal
+
+
+async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    details = [ErrorDetail(loc=_loc(tuple(e["loc"])), message=e["msg"]) for e in exc.errors()]
+    summary = "; ".join(f"{d.loc}: {d.message}" for d in details[:5])
+    return error_response(422, "validation_error", f"invalid request: {summary}", details)
+
+
+async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
+    response = error_response(exc.status_code, code, str(exc.detail))
+    response.headers.update(exc.headers or {})
+    return response
+
+
+async def crash(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", extra={"path": request.url.path})
+    return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------- request pipeline
+
+
+async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    """Counts, times and logs each request under its route's path."""
+    start = time.perf_counter()
+    response = await call_next(request)
+    route = request.scope.get("route")
+    path = getattr(route, "path", "unmatched")
+    seconds = time.perf_counter() - start
+    state = request.app.state
+    state.metrics.requests.labels(state.service, path, str(response.status_code)).inc()
+    state.metrics.latency.labels(state.service, path).observe(seconds)
+    log.info(
+        "request",
+        extra={"method": request.method, "path": path, "status": response.status_code, "ms": round(seconds * 1e3, 2)},
+    )
+    return response
+
+
+def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits) -> None:
+    """The guards of guards.py, added last = run first: framing, auth, load shedding, cancellation on disconnect,
+    the body limit, the JSON shape check."""
+    service, counters = app.state.service, app.state.metrics
     app.add_middleware(JsonGuard, limits=json_limits)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CancelOnDisconnect, on_cancel=counters.rejections.labels(service, "disconnected").inc)
@@ -117,66 +167,42 @@ def create_app(
         )
     app.add_middleware(UnambiguousFraming)  # first of all: nothing reads a body whose end is in doubt
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        seconds = time.perf_counter() - start
-        app.state.metrics.requests.labels(service, path, str(response.status_code)).inc()
-        app.state.metrics.latency.labels(service, path).observe(seconds)
-        log.info(
-            "request",
-            extra={
-                "method": request.method,
-                "path": path,
-                "status": response.status_code,
-                "ms": round(seconds * 1e3, 2),
-            },
-        )
-        return response
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = [ErrorDetail(loc=_loc(tuple(e["loc"])), message=e["msg"]) for e in exc.errors()]
-        summary = "; ".join(f"{d.loc}: {d.message}" for d in details[:5])
-        return error_response(422, "validation_error", f"invalid request: {summary}", details)
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    log.info("service started", extra={"service": app.state.service, "store": app.state.store.kind})
+    yield
+    await app.state.store.close()
 
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
-        response = error_response(exc.status_code, code, str(exc.detail))
-        response.headers.update(exc.headers or {})
-        return response
 
-    @app.exception_handler(Exception)
-    async def crash(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", extra={"path": request.url.path})
-        return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+def create_app(
+    service: str,
+    version: str,
+    components: list[ComponentSpec],
+    settings: ServiceSettings,
+    *,
+    readiness: dict[str, ReadinessCheck] | None = None,
+    store: Store | None = None,
+    field_limits: Mapping[str, int] | None = None,
+) -> FastAPI:
+    """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`, `inflight`.
 
-    @app.get("/healthz", response_model=Health)
-    async def healthz() -> Health:
-        return Health(service=service, version=version)
-
-    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
-    async def readyz() -> JSONResponse:
-        results: dict[str, str] = {}
-        ready = True
-        for name, check in checks.items():
-            try:
-                results[name] = await check() or "ok"
-            except Exception as error:  # a failed check is a reason, not a crash
-                results[name], ready = f"{type(error).__name__}: {error}", False
-        body = Readiness(ready=ready, service=service, checks=results)
-        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
-
-    @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/components", response_model=ComponentsResponse)
-    async def list_components() -> ComponentsResponse:
-        return ComponentsResponse(service=service, components=components)
-
+    `field_limits` caps string fields by name (`{"ground_truth": 32768}`): a longer one gets 413 naming its path.
+    """
+    store = store or make_store(settings)
+    app = FastAPI(title=f"corrgrpo {service} service", version=version, lifespan=lifespan)
+    app.router.route_class = ParsedJsonRoute  # JSON bodies are parsed once, by JsonGuard
+    state = app.state
+    state.service, state.version, state.components, state.settings, state.store = service, version, components, settings, store
+    state.readiness = {"store": store.ping, **(readiness or {})}
+    state.metrics = Metrics(service)
+    state.inflight = InflightItems(settings.max_inflight_items, state.metrics.inflight_items.labels(service).set)
+    # OpenRLHF's labels are held to the same JSON limits (state.json_limits).
+    state.json_limits = JsonLimits(settings.max_json_depth, settings.max_json_nodes, settings.max_batch_items, field_limits or {})
+    add_guards(app, settings, state.json_limits)
+    app.middleware("http")(observe)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, crash)
+    app.include_router(router)
     return app
