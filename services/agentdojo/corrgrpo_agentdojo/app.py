@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
-from fastapi import FastAPI, Query
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from corrgrpo_proto import ErrorBody
@@ -41,28 +41,40 @@ async def answer(work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
         return error_response(503, "store_unavailable", f"episode state is unreachable: {error}")
 
 
+def episodes_of(request: Request) -> EpisodeService:
+    return request.app.state.episodes
+
+
+Episodes = Annotated[EpisodeService, Depends(episodes_of)]
+router = APIRouter()
+
+
+@router.get("/v1/tasks", response_model=TasksResponse, responses=ERRORS)
+async def tasks(
+    episodes: Episodes,
+    suite: Annotated[list[str] | None, Query(description="Suites to list (repeatable); all by default")] = None,
+) -> TasksResponse | JSONResponse:
+    return await answer(lambda: episodes.tasks(suite))
+
+
+@router.post("/v1/episodes", response_model=Episode, responses=ERRORS)
+async def create(request: EpisodeCreate, episodes: Episodes) -> Episode | JSONResponse:
+    return await answer(lambda: episodes.create(request))
+
+
+@router.post("/v1/episodes/{episode_id}/step", response_model=StepResponse, responses=ERRORS)
+async def step(episode_id: str, request: StepRequest, episodes: Episodes) -> StepResponse | JSONResponse:
+    return await answer(lambda: episodes.step(episode_id, request))
+
+
+@router.post("/v1/episodes/{episode_id}/finish", response_model=FinishResponse, responses=ERRORS)
+async def finish(episode_id: str, request: FinishRequest, episodes: Episodes) -> FinishResponse | JSONResponse:
+    return await answer(lambda: episodes.finish(episode_id, request))
+
+
 def build(settings: AgentDojoSettings) -> FastAPI:
     app = SERVICE.create_app(settings)
-    episodes = EpisodeService(settings, app.state.store)
-    app.state.episodes = episodes
-
-    @app.get("/v1/tasks", response_model=TasksResponse, responses=ERRORS)
-    async def tasks(
-        suite: Annotated[list[str] | None, Query(description="Suites to list (repeatable); all by default")] = None,
-    ) -> TasksResponse | JSONResponse:
-        return await answer(lambda: episodes.tasks(suite))
-
-    @app.post("/v1/episodes", response_model=Episode, responses=ERRORS)
-    async def create(request: EpisodeCreate) -> Episode | JSONResponse:
-        return await answer(lambda: episodes.create(request))
-
-    @app.post("/v1/episodes/{episode_id}/step", response_model=StepResponse, responses=ERRORS)
-    async def step(episode_id: str, request: StepRequest) -> StepResponse | JSONResponse:
-        return await answer(lambda: episodes.step(episode_id, request))
-
-    @app.post("/v1/episodes/{episode_id}/finish", response_model=FinishResponse, responses=ERRORS)
-    async def finish(episode_id: str, request: FinishRequest) -> FinishResponse | JSONResponse:
-        return await answer(lambda: episodes.finish(episode_id, request))
-
-    add_score_route(app, AgentDojoScoreRequest, episodes.score_items)
+    app.state.episodes = EpisodeService(settings, app.state.store)
+    app.include_router(router)
+    add_score_route(app, AgentDojoScoreRequest, app.state.episodes.score_items)
     return app
