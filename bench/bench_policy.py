@@ -26,10 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from tasks import humaneval_rows, rlla_rows
-
 from corrgrpo_testing.servers import launch
+from corrgrpo_testing.tasks import humaneval_rows, rlla_rows
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ESTIMATORS = ("grpo", "corrgrpo", "gdpo")

@@ -5,7 +5,7 @@
     python bench/bench_reward_correlations.py --rollouts /tmp/r.jsonl --url http://127.0.0.1:18101   # rescore
 
 SmolLM2-135M-Instruct samples G completions (temperature 1, fixed seed) for each of B HumanEval prompts
-(examples/tasks.py, the problem inline), or they are read from a `--rollouts` jsonl, so two versions of the code
+(corrgrpo_testing.tasks, the problem inline), or they are read from a `--rollouts` jsonl, so two versions of the code
 service can score the same rollouts. One request to the service at `--url` (default: one started here) scores
 them; printed and written as json: each component's mean, the pooled within-group correlation matrix (components
 centred on their group mean, then Pearson over all rollouts), the fraction of groups whose weighted total R or a
@@ -27,11 +27,9 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from tasks import humaneval_problems, humaneval_row
-
 from corrgrpo_proto import RewardClient
 from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
+from corrgrpo_testing.tasks import humaneval_problems, humaneval_row
 from corrgrpo_trainer.advantages import ESTIMATORS, diagnostics
 
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import httpx
 import torch
-from tasks import humaneval_problems, humaneval_rows
 
 from corrgrpo_proto import AsyncRewardClient, RewardServiceError, RewardServiceUnavailable
 from corrgrpo_testing.servers import ServiceProcess, launch
+from corrgrpo_testing.tasks import humaneval_problems, humaneval_rows
 from corrgrpo_trainer.advantages import corrgrpo, gdpo, grpo
 from corrgrpo_trainer.models import EMBEDDED, PolicyLoadError, resolve_model
 

@@ -1,1 +1,1 @@
-"""Test support shared by tests/, bench/ and examples/: service processes (`servers`), the advantages oracle."""
+"""Dev support of tests/, bench/ and examples/: service processes (`servers`), the advantages oracle, prompt rows."""
