@@ -29,6 +29,7 @@ import ctypes
 import importlib.util
 import json
 import math
+import mmap
 import os
 import resource
 import select
@@ -103,18 +104,27 @@ def prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
+def unforked_buffer(size: int) -> mmap.mmap:
+    """Zeroed memory that no child inherits (MADV_DONTFORK): a fork copies no page table entry of it and the worker's
+    writes to it never fault on pages shared with a running child (a harness run's 3 MiB of output buffers were
+    a third of the worker's memory, and so of what every fork copied)."""
+    memory = mmap.mmap(-1, size)
+    memory.madvise(mmap.MADV_DONTFORK)
+    return memory
+
+
 class Streams:
     """Fixed buffers the child's stdout, stderr and channel are read into, each capped, zeroed after every reply."""
 
     def __init__(self) -> None:
         self.cap = 0
-        self.memory = bytearray()
+        self.memory = unforked_buffer(READ_CHUNK)
         self.used = [0, 0, 0]
         self.truncated = False
 
     def reset(self, cap: int) -> None:
         if cap != self.cap:
-            self.memory = bytearray(3 * cap + READ_CHUNK)  # the last chunk swallows what lies beyond a cap
+            self.memory = unforked_buffer(3 * cap + READ_CHUNK)  # the last chunk swallows what lies beyond a cap
             self.cap = cap
         self.used = [0, 0, 0]
         self.truncated = False
