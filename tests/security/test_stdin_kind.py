@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corrgrpo_code.stdio import run_stdin
+from corrgrpo_code.stdio import CasePool, run_stdin
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import Limits, Sandbox
 from corrgrpo_sandbox.harness import HarnessResult
@@ -33,13 +33,24 @@ def sandbox() -> Iterator[Sandbox]:
         yield box
 
 
-def judged(sandbox: Sandbox, solution: str) -> HarnessResult:
-    return run_stdin(sandbox, solution, CASES, LIMITS, case_s=3)
+def judged(sandbox: Sandbox, solution: str, cases: list[StdinCase] = CASES) -> HarnessResult:
+    """The verdict, the same whether the cases run one after another or on a pool (as the scorer runs them)."""
+    alone = run_stdin(sandbox, solution, cases, LIMITS, case_s=3)
+    pool = CasePool(sandbox, workers=2)
+    try:
+        pooled = run_stdin(sandbox, solution, cases, LIMITS, case_s=3, pool=pool)
+    finally:
+        pool.close()
+    assert (pooled.stage, pooled.passed, pooled.total) == (alone.stage, alone.passed, alone.total)
+    return alone
 
 
 def test_the_right_output_passes_and_a_wrong_one_fails(sandbox: Sandbox) -> None:
     assert judged(sandbox, f"input()\nprint({SECRET})\n").stage == "passed"
     assert judged(sandbox, "print(int(input()) * 2)\n").stage == "assertion"
+    several = [StdinCase(input=f"{n}\n", output=f"{n * n}\n") for n in range(6)]
+    squares = judged(sandbox, "n = int(input())\nprint(n * n if n != 3 else 0)\n", several)
+    assert (squares.stage, squares.passed, squares.error) == ("assertion", 5, "case 3: wrong output")
 
 
 FORGERIES = {

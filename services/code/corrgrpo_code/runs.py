@@ -56,8 +56,11 @@ class SharedRuns:
     """One batch's runs by key (thread-safe). The first item with a key runs it (or finds it in the store); the
     others get its future, which a lane waits on only after it has run everything else it could."""
 
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop, prefix: str, ttl_s: float) -> None:
+    def __init__(
+        self, store: Store, loop: asyncio.AbstractEventLoop, prefix: str, ttl_s: float, cancelled: threading.Event | None = None
+    ) -> None:
         self.store, self.loop, self.prefix, self.ttl_s = store, loop, prefix, ttl_s
+        self.cancelled = cancelled  # the batch's: runs started on other threads for it end with it
         self.lock = threading.Lock()
         self.futures: dict[str, Future[tuple[HarnessResult, str]]] = {}
 

@@ -44,7 +44,7 @@ from .problems import problem_hash
 from .runs import SharedRuns, run_key
 from .similarity import OverBudget, Reference
 from .split import split_check
-from .stdio import case_limits, run_stdin
+from .stdio import CasePool, case_limits, run_stdin
 
 log = logging.getLogger("corrgrpo.code")
 LOCK_TTL_S = 120.0  # a replica that died while measuring frees the lock after this
@@ -118,11 +118,17 @@ class PreparedProblem:
         return cls(problem, key, split_check(check.test), marker, reference, check.prompt, check.entry_point, check.test)
 
 
-def _run_once(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool) -> HarnessResult:
+CaseRuns = tuple[CasePool | None, threading.Event | None]  # where stdin cases run, and the batch's cancel event
+
+
+def _run_once(
+    sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool, cases: CaseRuns
+) -> HarnessResult:
     if prepared.stdin is not None:
         if not parsed and (error := syntax_error(solution)):
             return HarnessResult("syntax", "stdin", 0, len(prepared.stdin), error)  # type: ignore[arg-type]
-        return run_stdin(sandbox, solution, prepared.stdin, limits, prepared.time_limit_s or ScoringConfig.case_s)
+        case_s = prepared.time_limit_s or ScoringConfig.case_s
+        return run_stdin(sandbox, solution, prepared.stdin, limits, case_s, *cases)
     if prepared.time_limit_s is not None:
         limits = case_limits(limits, min(limits.cpu_s, prepared.time_limit_s))
     if prepared.io_tests is not None:
@@ -130,12 +136,19 @@ def _run_once(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits
     return run_assert(sandbox, prepared.prelude, solution, prepared.entry, prepared.test, limits, parsed=parsed)
 
 
-def run_tests(sandbox: Sandbox, prepared: PreparedProblem, solution: str, limits: Limits, parsed: bool = False) -> HarnessResult:
+def run_tests(
+    sandbox: Sandbox,
+    prepared: PreparedProblem,
+    solution: str,
+    limits: Limits,
+    parsed: bool = False,
+    cases: CaseRuns = (None, None),
+) -> HarnessResult:
     """The harness run for `solution`, retried once on a sandbox anomaly. An anomaly that repeats while a
     trivial probe passes is the solution's doing (it killed its worker, say): returned as stage `anomaly`,
     scored as a failure. Raises SandboxFault when the probe fails too (the sandbox itself is broken)."""
     for _ in range(2):
-        result = _run_once(sandbox, prepared, solution, limits, parsed)
+        result = _run_once(sandbox, prepared, solution, limits, parsed, cases)
         if result.stage != "anomaly":
             return result
         log.warning("sandbox anomaly, retrying once", extra={"task_id": prepared.problem.task_id, "anomaly": result.error})
@@ -222,11 +235,13 @@ class CodeScorer:
         # another keeps its sandbox worker busy; the sandbox itself admits at most `workers` runs at once.
         self.lanes = 2 * max(1, workers)
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
+        self.cases = CasePool(sandbox, max(1, workers))
         self._prepared: OrderedDict[tuple[str, ...], PreparedProblem] = OrderedDict()
         self._prepare_lock = threading.Lock()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.cases.close()
 
     async def score(self, items: Sequence[CodeItem]) -> list[Scored | ItemError]:
         """Evaluate every item in `lanes` threads that take the next item as they finish one (one hand-off to the
@@ -237,7 +252,7 @@ class CodeScorer:
             pending.put(index)  # longest first (known t_ref; unknown ones before all): the batch's tail is short
         cancelled = threading.Event()
         loop = asyncio.get_running_loop()
-        runs = SharedRuns(self.store, loop, f"{self.config.cache_prefix}run:", self.config.run_ttl_s)
+        runs = SharedRuns(self.store, loop, f"{self.config.cache_prefix}run:", self.config.run_ttl_s, cancelled)
         lane = functools.partial(self._lane, items, answers, pending, cancelled, runs)
         lanes = (loop.run_in_executor(self.pool, lane) for _ in items[: self.lanes])
         try:
@@ -333,7 +348,8 @@ class CodeScorer:
             return _Outcome(Scored({"format": extracted.format, **zeros}, {"stage": "too_long", "error": error}))
         parsed = parse_solution(code)  # the syntax check and the similarity share one parse
         tree = None if isinstance(parsed, str) else parsed
-        execute = functools.partial(run_tests, self.sandbox, prepared, code, config.limits, parsed=tree is not None)
+        cases = (self.cases, runs.cancelled if runs else None)
+        execute = functools.partial(run_tests, self.sandbox, prepared, code, config.limits, tree is not None, cases)
         if runs is None:
             return self._conclude(prepared, extracted, tree, execute(), "run")
         key = run_key(code, f"{prepared.key}:{prepared.time_limit_s}", config.limits, self.sandbox.isolation)
@@ -398,7 +414,7 @@ class CodeScorer:
     def _measure_once(self, prepared: PreparedProblem) -> dict[str, Any]:
         times = []
         for _ in range(self.config.reference_runs):
-            result = run_tests(self.sandbox, prepared, prepared.reference.code, self.config.limits)
+            result = run_tests(self.sandbox, prepared, prepared.reference.code, self.config.limits, cases=(self.cases, None))
             if not result.ok or result.exec is None:
                 return {"t_ref": None, "error": f"reference fails its tests: {result.stage}: {result.error}"}
             times.append(result.exec.cpu_s)

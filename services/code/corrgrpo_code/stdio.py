@@ -5,6 +5,10 @@ the program writes (to stdout, fd 3 or any other fd) or exits with, only stdout 
 passes. The one line of the channel trusted is the first, written by the run's preloaded code after it compiled
 the program and before any of it runs (as `harness` does): `compile` is known without trusting the candidate.
 
+A `CasePool` runs the cases of every item of a batch on as many threads as the sandbox has workers, so one item's
+cases spread over all of them (a batch of a few long items would else leave workers idle while one lane runs its
+cases one by one).
+
 Stages as the harness names them: `syntax` (does not compile), `timeout` (a case over its CPU limit: the remaining
 cases are not run, they would cost as much), `test_error` (a case exited non-zero or by a signal), `assertion` (a
 wrong output), `passed`. A crash or timeout in any case outranks a wrong output in an earlier one: `runtime` is 1
@@ -13,10 +17,13 @@ only when no case crashed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import signal
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
@@ -58,17 +65,61 @@ def _crash(index: int, result: ExecResult) -> str:
     return f"case {index}: {why}" + (f": {lines[-1][:200]}" if lines else "")
 
 
-def run_stdin(sandbox: Sandbox, solution: str, cases: Sequence[StdinCase], limits: Limits, case_s: float) -> HarnessResult:
-    """Every case (until a timeout) in its own run of `solution`; `exec` totals their CPU and wall time."""
+class CasePool:
+    """Case runs of many items on `workers` threads, each run cancellable with its batch (`Sandbox.cancellable`)."""
+
+    def __init__(self, sandbox: Sandbox, workers: int) -> None:
+        self.sandbox = sandbox
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="code-case")
+
+    def submit(self, program: str, stdin: bytes, limits: Limits, cancel: threading.Event | None) -> Future[ExecResult]:
+        return self.executor.submit(self._run, program, stdin, limits, cancel)
+
+    def _run(self, program: str, stdin: bytes, limits: Limits, cancel: threading.Event | None) -> ExecResult:
+        with self.sandbox.cancellable(cancel) if cancel is not None else contextlib.nullcontext():
+            return self.sandbox.run(program, stdin=stdin, limits=limits)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def run_stdin(
+    sandbox: Sandbox,
+    solution: str,
+    cases: Sequence[StdinCase],
+    limits: Limits,
+    case_s: float,
+    pool: CasePool | None = None,
+    cancel: threading.Event | None = None,
+) -> HarnessResult:
+    """Every case (until a timeout) in its own run of `solution`, on `pool` when given (all submitted at once, read
+    in order; those not started when a case times out are cancelled), else one after another in this thread.
+    `exec` totals their CPU and wall time."""
     program = PROGRAM.format(module=CHILD_MODULE, solution=solution)
     run_limits = case_limits(limits, case_s)
+    futures = [pool.submit(program, case.input.encode(), run_limits, cancel) for case in cases] if pool else []
+    try:
+        return _judge(sandbox, program, cases, run_limits, case_s, futures)
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def _judge(
+    sandbox: Sandbox,
+    program: str,
+    cases: Sequence[StdinCase],
+    run_limits: Limits,
+    case_s: float,
+    futures: list[Future[ExecResult]],
+) -> HarnessResult:
     total, passed = len(cases), 0
     crash: tuple[str, str] | None = None
     wrong: str | None = None
     cpu_s = wall_s = 0.0
     result: ExecResult | None = None
     for index, case in enumerate(cases):
-        result = sandbox.run(program, stdin=case.input.encode(), limits=run_limits)
+        result = futures[index].result() if futures else sandbox.run(program, stdin=case.input.encode(), limits=run_limits)
         if result.anomaly:
             return HarnessResult("anomaly", "stdin", 0, total, result.anomaly, result)  # type: ignore[arg-type]
         first = _compiled(result.channel)
