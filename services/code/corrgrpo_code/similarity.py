@@ -32,18 +32,29 @@ class OverBudget(Exception):
 
 
 def structure(tree: ast.AST) -> list[str]:
-    """The node-type names in pre-order, each subtree closed by `/<name>` (iterative: any depth the parser took)."""
+    """The node-type names in pre-order, each subtree closed by `/<name>` (iterative: any depth the parser took).
+    Children in `ast.iter_child_nodes` order, read from `_fields` directly: its two generators per node were 40% of
+    the walk."""
     tokens: list[str] = []
     stack: list[ast.AST | str] = [tree]
+    append, pop, push = tokens.append, stack.pop, stack.append
     while stack:
-        node = stack.pop()
+        node = pop()
         if type(node) is str:  # a subtree's closing tag, due once its children are written
-            tokens.append(node)
+            append(node)
             continue
         name = type(node).__name__
-        tokens.append(name)
-        stack.append(_CLOSING.get(name) or _CLOSING.setdefault(name, f"/{name}"))
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))  # type: ignore[arg-type]
+        append(name)
+        push(_CLOSING.get(name) or _CLOSING.setdefault(name, f"/{name}"))
+        children: list[ast.AST] = []
+        for attribute in node._fields:
+            value = getattr(node, attribute, None)
+            if isinstance(value, ast.AST):
+                children.append(value)
+            elif isinstance(value, list):
+                children += [item for item in value if isinstance(item, ast.AST)]
+        children.reverse()
+        stack += children
     return tokens
 
 
