@@ -62,7 +62,13 @@ def build(settings: ToySettings) -> FastAPI:
 
 # Declared like a service but registered nowhere (no entry point): it never shows up in `declared()`.
 SERVICE = ServiceDeclaration(
-    name="toy", version="0.1.0", port=8199, components=COMPONENTS, settings=ToySettings, app="corrgrpo_toy:build"
+    name="toy",
+    version="0.1.0",
+    port=8199,
+    components=COMPONENTS,
+    settings=ToySettings,
+    app="corrgrpo_toy:build",
+    example=lambda completion: {"text": "abc" if completion is None else completion},
 )
 
 if __name__ == "__main__":
