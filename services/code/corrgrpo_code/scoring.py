@@ -54,8 +54,9 @@ PREPARED_CACHE = 256  # distinct problems kept prepared (split tests, reference 
 PROBE = "def f():\n    return 1\n"  # a run the sandbox must pass when it is healthy
 REFERENCE_MEMO_S = 300.0  # how long a replica keeps a successful t_ref in memory instead of asking the store
 # In the t_ref store key: bumped whenever what a run's time covers changes (v2: the child compiles the program before
-# running it, assert-mode checks move to a judge), so no replica compares a t with a t_ref timed another way.
-TREF_VERSION = 2
+# running it, assert-mode checks move to a judge; v3: assert mode's calls of scalars cross as plain values, cheaper),
+# so no replica compares a t with a t_ref timed another way.
+TREF_VERSION = 3
 _ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")  # the harness's error text for a raised AssertionError
 
 
