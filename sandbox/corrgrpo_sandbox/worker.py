@@ -43,7 +43,7 @@ import types
 from collections.abc import Callable
 
 HEADER = struct.Struct(">I")
-SETUP_CPU = struct.Struct(">d")
+SETUP = struct.Struct(">dd")  # the child's set-up report: its CPU, and when its program began (monotonic)
 STREAMS = ("stdout", "stderr", "channel")
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -357,8 +357,9 @@ def become_candidate(
     """In the forked child: read the program, detach, rewire fds, limit, filter syscalls, run it as __main__, exit.
     Never returns.
 
-    The worker learns on `go_fd` that the body was consumed (so the request stream is in step again) and how much
-    CPU the set-up took (subtracted: it is not the candidate's). Everything before that is the worker's code."""
+    The child reports on `go_fd` that the body was consumed (so the request stream is in step again), how much CPU
+    the set-up took (subtracted: it is not the candidate's) and when the program began (the run's wall clock starts
+    there). Everything before that is the worker's code, so the report is trusted."""
     status = NO_PROGRAM
     try:
         body = read_exactly(request_fd, sizes[0])
@@ -376,7 +377,7 @@ def become_candidate(
             del request
         finally:
             usage = resource.getrusage(resource.RUSAGE_SELF)
-            os.write(go_fd, SETUP_CPU.pack(usage.ru_utime + usage.ru_stime))
+            os.write(go_fd, SETUP.pack(usage.ru_utime + usage.ru_stime, time.monotonic()))
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the worker's pipes included
         apply_limits(limits)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the worker's own is SIG_DFL (see `serve`)
@@ -513,42 +514,51 @@ def stat_fields(pid: int) -> list[str]:
         return []
 
 
-def await_program(go_fd: int, pidfd: int) -> float | None:
-    """The child's set-up CPU once it has its program; None when it ended (or hung) without it."""
-    ready, _, _ = select.select([go_fd, pidfd], [], [], SETUP_TIMEOUT_S)
-    if go_fd not in ready:
+def read_setup(go_fd: int) -> tuple[float, float] | None:
+    """The child's set-up report (CPU, start of its program), once it is written; None before, or if it never was."""
+    try:
+        message = os.read(go_fd, SETUP.size)  # written at once, far below PIPE_BUF: never a part of it
+    except BlockingIOError:
         return None
-    message = read_exactly(go_fd, SETUP_CPU.size)
-    return None if message is None else SETUP_CPU.unpack(message)[0]
+    return SETUP.unpack(message) if len(message) == SETUP.size else None
 
 
 def supervise(
-    readers: dict[int, int], pidfd: int, tree: ProcessTree, streams: Streams, deadline: float, cpu_cap: float
-) -> tuple[bool, bool]:
-    """Read the outputs until the child exits, the deadline passes or the tree's CPU reaches `cpu_cap`.
-    Returns (child exited, CPU cap reached). After each read the pipes rest for `COALESCE_S` (the exit still
-    wakes the worker at once): the harness writes one message per test, and waking for each message cost a
-    context switch per message, about 15% of a short run; a pipe holds 64 KiB meanwhile, so a flood still flows."""
+    readers: dict[int, int], pidfd: int, go_fd: int, tree: ProcessTree, streams: Streams, limits: dict, forked: float
+) -> tuple[tuple[float, float] | None, bool, bool]:
+    """Read the outputs until the child exits, the deadline passes or the tree's CPU reaches its cap. Returns (the
+    child's set-up report or None, child exited, CPU cap reached).
+
+    Until the set-up report arrives the deadline is `SETUP_TIMEOUT_S` after the fork; then it is `wall_s` after the
+    program began, and the CPU cap `tree_cpu_cap` plus the set-up's CPU. Wake-ups cost a short run most of its
+    overhead, so the worker sleeps through the report and the first outputs until the child exits or the first check
+    (`POLL_S` after the fork): a run shorter than that wakes it once, where it woke for the report, for the first
+    output and for the exit. A pipe holds 64 KiB meanwhile (a child that fills one waits at most until that check).
+    After that, each read is followed by a rest of `COALESCE_S` (the exit still wakes the worker at once): the harness
+    writes one message per test, and waking for each message cost a context switch per message."""
     open_fds = set(readers)
-    for fd in open_fds:
+    for fd in (*open_fds, go_fd):
         os.set_blocking(fd, False)
-    next_check = time.monotonic() + POLL_S
-    resting_until = 0.0
+    setup: tuple[float, float] | None = None
+    deadline, cpu_cap = forked + SETUP_TIMEOUT_S, math.inf
+    next_check = resting_until = forked + POLL_S
     while True:
+        if setup is None and (setup := read_setup(go_fd)) is not None:
+            deadline, cpu_cap = setup[1] + limits["wall_s"], tree_cpu_cap(limits) + setup[0]
         now = time.monotonic()
         if now >= deadline:
-            return False, False
+            return setup, False, False
         if now >= next_check:
             tree.reap_orphans()
             if tree.cpu() >= cpu_cap:
-                return False, True
+                return setup, False, True
             # a /proc scan of a whole host (no namespace, no cgroup) may be slow: keep checking to ~5% of a core
             next_check = now + max(POLL_S, 20 * (time.monotonic() - now))
         resting = now < resting_until
         wake = min(deadline, next_check, resting_until) if resting else min(deadline, next_check)
         ready, _, _ = select.select([pidfd] if resting else [*open_fds, pidfd], [], [], wake - now)
         exited = pidfd in ready
-        if ready:  # while resting only the exit is watched
+        if ready or resting:  # while resting only the exit is watched: what came meanwhile is read now
             for fd in open_fds.copy():
                 for _ in range(DRAIN_READS if exited else 1):  # after exit, drain what the child left in the pipe
                     count = streams.read(fd, readers[fd])
@@ -556,9 +566,9 @@ def supervise(
                         open_fds.discard(fd)
                     if count <= 0:
                         break
-            resting_until = time.monotonic() + COALESCE_S
+            resting_until = time.monotonic() + COALESCE_S if ready else 0.0
         if exited:
-            return True, False
+            return setup or read_setup(go_fd), True, False
 
 
 class Worker:
@@ -586,6 +596,7 @@ class Worker:
         self.streams.reset(limits["output_bytes"])
         pipes = [os.pipe() for _ in STREAMS]
         go_read, go_write = os.pipe()
+        forked = time.monotonic()
         pid = os.fork()
         if pid == 0:
             become_candidate(
@@ -603,16 +614,11 @@ class Worker:
             os.close(write_end)
         os.close(go_write)
         readers = {read_end: index for index, (read_end, _) in enumerate(pipes)}
-        setup_cpu = await_program(go_read, pidfd)
-        started = time.monotonic()
-        exited = cpu_exceeded = False
-        if setup_cpu is not None:
-            exited, cpu_exceeded = supervise(
-                readers, pidfd, self.tree, self.streams, started + limits["wall_s"], tree_cpu_cap(limits) + setup_cpu
-            )
+        setup, exited, cpu_exceeded = supervise(readers, pidfd, go_read, self.tree, self.streams, limits, forked)
         clean = self.tree.end()
+        setup_cpu, started = setup or (0.0, forked)
         wall = time.monotonic() - started
-        cpu = max(0.0, max(self.tree.reaped_cpu, self.tree.cpu()) - (setup_cpu or 0.0))
+        cpu = max(0.0, max(self.tree.reaped_cpu, self.tree.cpu()) - setup_cpu)
         for fd in (pidfd, go_read, *readers):
             os.close(fd)
         for directory, mode in self.modes.items():
@@ -621,7 +627,7 @@ class Worker:
             clean &= self.ipc.remove()
         if broken := self.invariants.broken():
             return {"anomaly": broken}, []
-        if setup_cpu is None:
+        if setup is None:
             return {"anomaly": "the child ended before it had its program"}, []
         status = self.tree.child_status
         killed_by = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
