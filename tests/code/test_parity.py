@@ -143,6 +143,7 @@ def test_default_weights_are_the_authors() -> None:
         "correct": 0.60,
         "ast_similarity": 0.30,
         "efficiency": 0.20,
+        "pass_rate": 0.0,  # ours: partial credit for stacks that want it, off by default
     }
     assert {c.name: (c.min, c.max) for c in COMPONENTS}["efficiency"] == (0, 1)
 
@@ -219,7 +220,7 @@ def test_class_solution_is_required_for_a_leetcode_entry_point(sandbox: Sandbox)
         sandbox, problem, [f"```python\n{IMPL}\n```", "```python\ndef solve(v):\n    return v + 1\n```"], efficiency=False
     )
     chain = ("format", "syntax", "compile", "runtime", "correct")
-    assert with_class.components == {**dict.fromkeys(chain, 1.0), "ast_similarity": 1.0, "efficiency": 0.0}
+    assert with_class.components == {**dict.fromkeys(chain, 1.0), "ast_similarity": 1.0, "efficiency": 0.0, "pass_rate": 1.0}
     # no class: format 0, and `Solution` is undefined when the tests call the entry point: runtime 0
     assert [without.components[k] for k in chain] == [0, 1, 1, 0, 0]
     assert without.components["ast_similarity"] == pytest.approx(ratio("def solve(v):\n    return v + 1", IMPL), abs=1e-12)

@@ -208,7 +208,7 @@ def test_trailing_special_tokens_do_not_change_the_score(service: ServiceProcess
     variants = [RIGHT + token for token in EOS_TOKENS] + [RIGHT + "\n" + token for token in EOS_TOKENS]
     results = score(service, [{"completion": RIGHT, "problem": ADD}] + [{"completion": v, "problem": ADD} for v in variants])
     plain = {k: v for k, v in results[0]["components"].items() if k != "efficiency"}  # efficiency: timing noise
-    assert plain == {"format": 1.0, **dict.fromkeys(CHAIN, 1.0), "ast_similarity": 1.0}
+    assert plain == {"format": 1.0, **dict.fromkeys(CHAIN, 1.0), "ast_similarity": 1.0, "pass_rate": 1.0}
     for variant, result in zip(variants, results[1:], strict=True):
         assert {k: v for k, v in result["components"].items() if k != "efficiency"} == plain, variant
         assert result["components"]["efficiency"] == efficiency(result["info"]["t"], result["info"]["t_ref"])

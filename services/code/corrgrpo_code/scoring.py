@@ -207,10 +207,17 @@ class _Outcome:
 
 
 def _content(problem: AnyProblem) -> tuple[str, ...]:
-    """What problem_hash covers, as a dict key (a check problem's strings need no dump)."""
+    """What problem_hash covers, as a dict key: the problem's own strings (each hashes once, then its hash is cached),
+    never a dump of them (a CodeContests problem's cases run to tens of MB, and this runs for every item)."""
     if isinstance(problem, CodeProblem):
         return problem.prompt, problem.entry_point, problem.test, problem.reference
-    return type(problem).__name__, problem.model_dump_json(exclude={"task_id"})
+    if isinstance(problem, StdinProblem):
+        cases = (text for case in problem.stdin_cases for text in (case.input, case.output))
+        return "stdin", str(problem.time_limit_s), problem.reference or "", *cases
+    if isinstance(problem, MbppProblem):
+        return "mbpp", problem.test_setup_code, problem.entry_point or "", problem.reference or "", *problem.test_list
+    calls = json.dumps([[case.args, case.expected] for case in problem.call_cases])  # data, not hashable as it is
+    return "call", problem.prompt, problem.fn_name, str(problem.time_limit_s), problem.reference or "", calls
 
 
 def _remembered(prepared: PreparedProblem) -> dict[str, Any] | None:
