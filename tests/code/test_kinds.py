@@ -44,6 +44,22 @@ def test_a_problem_of_no_kind_gets_one_clear_error(problem: dict) -> None:
     assert error["type"] == "problem_kind" and "`stdin_cases` (stdin)" in error["msg"]
 
 
+def test_the_json_schema_accepts_and_refuses_what_the_model_does() -> None:
+    import jsonschema
+
+    schema = CodeItem.model_json_schema()
+    mbpp = {"task_id": "m", "test_list": ["assert f(1) == 2"]}
+    accepted = [STDIN, mbpp, {"task_id": "f", "fn_name": "f", "call_cases": [{"args": [], "expected": None}]}]
+    for problem in accepted:
+        jsonschema.validate({"completion": "x", "problem": problem}, schema)
+        CodeItem(completion="x", problem=problem)
+    for problem in ({"task_id": "none"}, {**STDIN, **mbpp}, {**STDIN, "stdin_cases": []}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"completion": "x", "problem": problem}, schema)
+        with pytest.raises(ValidationError):
+            CodeItem(completion="x", problem=problem)
+
+
 def test_a_kind_with_a_wrong_field_is_refused() -> None:
     with pytest.raises(ValidationError):
         CodeItem(completion="x", problem={**STDIN, "stdin_cases": []})  # at least one case
