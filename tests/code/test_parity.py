@@ -19,7 +19,7 @@ from corrgrpo_code.declaration import COMPONENTS
 from corrgrpo_code.extract import extract, marker_of, split_fences
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
-from corrgrpo_code.similarity import OverBudget, Reference, ast_similarity, matched, structure
+from corrgrpo_code.similarity import MATCH_BUDGET, OverBudget, Reference, ast_similarity, matched, search, structure
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Limits, Sandbox
 from corrgrpo_service import MemoryStore, Scored
@@ -114,6 +114,26 @@ def test_block_search_is_difflibs_on_real_and_random_sequences() -> None:
         for j, token in enumerate(b):
             where.setdefault(token, []).append(j)
         assert matched(a, b, where) == sum(block.size for block in blocks)
+
+
+def test_equal_sequences_need_no_search_and_keep_its_budget() -> None:
+    """Equal sequences (the reference's own structure) are one whole block without the search, and over the budget
+    exactly when the search would be: at every budget around the search's own count of examined pairs."""
+    pathological = ["Name", "Load", "/Load", "/Name"] * 50
+    for tokens in [structure(ast.parse(p.reference)) for p in list(humaneval_problems())[:20]] + [pathological]:
+        where: dict[str, list[int]] = {}
+        for j, token in enumerate(tokens):
+            where.setdefault(token, []).append(j)
+        assert matched(list(tokens), tokens, where) == search(tokens, tokens, where, MATCH_BUDGET) == len(tokens)
+        count = len(tokens) + sum(len(where[token]) for token in tokens)
+        for budget in (count - 1, count, count + 1):
+            outcomes = []
+            for compare in (matched, search):
+                try:
+                    outcomes.append(compare(list(tokens), tokens, where, budget))
+                except OverBudget:
+                    outcomes.append("over")
+            assert outcomes[0] == outcomes[1] == ("over" if budget < count else len(tokens)), (budget, outcomes)
 
 
 def test_a_pathological_pair_stops_at_the_budget() -> None:

@@ -75,7 +75,20 @@ def _positions(b: list[str]) -> dict[str, list[int]]:
 def matched(a: list[str], b: list[str], where: dict[str, list[int]], budget: int = MATCH_BUDGET) -> int:
     """Total size of the matching blocks `SequenceMatcher(None, a, b, autojunk=False)` finds (`where`: `b`'s positions
     per token). Same recursion: the longest block of a region (earliest in `a`, then in `b`), then the regions before
-    and after it. Raises OverBudget past `budget` examined pairs."""
+    and after it. Raises OverBudget past `budget` examined pairs.
+
+    Equal sequences (a copy of the reference's structure, renamed or not) are one block, the whole of both: the result
+    and the budget's verdict come without the search, whose first and only region would examine every position of
+    each of `a`'s tokens in `b`, plus one per token of `a`."""
+    if a == b:
+        if sum(len(where[token]) for token in a) + len(a) > budget:
+            raise OverBudget(f"over {budget} pairs")
+        return len(a)
+    return search(a, b, where, budget)
+
+
+def search(a: list[str], b: list[str], where: dict[str, list[int]], budget: int) -> int:
+    """`matched` by the block search itself."""
     total, spent = 0, 0
     regions = [(0, len(a), 0, len(b))]
     while regions:
