@@ -40,10 +40,10 @@ python312() {
 }
 
 side_venv .venv-verl python3 tests/interop/verl-constraints.txt \
-  verl cachetools fastapi uvicorn pytest pytest-asyncio -e proto -e trainer
-side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt verifiers pytest pytest-asyncio -e proto -e adapters
-side_venv .venv-openenv python3 tests/interop/openenv-constraints.txt openenv-core pytest pytest-asyncio -e proto -e adapters
-side_venv .venv-nemo-gym "$(python312)" tests/interop/nemo-gym-constraints.txt nemo-gym pytest pytest-asyncio -e proto -e adapters
+  verl cachetools fastapi uvicorn pytest pytest-asyncio -e proto -e trainer -e testing
+side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt verifiers pytest pytest-asyncio -e proto -e adapters -e testing
+side_venv .venv-openenv python3 tests/interop/openenv-constraints.txt openenv-core pytest pytest-asyncio -e proto -e adapters -e testing
+side_venv .venv-nemo-gym "$(python312)" tests/interop/nemo-gym-constraints.txt nemo-gym pytest pytest-asyncio -e proto -e adapters -e testing
 
 openrlhf_stamp=".venv-openrlhf/.built-$(stamp_of)"
 if [ ! -f "$openrlhf_stamp" ]; then
