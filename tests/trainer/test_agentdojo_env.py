@@ -174,14 +174,19 @@ def test_the_attacks_injection_reaches_what_the_policy_is_given(steered_step: di
     assert all("<INFORMATION>" in text and goal in text for text in after_tool)
 
 
+def steered_config(service: ServiceProcess, steered_step: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """The config of the steered tiny policy of `steered_step` (it calls read_file, then answers)."""
+    generation = {"sequence_bias": steered_step["bias"]}
+    config = agentdojo_config(service, output_dir, steered_step["model"], generation_kwargs=generation)
+    config["trl"]["max_tool_calling_iterations"] = 2
+    return config
+
+
 def test_evaluation_prints_and_writes_the_papers_metrics(
     service: ServiceProcess, steered_step: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The same pair with and without its attack, through TRL's multi-turn loop (the steered policy reads the bill)."""
-    generation = {"sequence_bias": steered_step["bias"]}
-    config = agentdojo_config(service, tmp_path / "eval", steered_step["model"], generation_kwargs=generation)
-    config["trl"]["max_tool_calling_iterations"] = 2
-    metrics = evaluate(config, str(tmp_path / "metrics.json"))
+    metrics = evaluate(steered_config(service, steered_step, tmp_path / "eval"), str(tmp_path / "metrics.json"))
     assert metrics["episodes"] == {"without_attack": 1, "under_attack": 1, "unscored": 0}
     assert metrics["utility_without_attack"] == metrics["utility_under_attack"] == metrics["attack_success_rate"] == 0.0
     assert "| attack success rate | 0.0% | 1 |" in capsys.readouterr().out
@@ -196,9 +201,7 @@ def test_rollout_prints_each_of_the_first_episodes(
     service: ServiceProcess, steered_step: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`rollout`: the config's first episodes through the same loop, a line each (the steered policy reads the bill)."""
-    generation = {"sequence_bias": steered_step["bias"]}
-    config = agentdojo_config(service, tmp_path / "rollout", steered_step["model"], generation_kwargs=generation)
-    config["trl"]["max_tool_calling_iterations"] = 2
+    config = steered_config(service, steered_step, tmp_path / "rollout")
     config["dataset"] = {**PAIR, "user_tasks": ["user_task_0", "user_task_1"]}
     [episode] = rollout(config, 1)
     assert (episode["user_task"], episode["components"]) == ("user_task_0", {"utility": 0.0, "security": 1.0})

@@ -21,8 +21,8 @@ from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
 from corrgrpo_trainer.cli import COMMANDS, build_parser, main
 from corrgrpo_trainer.config import InputError, ServicesDown, check_services
+from corrgrpo_trainer.progress import component_table
 from corrgrpo_trainer.reward_json import compute_advantages
-from corrgrpo_trainer.train import component_table
 
 REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5, 0.2]]]
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"

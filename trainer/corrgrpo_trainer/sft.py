@@ -34,6 +34,7 @@ from .agentdojo.tools import tool_calling_template
 from .config import InputError
 from .models import EMBEDDED
 from .policy import bf16, config_policy
+from .progress import metrics_callback
 
 THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -90,10 +91,16 @@ def select(
     return fitting[:limit]
 
 
+def progress_line(state: Any, logs: dict[str, float]) -> str:
+    """One SFT step: its loss and token accuracy."""
+    accuracy = logs.get("mean_token_accuracy", float("nan"))
+    return f"[sft] step {state.global_step}/{state.max_steps}  loss={logs['loss']:.4f}  token_acc={accuracy:.3f}"
+
+
 def sft(config: dict[str, Any], progress: bool = True) -> Any:
     """Build the policy and the demonstrations of `config`, run TRL's SFTTrainer, save the checkpoint; the trainer."""
     from datasets import Dataset, Features, Json, List, Value
-    from transformers import PrinterCallback, TrainerCallback
+    from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     domain, spec = config["domain"], config.get("dataset") or {}
@@ -116,28 +123,13 @@ def sft(config: dict[str, Any], progress: bool = True) -> Any:
     if not rows:
         raise InputError(f"no demonstration fits in trl.max_length={args.max_length} tokens")
     metrics_path = Path(args.output_dir) / "metrics.jsonl"
-    metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    metrics_path.write_text("")
-
-    class StepLog(TrainerCallback):
-        """Appends each logged training step to metrics.jsonl and (with progress) prints its line."""
-
-        def on_log(self, _args: Any, state: Any, _control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
-            if not logs or "loss" not in logs or not state.is_world_process_zero:
-                return
-            with metrics_path.open("a") as handle:
-                handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-            if progress:
-                accuracy = logs.get("mean_token_accuracy", float("nan"))
-                step = f"{state.global_step}/{state.max_steps}"
-                print(f"[sft] step {step}  loss={logs['loss']:.4f}  token_acc={accuracy:.3f}", flush=True)
-
+    step_log = metrics_callback(metrics_path, "loss", progress_line if progress else None)
     trainer = SFTTrainer(
         model=model,
         processing_class=tokenizer,
         args=args,
         train_dataset=Dataset.from_list(rows, features=features),
-        callbacks=[StepLog()],
+        callbacks=[step_log],
     )
     if progress:
         trainer.remove_callback(PrinterCallback)

@@ -5,14 +5,11 @@
    service component (rewards.py); AgentDojo's episodes bring rows, columns and environments (agentdojo/).
 3. policy (policy.py): the config's `model`.
 4. trainer (trl_trainer.py): TRL's GRPOTrainer with the configured advantage estimator; each logged step is a
-   progress line and a line of `<output_dir>/metrics.jsonl`.
+   progress line and a line of `<output_dir>/metrics.jsonl` (progress.py).
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ from .agentdojo.episodes import agentdojo_episodes
 from .config import check_services
 from .data import load_rows
 from .policy import bf16, config_policy
+from .progress import component_table, metrics_callback, progress_line
 from .rewards import service_rewards
 
 
@@ -61,8 +59,9 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         **trl_args,
     )
     names = [c.__name__ for c in columns]
-    params = sum(p.numel() for p in model.parameters())
-    step_log = metrics_callback(Path(args.output_dir) / "metrics.jsonl", params, names, progress)
+    params = {"model/params": sum(p.numel() for p in model.parameters())}
+    line = (lambda state, logs: progress_line(state.global_step, state.max_steps, logs, names)) if progress else None
+    step_log = metrics_callback(Path(args.output_dir) / "metrics.jsonl", "reward", line, params)
     trainer = CorrGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -79,45 +78,3 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         print(component_table(trainer.state.log_history, names))
         print(f"[train] metrics of every step: {args.output_dir}/metrics.jsonl")
     return trainer
-
-
-def metrics_callback(path: Path, params: int, names: Sequence[str], progress: bool) -> Any:
-    """A TrainerCallback appending each logged step to `path` (emptied now) and, with `progress`, printing its line."""
-    from transformers import TrainerCallback
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("")
-
-    class StepLog(TrainerCallback):
-        def on_log(self, _args: Any, state: Any, _control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
-            if not logs or "reward" not in logs or not state.is_world_process_zero:
-                return
-            with path.open("a") as handle:
-                handle.write(json.dumps({"step": state.global_step, **logs, "model/params": params}) + "\n")
-            if progress:
-                print(progress_line(state.global_step, state.max_steps, logs, names), flush=True)
-
-    return StepLog()
-
-
-def progress_line(step: int, max_steps: int, logs: dict[str, float], names: Sequence[str]) -> str:
-    """One step: total reward, each component's mean, the zero-variance group fraction and mean |advantage|."""
-    from .trl_trainer import ABS_ADVANTAGE
-
-    parts = "  ".join(f"{name}={logs.get(f'rewards/{name}/mean', math.nan):.3f}" for name in names)
-    return (
-        f"[train] step {step}/{max_steps}  reward={logs['reward']:.3f}  {parts}  "
-        f"zero_std_groups={logs.get('frac_reward_zero_std', math.nan):.2f}  |A|={logs.get(ABS_ADVANTAGE, math.nan):.3f}"
-    )
-
-
-def component_table(log_history: list[dict[str, Any]], names: Sequence[str]) -> str:
-    """Steps × components of TRL's `rewards/<name>/mean`, plus the total reward."""
-    header = ["step", *names, "reward"]
-    lines = ["  ".join(f"{h:>12s}" for h in header)]
-    for entry in log_history:
-        if "reward" not in entry:
-            continue
-        values = [entry.get(f"rewards/{n}/mean", math.nan) for n in names] + [entry["reward"]]
-        lines.append(f"{entry.get('step', 0):>12d}  " + "  ".join(f"{v:12.4f}" for v in values))
-    return "\n".join(lines)
