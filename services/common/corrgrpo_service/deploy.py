@@ -79,7 +79,7 @@ def compose_service(service: ServiceDeclaration, image: str) -> list[str]:
             "  security_opt: [no-new-privileges:true, seccomp=unconfined, apparmor=unconfined, systempaths=unconfined]",
         ]
     if deploy.shared_data:
-        lines += ["  volumes:", "    - ${CORRGRPO_SHARED_DATA:-../shared/data}:/shared/data:ro"]
+        lines += ["  volumes: *shared-data"]  # docker-compose.yml's hand-written x-shared-data
     resources = deploy.resources
     memory = _memory(resources.memory_limit_mib, "g", "m")
     lines += [

@@ -56,7 +56,7 @@ class Deploy:
     env: Mapping[str, str] = field(default_factory=dict)  # variables and defaults (compose: overridable from the shell)
     build_args: Mapping[str, str] = field(default_factory=dict)  # extra args of deploy/docker/service.Dockerfile
     bubblewrap: bool = False  # runs candidates under bwrap: namespaces, unconfined seccomp/AppArmor, an unmasked /proc
-    shared_data: bool = False  # mounts ../shared/data read-only (compose)
+    shared_data: bool = False  # mounts the shared data folder read-only (compose's x-shared-data)
     autoscale: tuple[int, int] | None = None  # Kubernetes min/max replicas on CPU, with a disruption budget
 
 
