@@ -81,7 +81,8 @@ def http_vs_floor(items: list[CodeItem], rounds: int = ROUNDS) -> tuple[dict[str
         def in_the_pool() -> None:  # the sandbox alone: what the HTTP path adds on top of it is the service's own cost
             with ThreadPoolExecutor(WORKERS) as threads:
                 failed = [r for r in threads.map(pool.run, programs) if r.exit_code != 0]
-            assert not failed, f"{len(failed)} canonical solutions failed in the sandboxed pool"
+            why = [(r.exit_code, r.signal, r.timed_out, r.anomaly, r.stderr[-200:]) for r in failed]
+            assert not failed, f"{len(failed)} canonical solutions failed in the sandboxed pool: {why}"
 
         for round_number in range(rounds):
             order = [("http", over_http), ("floor", on_the_floor), ("pool", in_the_pool)]
