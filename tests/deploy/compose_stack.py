@@ -29,7 +29,7 @@ import pytest
 from docker.models.containers import Container
 
 from corrgrpo_proto import RewardClient
-from corrgrpo_service.registry import default_ports
+from corrgrpo_service.registry import declared, default_ports
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE = Path(__file__).with_name("compose.test.yml")
@@ -45,7 +45,6 @@ ADD = {
 }
 RIGHT = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(0.2)\n    return a + b\n```"
 WRONG = "```python\ndef add(a, b):\n    return a - b\n```"
-TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
 
 
 @dataclass
@@ -123,15 +122,13 @@ def test_every_service_is_healthy_and_scores_through_nginx(stack: Stack) -> None
         right, wrong = code.json()["results"]
         assert (right["components"]["correct"], wrong["components"]["correct"]) == (1.0, 0.0)
         assert right["info"]["isolation"] == "bwrap"
-        tool = http.post(
-            f"{stack.url('toolcall')}/v1/score", json={"items": [{"completion": TOOL_CALL, "ground_truth": TOOL_CALL}]}
-        )
-        assert tool.status_code == 200 and tool.json()["results"][0]["total"] > 0, tool.text
+        # Every service's declared example item, through nginx, scores its declared components.
+        for name, service in declared().items():
+            response = http.post(f"{stack.url(name)}/v1/score", json={"items": [service.example(None)]})
+            assert response.status_code == 200, response.text
+            assert set(response.json()["results"][0]["components"]) == {c.name for c in service.components}, response.text
         suites = http.get(f"{stack.url('agentdojo')}/v1/tasks").json()["suites"]
         assert {"workspace", "travel", "banking", "slack"} <= set(suites)
-        item = {"suite": "banking", "user_task": suites["banking"]["user_tasks"][0], "final_answer": ""}
-        dojo = http.post(f"{stack.url('agentdojo')}/v1/score", json={"items": [item]})
-        assert dojo.status_code == 200 and set(dojo.json()["results"][0]["components"]) == {"utility", "security"}, dojo.text
     SUMMARY["services_scored"] = sorted(PORTS)
 
 
@@ -247,8 +244,13 @@ def test_scaled_code_spreads_requests_and_survives_a_killed_replica(stack: Stack
     assert seen == addresses, f"requests reached {seen}, replicas are {addresses}"
     SUMMARY["replicas"] = len(seen)
 
+    # Distinct programs (a comment naming the item): the code service runs a program once and shares its run
+    # across batches and replicas, so repeated ones would be answered before any replica was seen scoring.
+    rights = [i % 3 != 0 for i in range(36)]
+    item_ids = [f"kill-{i}-{uuid.uuid4().hex[:6]}" for i in range(36)]
     items = [
-        {"id": f"kill-{i}-{uuid.uuid4().hex[:6]}", "completion": RIGHT if i % 3 else WRONG, "problem": ADD} for i in range(36)
+        {"id": id_, "completion": (RIGHT if right else WRONG).replace("```python\n", f"```python\n# {id_}\n", 1), "problem": ADD}
+        for id_, right in zip(item_ids, rights, strict=True)
     ]
     results: list[Any] = []
     with RewardClient(stack.url("code"), chunk_size=3, max_concurrency=3, retries=20, backoff=0.3, max_backoff=2) as client:
@@ -264,11 +266,7 @@ def test_scaled_code_spreads_requests_and_survives_a_killed_replica(stack: Stack
     ids = [result.id for result in results]
     lost = len({item["id"] for item in items} - set(ids))
     duplicated = len(ids) - len(set(ids))
-    wrong = [
-        r.id
-        for r, item in zip(results, items, strict=False)
-        if r.components is None or r.components["correct"] != (item["completion"] == RIGHT)
-    ]
+    wrong = [r.id for r, right in zip(results, rights, strict=False) if r.components is None or r.components["correct"] != right]
     SUMMARY.update(items=len(items), lost=lost, duplicated=duplicated, wrong_rewards=len(wrong))
     assert ids == [item["id"] for item in items], "every item once, in order"
     assert (lost, duplicated, wrong) == (0, 0, []), results
