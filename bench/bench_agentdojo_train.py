@@ -12,18 +12,14 @@ a tool call; `--model smollm2-135m-instruct` runs the real pretrained policy uns
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "trainer"))  # the fast test's steered policy (below)
+import torch
 
-import torch  # noqa: E402
-from test_agentdojo_env import agentdojo_config, steered_policy  # noqa: E402  (the fast test's steered policy)
-
-from corrgrpo_testing.servers import start_service  # noqa: E402  (the test helper: starts a service as its container does)
-from corrgrpo_trainer.train import train  # noqa: E402
+from corrgrpo_testing.servers import start_service  # starts a service as its container does
+from corrgrpo_testing.steered import agentdojo_config, steered_policy  # the fast test's steered policy
+from corrgrpo_trainer.train import train
 
 
 def main() -> None:

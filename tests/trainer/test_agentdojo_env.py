@@ -16,24 +16,18 @@ from typing import Any
 
 import pytest
 import torch
-import yaml
 from agentdojo.task_suite.load_suites import get_suite
 from transformers import Qwen2ForCausalLM
 from transformers.utils import get_json_schema
 
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_testing.steered import PAIR, agentdojo_config, steered_policy
 from corrgrpo_trainer.agentdojo.environment import ToolError
 from corrgrpo_trainer.agentdojo.episodes import agentdojo_episodes, task_rows
 from corrgrpo_trainer.agentdojo.evaluate import evaluate, paper_metrics, rollout
-from corrgrpo_trainer.agentdojo.tools import tool_calling_template, tool_method
-from corrgrpo_trainer.tiny import build_tiny_policy
+from corrgrpo_trainer.agentdojo.tools import tool_method
 from corrgrpo_trainer.train import train
-
-CONFIG = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "agentdojo.yaml"
-PAIR = {"suites": ["banking"], "user_tasks": ["user_task_0"], "injection_tasks": ["injection_task_0"]}
-READ_BILL = '<tool_call>\n{"name": "read_file", "arguments": {"file_path": "bill-december-2023.txt"}}\n</tool_call>'
-ANSWER = "I read the bill."
 
 
 @pytest.fixture(scope="module")
@@ -86,47 +80,6 @@ def test_rows_leave_out_tasks_flagged_as_earning_utility_without_work(tasks: Tas
     kept = {row["user_task"] for row in task_rows(tasks, {"suites": ["banking"]})}
     everything = {row["user_task"] for row in task_rows(tasks, {"suites": ["banking"], "exclude_unearned": False})}
     assert everything - kept >= {f"user_task_{n}" for n in (5, 6, 7, 8, 9, 10)} and "user_task_0" in kept
-
-
-def steered_bias(tokenizer: Any, prompt_tail: list[int], tool_tail: list[int]) -> dict[tuple[int, ...], float]:
-    """`sequence_bias` that makes generation right after `prompt_tail` emit READ_BILL and, right after a tool
-    response (`tool_tail`, more specific, so a larger bias), emit ANSWER; each then ends with EOS."""
-    bias: dict[tuple[int, ...], float] = {}
-    for tail, text, weight in ((prompt_tail, READ_BILL, 100.0), (tool_tail, ANSWER, 200.0)):
-        ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
-        for end in range(1, len(ids) + 1):
-            bias[tuple(tail + ids[:end])] = weight
-    return bias
-
-
-def steered_policy(directory: Path) -> tuple[str, dict[tuple[int, ...], float]]:
-    """The tiny policy saved with room for AgentDojo's long prompts, and the bias that steers it."""
-    model, tokenizer = build_tiny_policy(directory / "build")
-    model.config.max_position_embeddings = 16384  # RoPE has no table; TRL drops tool results past this length
-    tool_calling_template(tokenizer)
-    model.save_pretrained(directory / "policy")
-    tokenizer.save_pretrained(directory / "policy")
-    user = [{"role": "user", "content": "x"}]
-    prompt = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=True, return_dict=False)
-    call = {"type": "function", "function": {"name": "read_file", "arguments": {"file_path": "x"}}}
-    after_tool = [
-        *user,
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "name": "read_file", "content": "y"},
-    ]
-    tool = tokenizer.apply_chat_template(after_tool, add_generation_prompt=True, tokenize=True, return_dict=False)
-    common = next(n for n in range(1, len(prompt)) if prompt[-n:] != tool[-n:]) - 1  # "<|im_start|>assistant\n"
-    return str(directory / "policy"), steered_bias(tokenizer, prompt[-common:], tool[-common - 4 :])
-
-
-def agentdojo_config(service: ServiceProcess, output_dir: Path, model: str, **trl: Any) -> dict[str, Any]:
-    config = yaml.safe_load(CONFIG.read_text())
-    config["model"] = model
-    config["dataset"] = PAIR
-    config["services"]["agentdojo"]["url"] = service.url
-    config["trl"] |= {"output_dir": str(output_dir), "max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2}
-    config["trl"] |= {"use_cpu": True, "gradient_checkpointing": False, **trl}
-    return config
 
 
 @pytest.fixture(scope="module")
