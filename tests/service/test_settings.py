@@ -77,7 +77,7 @@ def test_readme_tables_match_the_settings() -> None:
 
 def test_a_stale_or_missing_table_is_caught() -> None:
     fresh = table(ServiceSettings, ["host"])
-    assert "`CORRGRPO_HOST` | `127.0.0.1` |" in fresh
+    assert "- `CORRGRPO_HOST` = `127.0.0.1`: " in fresh
     stale = f"# x\n\n{BEGIN}\n| old |\n{END}\n\ntail\n"
     assert rewritten(stale, fresh, Path("x")) == f"# x\n\n{fresh}\n\ntail\n"
     with pytest.raises(ValueError, match="needs exactly one"):

@@ -1,8 +1,8 @@
-"""`python -m corrgrpo_service.docs [--check]`: the READMEs' configuration tables, from the `Field` descriptions.
+"""`python -m corrgrpo_service.docs [--check]`: the READMEs' configuration lists, from the `Field` descriptions.
 
-Each table lies between `<!-- settings:begin -->` and `<!-- settings:end -->`: the kit's shared settings
+Each list lies between `<!-- settings:begin -->` and `<!-- settings:end -->`: the kit's shared settings
 in services/common/README.md, each declared service's own ones in its folder's README.md. Without
-`--check` the tables are rewritten; with it, the command lists the READMEs that drifted and exits 1.
+`--check` the lists are rewritten; with it, the command lists the READMEs that drifted and exits 1.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import importlib
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from .settings import ServiceSettings, env_name
 
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
 BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+WIDTH = 120  # the Markdown line limit tests/test_docs.py holds
 
 
 def shown_default(info: FieldInfo) -> str:
@@ -40,14 +42,15 @@ def shown_default(info: FieldInfo) -> str:
 
 
 def table(settings: type[ServiceSettings], fields: list[str]) -> str:
-    """A markdown table of `fields`: variable, default, description."""
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    """A Markdown list of `fields`, one `- `VARIABLE` = default: description` item each, wrapped at WIDTH."""
+    items = []
     for field in fields:
         info = settings.model_fields[field]
         if not info.description:
             raise ValueError(f"{settings.__name__}.{field} has no description: the docs are made from it")
-        rows.append(f"| `{env_name(settings, field)}` | {shown_default(info)} | {info.description.replace('|', '/')} |")
-    return "\n".join([BEGIN, *rows, END])
+        item = f"- `{env_name(settings, field)}` = {shown_default(info)}: {info.description}"
+        items.append(textwrap.fill(item, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False))
+    return "\n".join([BEGIN, *items, END])
 
 
 def own_fields(settings: type[ServiceSettings]) -> list[str]:
