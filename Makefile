@@ -56,7 +56,8 @@ compose-test: install
 	bash deploy/compose-test.sh
 
 # verl 0.9.1's, OpenRLHF 0.11's, verifiers 0.3's, OpenEnv 0.3's and NeMo Gym 0.4's own code against the services;
-# side venvs built once (tests/interop/venvs.sh). The adapters (adapters/) are installed only there.
+# side venvs from tests/interop/venvs.sh: their third-party part cached per machine in ~/.cache/corrgrpo/venvs
+# (CORRGRPO_VENV_CACHE; rm -rf it to rebuild), our parts editable from this clone. The adapters are installed only there.
 INTEROP_ENV := CORRGRPO_INTEROP=1 CORRGRPO_SERVICE_PYTHON=$(abspath $(PY))
 interop: install
 	tests/interop/venvs.sh
