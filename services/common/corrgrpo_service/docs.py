@@ -58,7 +58,7 @@ def own_fields(settings: type[ServiceSettings]) -> list[str]:
 
 
 def tables() -> dict[Path, str]:
-    """README path → the table it must hold: the kit's shared settings, then each declared service's own."""
+    """README path → the settings list it must hold: the kit's shared settings, then each declared service's own."""
     kit = Path(__file__).resolve().parents[1] / "README.md"
     wanted = {kit: table(ServiceSettings, list(ServiceSettings.model_fields))}
     for service in declared().values():
@@ -69,12 +69,12 @@ def tables() -> dict[Path, str]:
 
 def rewritten(text: str, block: str, path: Path) -> str:
     if len(BLOCK.findall(text)) != 1:
-        raise ValueError(f"{path} needs exactly one {BEGIN} ... {END} block for its configuration table")
+        raise ValueError(f"{path} needs exactly one {BEGIN} ... {END} block for its configuration list")
     return BLOCK.sub(lambda _: block, text)
 
 
 def drifted(write: bool) -> list[Path]:
-    """The READMEs whose table differs from the settings (rewritten first when `write`)."""
+    """The READMEs whose list differs from the settings (rewritten first when `write`)."""
     stale = []
     for path, block in tables().items():
         text = path.read_text()
@@ -88,7 +88,7 @@ def drifted(write: bool) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m corrgrpo_service.docs", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report READMEs whose tables drifted (exit 1)")
+    parser.add_argument("--check", action="store_true", help="only report READMEs whose lists drifted (exit 1)")
     args = parser.parse_args(argv)
     stale = drifted(write=not args.check)
     for path in stale:
