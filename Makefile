@@ -42,7 +42,7 @@ format: install
 schemas: install
 	$(PY) -m corrgrpo_proto.schemas write proto/schemas
 
-# The READMEs' configuration tables, from the settings' Field descriptions (tests/service/test_settings.py checks them).
+# The READMEs' configuration lists, from the settings' Field descriptions (tests/service/test_settings.py checks them).
 docs: install
 	$(PY) -m corrgrpo_service.docs
 

@@ -3,7 +3,7 @@
 The proof of "a new service is its folder plus one line": a fourth toy service, written into a temp
 folder and installed from its own pyproject.toml (whose entry point is that line), shows up in the
 registry, starts with `python -m`, is a part for the Makefile, first-party for ruff, gets its
-configuration table, its compose block (`docker compose config`), its nginx port (`nginx -t`), its
+configuration list, its compose block (`docker compose config`), its nginx port (`nginx -t`), its
 Kubernetes manifests (rendered and schema-checked) and passes the reliability suite.
 """
 

@@ -2,7 +2,7 @@
 
 Naming rule: a setting every service has is `CORRGRPO_<NAME>`; a setting of one service is a field
 `<service>_<name>` of its subclass, so its variable is `CORRGRPO_<SERVICE>_<NAME>` (a test holds every
-declared service to it). Every field has a description: the READMEs' configuration tables are
+declared service to it). Every field has a description: the READMEs' configuration lists are
 generated from them (`python -m corrgrpo_service.docs`).
 """
 
