@@ -21,8 +21,10 @@ $(STAMP): constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
 	touch $@
 
 # Redis: the one at CORRGRPO_TEST_REDIS_URL (default 127.0.0.1:6379), else a throwaway redis-server.
+# pytest's exit 5 (no tests collected) fails like any other, with its reason said.
 test: install
-	bash tests/with_redis.sh $(PY) -m pytest $(PYTEST_ARGS)
+	bash tests/with_redis.sh $(PY) -m pytest $(PYTEST_ARGS) || { rc=$$?; \
+	  [ $$rc -ne 5 ] || echo "pytest collected no tests: failing on purpose" >&2; exit $$rc; }
 
 demo: install
 	$(PY) examples/demo.py
