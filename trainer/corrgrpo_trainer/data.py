@@ -26,15 +26,17 @@ def code_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def toolcall_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """RLLA-4K (ToolRL) parquet: its chat prompt and `reward_model.ground_truth`."""
+    """RLLA-4K (ToolRL) parquet: its chat prompt and `reward_model.ground_truth`, rows `offset` to `offset + limit`."""
     import pandas as pd
 
-    frame = pd.read_parquet(spec["path"]).head(spec.get("limit"))
+    offset = spec.get("offset", 0)
+    limit = spec.get("limit")
+    frame = pd.read_parquet(spec["path"]).iloc[offset : None if limit is None else offset + limit]
     return [
         {"prompt": [dict(m) for m in row.prompt], "ground_truth": row.reward_model["ground_truth"]} for row in frame.itertuples()
     ]
 
 
 def load_rows(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of a `code` or `toolcall` config's `dataset` section (`path`, `limit`)."""
+    """The rows of a `code` or `toolcall` config's `dataset` section (`path`, `limit`; toolcall also `offset`)."""
     return {"code": code_rows, "toolcall": toolcall_rows}[config["domain"]](config["dataset"])
