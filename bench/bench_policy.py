@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -184,9 +185,7 @@ def table(out: Path, task: str) -> str:
     rows = [("base policy", json.loads(before.read_text()), None)] if before.is_file() else []
     for name, run in read_runs(out, task).items():
         rows.append((name, run["eval"], run["history"]))
-    lines = [
-        "| run | " + " | ".join(label for _, label in columns) + " | train reward first → last | zero-std groups | train s |"
-    ]
+    lines = ["| run | " + " | ".join(label for _, label in columns) + " | reward first → last | zero-std groups | train s |"]
     lines.append("|---" * (len(columns) + 4) + "|")
     for name, metrics, history in rows:
         cells = [f"{metrics.get(key, float('nan')):.1f}" for key, _ in columns]
@@ -245,7 +244,9 @@ def report(args: argparse.Namespace) -> None:
         commands = (
             (args.out / task / "commands.txt").read_text().split("\n") if (args.out / task / "commands.txt").is_file() else []
         )
-        text += [f"## {task}", "", *(f"`{c}`  " for c in commands if c), "", table(args.out, task), ""]
+        # wrapped inside the code span (read as one line) to the docs' 120-character width, the "  " break included
+        wrapped = (textwrap.fill(f"`{c}`", 118, break_long_words=False, break_on_hyphens=False) for c in commands if c)
+        text += [f"## {task}", "", *(f"{c}  " for c in wrapped), "", table(args.out, task), ""]
     target = args.docs or args.out
     target.mkdir(parents=True, exist_ok=True)
     (target / "policy_experiment.md").write_text("\n".join(text))
