@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 from pathlib import Path
 
-import demo
 import pytest
 import torch
 
 from corrgrpo_testing.servers import start_service
+
+# The demo is a script (examples/demo.py), not a package: loaded from its file.
+_spec = importlib.util.spec_from_file_location("demo", Path(__file__).resolve().parents[2] / "examples" / "demo.py")
+assert _spec and _spec.loader
+demo = importlib.util.module_from_spec(_spec)
+sys.modules["demo"] = demo  # dataclasses resolve their module by name
+_spec.loader.exec_module(demo)
 
 
 def test_code_groups_hold_the_canonical_solution_and_one_perturbation_per_stage() -> None:
