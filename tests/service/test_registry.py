@@ -209,7 +209,7 @@ def test_a_fourth_service_is_its_folder_plus_one_line(toy_repo: Path, monkeypatc
     toy = services["toy"]
     assert (toy.version, toy.port, toy.module, toy.settings.__name__) == ("0.3.0", 8104, "corrgrpo_toy", "ToySettings")
     assert "services/toy" in makefile_parts(toy_repo)
-    assert "| `CORRGRPO_TOY_SCALE` | `1` | Multiplies the length |" in docs.tables()[folder / "README.md"]
+    assert "- `CORRGRPO_TOY_SCALE` = `1`: Multiplies the length" in docs.tables()[folder / "README.md"]
 
     with start_service("toy", env={"PYTHONPATH": str(site), "CORRGRPO_TOY_SCALE": "2"}) as process:
         assert httpx.get(f"{process.url}/healthz").json() == {"status": "ok", "service": "toy", "version": "0.3.0"}

@@ -328,7 +328,8 @@ def test_the_code_evaluator_on_unreadable_input_is_one_line_and_exit_2(tmp_path:
         ([str(tmp_path / "deep.jsonl")], f'{tmp_path / "deep.jsonl"}: expected JSONL of {{"task_id", "completion"}} (Recursion'),
         (
             [str(tmp_path / "rows.jsonl"), "--dataset", "nope"],
-            "--dataset nope: unknown dataset source 'nope'; use humaneval or leetcode:<path or hub id>",
+            "--dataset nope: unknown dataset source 'nope'; use humaneval or "
+            "<leetcode|livecodebench|taco|apps|mbpp|codecontests>:<path or hub id>",
         ),
     ]
     for argv, message in cases:

@@ -54,7 +54,8 @@ LAUNCHERS: dict[str, dict[str, Any]] = {
         "response": 8192,
     },
 }
-CODE_WEIGHTS = {c.name: c.weight for c in CODE_COMPONENTS}  # the authors' (tests/code/test_parity.py)
+# The authors' (tests/code/test_parity.py); pass_rate (weight 0, partial credit) is ours, not in their recipe.
+CODE_WEIGHTS = {c.name: c.weight for c in CODE_COMPONENTS if c.name != "pass_rate"}
 NO_OVERRIDES = argparse.Namespace(model=None, max_steps=None, output_dir=None)
 
 
