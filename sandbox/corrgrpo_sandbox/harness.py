@@ -189,6 +189,11 @@ def _program(function: str, *arguments: object) -> str:
     return f"from {CHILD_MODULE} import {function}\n{function}({', '.join(map(repr, arguments))})\n"
 
 
+def main_program(solution: str) -> str:
+    """A run of `solution` as a script (`harness_child.run_main`): fd 3's first line says whether it compiled."""
+    return _program("run_main", solution)
+
+
 def _messages(channel: bytes) -> list[dict[str, Any]]:
     """The channel's JSON lines, parsed as one array (one parse); anything but JSON objects is a protocol error."""
     messages = json.loads(b"[" + b",".join(channel.splitlines()) + b"]")

@@ -64,16 +64,22 @@ def encode(x: Any) -> Any:
     return {"__t": "unencodable", "v": t.__name__}
 
 
-def load(prelude: str, solution: str, fd: int = CHANNEL) -> dict[str, Any]:
-    """Compile the assembled program (prelude + "\n" + solution) and report it before anything runs, then run it as
-    `__main__` and report its top level; exits when either failed. Nothing here needs the prelude kept apart from
-    the solution: the tests' checks run outside this process (the parent, or assert mode's judge, use their own)."""
+def compiled(source: str, fd: int = CHANNEL) -> Any:
+    """`source` compiled, reported on `fd` before any of it runs (the one line the parent trusts); exits if it fails."""
     try:
-        code = compile(prelude + "\n" + solution, "<program>", "exec")
+        code = compile(source, "<program>", "exec")
     except BaseException as error:  # things the parser accepts but the compiler does not: `return` outside a function
         send({"compiled": False, "error": describe(error)}, fd)
         os._exit(1)
     send({"compiled": True}, fd)
+    return code
+
+
+def load(prelude: str, solution: str, fd: int = CHANNEL) -> dict[str, Any]:
+    """Compile the assembled program (prelude + "\n" + solution) and report it before anything runs, then run it as
+    `__main__` and report its top level; exits when either failed. Nothing here needs the prelude kept apart from
+    the solution: the tests' checks run outside this process (the parent, or assert mode's judge, use their own)."""
+    code = compiled(prelude + "\n" + solution, fd)
     ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(code, ns)
@@ -82,6 +88,12 @@ def load(prelude: str, solution: str, fd: int = CHANNEL) -> dict[str, Any]:
         os._exit(1)
     send({"toplevel": "ok"}, fd)
     return ns
+
+
+def run_main(solution: str) -> None:
+    """A stdin/stdout program: compiled and reported, then run as a script runs (its `SystemExit` ends the run with
+    its code, anything else it raises is its crash). What it prints is judged outside this process."""
+    exec(compiled(solution), {"__name__": "__main__", "__builtins__": builtins})
 
 
 def run_io(prelude: str, solution: str, entry: str, calls: list[str]) -> None:

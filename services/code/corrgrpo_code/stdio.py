@@ -27,22 +27,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
-from corrgrpo_sandbox.harness import CHILD_MODULE, HarnessResult
+from corrgrpo_sandbox.harness import HarnessResult, main_program
 
 from .kinds import outputs_match
 
-# The run's program: compile, say so on fd 3, then run the candidate as __main__ in a namespace of its own. A
-# SystemExit (`sys.exit(0)` after printing, common in contest code) ends the run as it would a script.
-PROGRAM = """from {module} import describe, send
-import builtins
-try:
-    code = compile({solution!r}, "<program>", "exec")
-except BaseException as error:
-    send({{"compiled": False, "error": describe(error)}})
-    raise SystemExit(1)
-send({{"compiled": True}})
-exec(code, {{"__name__": "__main__", "__builtins__": builtins}})
-"""
 _CPU_SIGNALS = (signal.SIGXCPU, signal.SIGKILL)
 
 
@@ -95,7 +83,7 @@ def run_stdin(
     """Every case (until a timeout) in its own run of `solution`, on `pool` when given (all submitted at once, read
     in order; those not started when a case times out are cancelled), else one after another in this thread.
     `exec` totals their CPU and wall time."""
-    program = PROGRAM.format(module=CHILD_MODULE, solution=solution)
+    program = main_program(solution)
     run_limits = case_limits(limits, case_s)
     futures = [pool.submit(program, case.input.encode(), run_limits, cancel) for case in cases] if pool else []
     try:
