@@ -293,13 +293,16 @@ def run_io(
     limits: Limits | None = None,
     *,
     parsed: bool = False,
+    independent: bool = False,
 ) -> HarnessResult:
     """I/O mode: the child returns outputs as data; the parent or the judge decides (see module docstring).
-    `parsed`: the caller has parsed `solution` with `parse_solution` already; it is not parsed twice."""
+    `parsed`: the caller has parsed `solution` with `parse_solution` already; it is not parsed twice.
+    `independent`: the tests are separate cases, not the lines of one check function: every case runs, and one that
+    raised or ran out of time decides the stage even after a wrong output in an earlier one."""
     total = len(tests)
     if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "io", 0, total, error)
-    program = _program("run_io", prelude, solution, entry_point, [t.call for t in tests])
+    program = _program("run_io", prelude, solution, entry_point, [t.call for t in tests], independent)
     result = sandbox.run(program, limits=limits)
     first = _first_message(result.channel)
     try:
@@ -316,7 +319,8 @@ def run_io(
     judge = _judge(sandbox, tests, outputs, verdicts, limits)
     if judge is not None and judge.anomaly:
         return HarnessResult("anomaly", "io", 0, total, f"judge: {judge.anomaly}", result, judge)
-    return dataclasses.replace(_verdict(tests, outputs, verdicts, done, result, judge), compiled=True)
+    verdict = _verdict(tests, outputs, verdicts, done, result, judge, independent)
+    return dataclasses.replace(verdict, compiled=True)
 
 
 Verdict = bool | str  # accepted, or why the check itself failed on this output
@@ -367,14 +371,20 @@ def _verdict(
     done: bool,
     result: ExecResult,
     judge: ExecResult | None,
+    independent: bool,
 ) -> HarnessResult:
     passed, first_failure = 0, None
     for index, message in enumerate(outputs):
         if message is None or "error" in message:
             stage: Stage = "timeout" if message is None and _ran_out_of_time(result) else "test_error"
             detail = message["error"] if message else f"no output (exit {result.exit_code}, signal {result.signal})"
-            first_failure = first_failure or (stage, f"test {index}: {detail}")
-            break
+            crash = (stage, f"test {index}: {detail}")
+            if independent and first_failure is not None and first_failure[0] == "assertion":
+                first_failure = None  # a crash in any case outranks a wrong output in an earlier one
+            first_failure = first_failure or crash
+            if message is None or not independent:
+                break  # no output follows a missing one; a check function's first error ends it
+            continue
         verdict = verdicts[index]
         if verdict is True:
             passed += 1

@@ -96,8 +96,9 @@ def run_main(solution: str) -> None:
     exec(compiled(solution), {"__name__": "__main__", "__builtins__": builtins})
 
 
-def run_io(prelude: str, solution: str, entry: str, calls: list[str]) -> None:
-    """Evaluate each call expression with `candidate` bound; write each output (or the error) as it comes."""
+def run_io(prelude: str, solution: str, entry: str, calls: list[str], independent: bool = False) -> None:
+    """Evaluate each call expression with `candidate` bound; write each output (or the error) as it comes. The first
+    error ends the run (the tests are one check function's lines), unless the calls are `independent` cases."""
     ns = load(prelude, solution)
     try:
         candidate = eval(entry, ns)
@@ -110,7 +111,9 @@ def run_io(prelude: str, solution: str, entry: str, calls: list[str]) -> None:
             out = encode(eval(call, ns))
         except BaseException as error:
             send({"i": index, "error": describe(error)})
-            os._exit(1)
+            if not independent:
+                os._exit(1)
+            continue
         send({"i": index, "out": out})
     send({"done": True})
     os._exit(0)

@@ -76,9 +76,17 @@ def test_call_cases_compare_return_values(service: ServiceProcess) -> None:
     }
     as_tuple = fenced("def pair(a, b):\n    return (a, b)\n")
     swapped = fenced("def pair(a, b):\n    return [b, a] if a == 3 else [a, b]\n")
-    right, wrong = score(service, [{"completion": c, "problem": problem} for c in (as_tuple, swapped)])
+    wrong_then_crash = fenced("def pair(a, b):\n    return [b, a] if a == 1 else [][a]\n")
+    crash_then_right = fenced("def pair(a, b):\n    return [][a] if a == 1 else [a, b]\n")
+    completions = (as_tuple, swapped, wrong_then_crash, crash_then_right)
+    right, wrong, crashed_late, crashed_first = score(service, [{"completion": c, "problem": problem} for c in completions])
     assert right["components"]["correct"] == 1 and right["info"]["kind"] == "call" and right["info"]["tests_total"] == 2
     assert wrong["components"]["correct"] == 0 and wrong["components"]["pass_rate"] == 0.5
+    assert wrong["components"]["runtime"] == 1 and wrong["info"]["stage"] == "assertion"
+    # runtime = no case raised: a crash after a wrong answer still counts, and every case runs after a crash
+    assert crashed_late["components"]["runtime"] == 0 and crashed_late["info"]["stage"] == "test_error"
+    assert crashed_late["info"]["error"].startswith("test 1: IndexError")
+    assert crashed_first["components"]["runtime"] == 0 and crashed_first["components"]["pass_rate"] == 0.5
 
 
 def test_mbpp_asserts_count_one_test_each(service: ServiceProcess) -> None:

@@ -2,7 +2,8 @@
 
 * stdin cases: `outputs_match`, LiveCodeBench's comparison made tolerant of float formatting (below).
 * call cases: `call_tests`, one I/O-mode test per case whose expectation the service decides on data
-  (`ReturnMatches`): the expected value never enters the candidate's process.
+  (`ReturnMatches`): the expected value never enters the candidate's process. The cases are independent (the
+  harness's `independent`): every one runs, and one that raised makes runtime 0 even after an earlier wrong answer.
 * MBPP asserts: `mbpp_check`, the asserts rewritten into a `check(candidate)` (the function's name → `candidate`), so
   the splitter can turn each assert into an I/O test and `tests_total` counts asserts.
 """

@@ -133,7 +133,9 @@ def _run_once(
     if prepared.time_limit_s is not None:
         limits = case_limits(limits, min(limits.cpu_s, prepared.time_limit_s))
     if prepared.io_tests is not None:
-        return run_io(sandbox, prepared.prelude, solution, prepared.entry, prepared.io_tests, limits, parsed=parsed)
+        independent = isinstance(prepared.problem, CallProblem)  # cases, not one check function's lines
+        tests = prepared.io_tests
+        return run_io(sandbox, prepared.prelude, solution, prepared.entry, tests, limits, parsed=parsed, independent=independent)
     return run_assert(sandbox, prepared.prelude, solution, prepared.entry, prepared.test, limits, parsed=parsed)
 
 
