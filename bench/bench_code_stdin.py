@@ -3,13 +3,14 @@
 A mix in LiveCodeBench's shape: eight contest programs (Codeforces 1899A with its published cases, and seven
 classics: sums, sorting, a sieve, longest increasing subsequence, BFS on a grid, word counts, palindromes), each
 with `CASES` inputs from tiny to a few hundred KB, expected outputs from the same program run once here. The HTTP
-path scores one item per program (every case in its own sandboxed run, the output compared in the service), the
-problem sent inline (6 MB of cases per request) or named by `task_id` (loaded at start-up from a CodeContests-layout
-file, as a training set would be). The floor (`bench_sandbox.fork_floor`: warm interpreters forking per program,
-no isolation, no limits, no capture) runs each program once per case with the case's input as its stdin and its
-output discarded. All with `WORKERS` concurrent runs, in interleaved rounds whose order alternates. The service
-shares no verdict between rounds (`CORRGRPO_CODE_RUN_TTL_S=0`); a warm-up pass first measures every reference
-time, as training would have. The ratio to quote is floor time / HTTP time (issue 29: >= 0.9).
+path (the trainer's client, `corrgrpo_proto.RewardClient`) scores one item per program (every case in its own
+sandboxed run, the output compared in the service), the problem sent inline (6 MB of cases per request) or named
+by `task_id` (loaded at start-up from a CodeContests-layout file, as a training set would be). The floor
+(`bench_sandbox.fork_floor`: warm interpreters forking per program, no isolation, no limits, no capture) runs each
+program once per case with the case's input as its stdin and its output discarded. All with `WORKERS` concurrent
+runs, in interleaved rounds whose order alternates. The service shares no verdict between rounds
+(`CORRGRPO_CODE_RUN_TTL_S=0`); a warm-up pass first measures every reference time, as training would have. The
+ratio to quote is floor time / HTTP time (issue 29: >= 0.9).
 
 Run: `.venv/bin/python bench/bench_code_stdin.py` (a minute or two on two cores).
 """
@@ -25,9 +26,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 from bench_sandbox import fork_floor
 
+from corrgrpo_proto import RewardClient
 from corrgrpo_testing.servers import start_service
 
 WORKERS = os.cpu_count() or 1
@@ -124,13 +125,16 @@ def main() -> None:
     env = {"CORRGRPO_CODE_WORKERS": str(WORKERS), "CORRGRPO_LOG_LEVEL": "WARNING", "CORRGRPO_CODE_RUN_TTL_S": "0"}
     env["CORRGRPO_CODE_DATASETS"] = f"codecontests:{dataset.name}"
     totals, passed = {"inline": 0.0, "task_id": 0.0, "floor": 0.0}, {"inline": 0, "task_id": 0}
-    with start_service("code", env=env) as service, fork_floor(WORKERS) as floor, httpx.Client(timeout=600) as client:
+    with (
+        start_service("code", env=env) as service,
+        fork_floor(WORKERS) as floor,
+        RewardClient(service.url, timeout=600) as client,
+    ):
         for items in (inline, named):  # warm-up: every t_ref (the loaded rows have no reference: efficiency 0)
-            client.post(f"{service.url}/v1/score", json={"items": items}).raise_for_status()
+            client.score(items)
 
         def over_http(name: str, items: list[dict]) -> None:
-            results = client.post(f"{service.url}/v1/score", json={"items": items}).json()["results"]
-            passed[name] = sum(r["info"]["tests_passed"] for r in results)
+            passed[name] = sum(result.info["tests_passed"] for result in client.score(items))
 
         def on_the_floor() -> None:
             with ThreadPoolExecutor(WORKERS) as threads:

@@ -67,6 +67,26 @@ def test_retries_then_succeeds(failure: int | type[Exception]) -> None:
     assert len(script.bodies) == 3
 
 
+def test_the_body_is_encoded_once_as_json_for_every_attempt() -> None:
+    sent: list[httpx.Request] = []
+
+    def fail_then_score(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return echo_scores(request) if len(sent) > 1 else httpx.Response(503)
+
+    client = RewardClient("http://svc", backoff=0.001, transport=httpx.MockTransport(fail_then_score))
+    client.score(ITEMS, weights={"x": 0.5})
+    assert sent[0].content == sent[1].content and sent[0].headers["content-type"] == "application/json"
+    assert json.loads(sent[0].content) == {"items": ITEMS, "weights": {"x": 0.5}}
+
+
+def test_a_non_finite_weight_reaches_the_service_and_comes_back_as_its_422() -> None:
+    item = {"completion": "<tool_call>\n{}\n</tool_call>", "ground_truth": "[]"}
+    refused = pytest.raises(RewardServiceError, match="HTTP 422: NaN is not valid JSON; send finite numbers")
+    with start_service("toolcall") as service, RewardClient(service.url) as client, refused:
+        client.score([item], weights={"format": float("nan")})
+
+
 def test_gives_up_after_retries() -> None:
     script = Script(*([503] * 10))
     client = RewardClient("http://svc", retries=2, backoff=0.001, transport=httpx.MockTransport(script))
