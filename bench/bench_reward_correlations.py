@@ -3,14 +3,16 @@
     python bench/bench_reward_correlations.py                       # make bench: 4 prompts x 4, 64 tokens, own service
     python bench/bench_reward_correlations.py --prompts 16 --group 8 --max-tokens 192 --save-rollouts /tmp/r.jsonl
     python bench/bench_reward_correlations.py --rollouts /tmp/r.jsonl --url http://127.0.0.1:18101   # rescore
+    python bench/bench_reward_correlations.py --task toolcall --model trainer_out/toolcall_sft --prompts 8 --group 8
 
-SmolLM2-135M-Instruct samples G completions (temperature 1, fixed seed) for each of B HumanEval prompts
-(corrgrpo_testing.tasks, the problem inline), or they are read from a `--rollouts` jsonl, so two versions of the code
-service can score the same rollouts. One request to the service at `--url` (default: one started here) scores
-them; printed and written as json: each component's mean, the pooled within-group correlation matrix (components
-centred on their group mean, then Pearson over all rollouts), the fraction of groups whose weighted total R or a
-component is constant, each estimator's mean |A| on the service's declared weights (`/v1/components`, or
-`--weights`), and `corrgrpo_trainer.advantages.diagnostics` (GRPO and CorrGRPO scales, shares of Σρ and Var R).
+The policy (`--model`, SmolLM2-135M-Instruct by default) samples G completions (temperature 1, fixed seed) for each
+of B prompts: HumanEval's (corrgrpo_testing.tasks, the problem inline) or RLLA-4K test rows' (`--task toolcall`,
+with their ground truth); or they are read from a `--rollouts` jsonl, so two versions of a service can score the
+same rollouts. One request to the task's service at `--url` (default: one started here) scores them; printed and
+written as json: each component's mean, the pooled within-group correlation matrix (components centred on their
+group mean, then Pearson over all rollouts), the fraction of groups whose weighted total R or a component is
+constant, each estimator's mean |A| on the service's declared weights (`/v1/components`, or `--weights`), and
+`corrgrpo_trainer.advantages.diagnostics` (GRPO and CorrGRPO scales, shares of Σρ and Var R).
 """
 
 from __future__ import annotations
@@ -29,21 +31,36 @@ import torch
 
 from corrgrpo_proto import RewardClient
 from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
-from corrgrpo_testing.tasks import humaneval_problems, humaneval_row
+from corrgrpo_testing.tasks import humaneval_problems, humaneval_row, rlla_rows
 from corrgrpo_trainer.advantages import ESTIMATORS, diagnostics
 
+RLLA = Path(__file__).resolve().parents[2] / "shared" / "data" / "rlla_4k" / "test.parquet"
 
-def generate(task_ids: list[str], group: int, max_tokens: int, seed: int, threads: int) -> Iterator[list[dict[str, Any]]]:
+
+def task_rows(task: str) -> list[dict[str, Any]]:
+    """Every row of the task, {task_id, prompt, fields}: `fields` is what the service's item needs besides the
+    completion (HumanEval: the problem inline; RLLA-4K: the ground truth)."""
+    if task == "code":
+        rows = map(humaneval_row, humaneval_problems())
+        return [{"task_id": r["problem"]["task_id"], "prompt": r["prompt"], "fields": {"problem": r["problem"]}} for r in rows]
+    rows = rlla_rows(str(RLLA), 0, None)
+    return [
+        {"task_id": f"rlla/{i}", "prompt": r["prompt"], "fields": {"ground_truth": r["ground_truth"]}} for i, r in enumerate(rows)
+    ]
+
+
+def generate(
+    rows: list[dict[str, Any]], model_name: str, group: int, max_tokens: int, seed: int, threads: int
+) -> Iterator[list[dict[str, Any]]]:
     """G sampled completions per prompt, one generate call per prompt: yields its rows {group, task_id, completion}."""
-    from corrgrpo_trainer.models import EMBEDDED, load_pretrained
+    from corrgrpo_trainer.models import load_pretrained
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    model, tokenizer = load_pretrained(EMBEDDED, dtype=None)
-    problems = {p["task_id"]: p for p in humaneval_problems()}
-    for b, task_id in enumerate(task_ids):
+    model, tokenizer = load_pretrained(model_name, dtype=None)
+    for b, row in enumerate(rows):
         started = time.monotonic()
-        chat = humaneval_row(problems[task_id])["prompt"]
+        task_id, chat = row["task_id"], row["prompt"]
         prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
         encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
         with torch.no_grad():
@@ -63,21 +80,21 @@ def generate(task_ids: list[str], group: int, max_tokens: int, seed: int, thread
 
 
 @contextlib.contextmanager
-def service_url(url: str | None) -> Iterator[str]:
-    """The given URL, or a code service started for the length of the `with`."""
+def service_url(task: str, url: str | None) -> Iterator[str]:
+    """The given URL, or the task's service started for the length of the `with`."""
     if url:
         yield url
         return
-    with start_service("code", env={"CORRGRPO_LOG_LEVEL": "WARNING"}, timeout_s=180) as service:
+    with start_service(task, env={"CORRGRPO_LOG_LEVEL": "WARNING"}, timeout_s=180) as service:
         yield service.url
 
 
-def score(url: str, rollouts: list[dict[str, Any]]) -> tuple[torch.Tensor, list[str], list[float]]:
+def score(url: str, rollouts: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[torch.Tensor, list[str], list[float]]:
     """Rewards [B, G, K] (NaN for a failed item), component names and declared weights, from one request."""
-    problems = {p["task_id"]: humaneval_row(p)["problem"] for p in humaneval_problems()}
+    fields = {row["task_id"]: row["fields"] for row in rows}
     with RewardClient(url, retries=2, timeout=900) as client:
         specs = client.components().components
-        results = client.score([{"completion": r["completion"], "problem": problems[r["task_id"]]} for r in rollouts])
+        results = client.score([{"completion": r["completion"], **fields[r["task_id"]]} for r in rollouts])
     names = [spec.name for spec in specs]
     failed = [r.error for r in results if r.error is not None]
     if failed:
@@ -150,11 +167,13 @@ def show(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--url", help="code service to score with (default: start one here)")
+    parser.add_argument("--task", choices=["code", "toolcall"], default="code", help="prompts and service (default: code)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="policy: embedded default or a checkpoint")
+    parser.add_argument("--url", help="the task's service to score with (default: start one here)")
     parser.add_argument("--rollouts", type=Path, help="read rollouts from this jsonl instead of generating them")
     parser.add_argument("--save-rollouts", type=Path, help="write the generated rollouts here (jsonl)")
-    parser.add_argument("--prompts", type=int, default=4, help="HumanEval prompts B, from --start (default: %(default)s)")
-    parser.add_argument("--start", type=int, default=0, help="first HumanEval problem (default: %(default)s)")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts B, from --start (default: %(default)s)")
+    parser.add_argument("--start", type=int, default=0, help="first prompt (default: %(default)s)")
     parser.add_argument("--group", type=int, default=4, help="completions per prompt G (default: %(default)s)")
     parser.add_argument("--max-tokens", type=int, default=64, help="max new tokens (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
@@ -170,20 +189,21 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=Path, default=Path(__file__).parent / "out" / "reward_correlations.json", help="report (json)"
     )
     args = parser.parse_args(argv)
+    rows = task_rows(args.task)
     if args.rollouts:
         rollouts = [json.loads(line) for line in args.rollouts.read_text().splitlines() if line.strip()]
     else:
         started = time.monotonic()
-        task_ids = [p["task_id"] for p in humaneval_problems()[args.start : args.start + args.prompts]]
         rollouts = []
-        for rows in generate(task_ids, args.group, args.max_tokens, args.seed, args.threads):
-            rollouts += rows
+        chosen = rows[args.start : args.start + args.prompts]
+        for group in generate(chosen, args.model, args.group, args.max_tokens, args.seed, args.threads):
+            rollouts += group
             if args.save_rollouts:  # after every prompt, so a stopped run leaves the groups it finished
                 args.save_rollouts.write_text("".join(json.dumps(r) + "\n" for r in rollouts))
         print(f"[gen] {len(rollouts)} completions in {time.monotonic() - started:.0f} s", flush=True)
-    with service_url(args.url) as url:
+    with service_url(args.task, args.url) as url:
         started = time.monotonic()
-        r, names, weights = score(url, rollouts)
+        r, names, weights = score(url, rollouts, rows)
         print(f"[score] {r.shape[0] * r.shape[1]} items scored by {url} in {time.monotonic() - started:.0f} s", flush=True)
     overrides = {name: float(w) for name, w in (pair.split("=", 1) for pair in args.weights)}
     if unknown := set(overrides) - set(names):

@@ -39,8 +39,8 @@ def humaneval_rows(start: int, stop: int) -> list[dict[str, Any]]:
     return [humaneval_row(p) for p in humaneval_problems()[start:stop]]
 
 
-def rlla_rows(path: str, start: int, stop: int) -> list[dict[str, Any]]:
-    """RLLA-4K rows start..stop: the chat prompt as given and `ground_truth`."""
+def rlla_rows(path: str, start: int, stop: int | None) -> list[dict[str, Any]]:
+    """RLLA-4K rows start..stop (None: to the end): the chat prompt as given and `ground_truth`."""
     from corrgrpo_trainer.data import toolcall_rows
 
     return toolcall_rows({"path": path, "limit": stop})[start:stop]
