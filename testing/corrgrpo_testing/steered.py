@@ -58,5 +58,5 @@ def agentdojo_config(service: ServiceProcess, output_dir: Path, model: str, **tr
     config["dataset"] = PAIR
     config["services"]["agentdojo"]["url"] = service.url
     config["trl"] |= {"output_dir": str(output_dir), "max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2}
-    config["trl"] |= {"use_cpu": True, "gradient_checkpointing": False, **trl}
+    config["trl"] |= {"gradient_checkpointing": False, **trl}  # no use_cpu: the commands must run the shipped config
     return config

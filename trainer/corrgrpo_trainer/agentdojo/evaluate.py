@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..policy import config_policy
+from ..policy import bf16, config_policy
 from .episodes import AgentDojoEpisodes, agentdojo_episodes, task_rows
 
 
@@ -25,7 +25,7 @@ def run_episodes(config: dict[str, Any], episodes: AgentDojoEpisodes, rows: list
 
     trl_args = {k: v for k, v in (config.get("trl") or {}).items() if k != "max_steps"}
     trl_args.setdefault("output_dir", "trainer_out/agentdojo-eval")
-    _, model, tokenizer = config_policy(config, trl_args["output_dir"])
+    name, model, tokenizer = config_policy(config, trl_args["output_dir"])
     # one generation per episode; the train-side sizes only have to be valid
     trl_args |= {"num_generations": 2, "per_device_train_batch_size": 2, "num_generations_eval": 1, "report_to": "none"}
     trl_args.setdefault("per_device_eval_batch_size", 4)
@@ -33,7 +33,7 @@ def run_episodes(config: dict[str, Any], episodes: AgentDojoEpisodes, rows: list
         model=model,
         processing_class=tokenizer,
         reward_funcs=episodes.columns,
-        args=CorrGRPOConfig(**trl_args),
+        args=CorrGRPOConfig(bf16=bf16(name), **trl_args),  # as train.py: TRL's bf16 default fails on a CPU
         train_dataset=Dataset.from_list(rows),
         **episodes.trainer_kwargs(tokenizer),
     )
