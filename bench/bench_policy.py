@@ -95,7 +95,8 @@ def config_for(task: str, url: str, estimator: str, seed: int, out: Path, args: 
             "output_dir": str(out),
             "seed": seed,
             "max_steps": args.steps,
-            "per_device_train_batch_size": args.batch,
+            "per_device_train_batch_size": args.batch // args.grad_accum,
+            "gradient_accumulation_steps": args.grad_accum,
             "num_generations": args.num_generations,
             "max_completion_length": args.max_tokens,
             "learning_rate": args.learning_rate,
@@ -284,7 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         "--eval-prompts", type=int, default=16, help="held-out prompts per task (greedy, before and after) (default: %(default)s)"
     )
     parser.add_argument(
-        "--batch", type=int, default=8, help="completions per step (per_device_train_batch_size) (default: %(default)s)"
+        "--batch", type=int, default=8, help="completions per step (2 prompts x G = 4 by default) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        help="micro-batches per step: --batch / N completions per forward pass, the memory to match (default: %(default)s)",
     )
     parser.add_argument(
         "--num-generations", type=int, default=4, help="completions per prompt (group size G) (default: %(default)s)"
@@ -305,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only tabulate and plot what --out holds")
     parser.add_argument("--docs", type=Path, default=None, help="write the table and plot here (default: --out)")
     args = parser.parse_args(argv)
+    if args.batch % args.grad_accum:
+        parser.error("--batch must be a multiple of --grad-accum")
     import torch
 
     from corrgrpo_trainer.models import TINY, resolve_model
