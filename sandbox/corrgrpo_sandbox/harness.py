@@ -378,10 +378,8 @@ def _verdict(
         if message is None or "error" in message:
             stage: Stage = "timeout" if message is None and _ran_out_of_time(result) else "test_error"
             detail = message["error"] if message else f"no output (exit {result.exit_code}, signal {result.signal})"
-            crash = (stage, f"test {index}: {detail}")
-            if independent and first_failure is not None and first_failure[0] == "assertion":
-                first_failure = None  # a crash in any case outranks a wrong output in an earlier one
-            first_failure = first_failure or crash
+            if first_failure is None or (independent and first_failure[0] == "assertion"):
+                first_failure = (stage, f"test {index}: {detail}")  # independent cases: a crash outranks a wrong output
             if message is None or not independent:
                 break  # no output follows a missing one; a check function's first error ends it
             continue
