@@ -50,9 +50,10 @@ def task_rows(task: str) -> list[dict[str, Any]]:
 
 
 def generate(
-    rows: list[dict[str, Any]], model_name: str, group: int, max_tokens: int, seed: int, threads: int
+    rows: list[dict[str, Any]], model_name: str, group: int, max_tokens: int, seed: int, threads: int, temperature: float = 1.0
 ) -> Iterator[list[dict[str, Any]]]:
-    """G sampled completions per prompt, one generate call per prompt: yields its rows {group, task_id, completion}."""
+    """G sampled completions per prompt ({task_id, prompt} rows), as TRL's GRPOTrainer samples them (no top-k / top-p
+    cut), one generate call per prompt: yields its rows {group, task_id, completion}."""
     from corrgrpo_trainer.models import load_pretrained
 
     torch.set_num_threads(threads)
@@ -67,7 +68,7 @@ def generate(
             out = model.generate(
                 **encoded,
                 do_sample=True,
-                temperature=1.0,
+                temperature=temperature,
                 top_p=1.0,
                 top_k=0,
                 num_return_sequences=group,
