@@ -241,10 +241,13 @@ class Sandbox:
         files = dict(files or {})
         for name in files:
             check_file_name(name)
-        body = {"source": source, "files": {name: base64.b64encode(content).decode() for name, content in files.items()}}
-        encoded_body = json.dumps(body).encode()
-        header = b'{"limits": %s, "body": %d, "stdin": %d}' % (_encoded_limits(limits), len(encoded_body), len(stdin))
-        encoded_body += stdin  # raw, after the JSON: the child splices it into its stdin (worker.copy_stdin)
+        # The body is the source, the files (JSON of base64; empty for none) and stdin, raw: the child decodes no JSON for
+        # a run without files (every object it touches costs a page copy), and splices stdin (worker.copy_stdin).
+        encoded_source = source.encode("utf-8", "surrogatepass")
+        encoded_files = json.dumps({name: base64.b64encode(data).decode() for name, data in files.items()}) if files else ""
+        sizes = (len(encoded_source), len(encoded_files), len(stdin))  # the JSON is ASCII: its length is its size
+        header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (_encoded_limits(limits), *sizes)
+        encoded_body = b"".join((encoded_source, encoded_files.encode(), stdin))
         cancel: threading.Event | None = getattr(self._cancel, "event", None)
         worker = self._take_worker(cancel)
         started = time.monotonic()

@@ -1,4 +1,5 @@
-"""The seccomp filter every run's child installs before the program starts (stdlib only; loaded by `worker.py`).
+"""The seccomp filter the worker installs on itself before its first run, so every run's child inherits it (stdlib
+only; loaded by `worker.py`).
 
 The candidate shares its uid with the worker (one uid is mapped in bwrap's user namespace; the docker backend gives
 the worker's container one uid), and for the kernel the same uid is enough to change another process's limits,
@@ -157,17 +158,12 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-class Installer:
-    """Installs one filter, prepared once (libc, the program struct) so that each run's child only makes two calls."""
-
-    def __init__(self, filter_bytes: bytes) -> None:
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.buffer = ctypes.create_string_buffer(filter_bytes, len(filter_bytes))
-        self.program = _SockFprog(len(filter_bytes) // 8, ctypes.cast(self.buffer, ctypes.c_void_p))
-
-    def __call__(self) -> None:
-        """Install the filter on the calling process (irreversible; children inherit it)."""
-        if self.libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-        if self.libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.program), 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+def install(filter_bytes: bytes) -> None:
+    """Install the filter on the calling process (irreversible; every child it forks inherits it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(filter_bytes, len(filter_bytes))
+    program = _SockFprog(len(filter_bytes) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")

@@ -1,11 +1,11 @@
 """The worker interpreter that runs INSIDE the sandbox (stdlib only, run as a script with `python -I`).
 
 It reads requests from one pipe and writes replies to another. A request is a small header (limits, sizes)
-followed by the body (program and files as JSON, then stdin raw). The worker reads only the header and forks the
-child FIRST; the child reads the body itself (stdin spliced into its memfd, never through its memory), so no
-program, input or file ever enters the warm worker's memory, and the next child (a copy of the worker) cannot find
-a previous run's data there. Output is read into fixed buffers that are
-zeroed after each reply for the same reason.
+followed by the body (the program, its files as JSON when it has any, stdin; each raw). The worker reads only the
+header and forks the child FIRST; the child reads the body itself (stdin spliced into its memfd, never through its
+memory), so no program, input or file ever enters the warm worker's memory, and the next child (a copy of the
+worker) cannot find a previous run's data there. Output is read into fixed buffers that are zeroed after each reply
+for the same reason.
 
 The child becomes the candidate (own session, rlimits, cwd = a private tmp dir, fds 0-3 wired to a memfd and
 pipes). The worker is a child subreaper: every process the candidate starts is its descendant, and CPU time is
@@ -22,10 +22,13 @@ candidate kills the worker anyway, the parent sees a dead worker and reports an 
 
 from __future__ import annotations
 
+import _signal
 import atexit
 import base64
 import contextlib
 import ctypes
+import fcntl
+import gc
 import importlib.util
 import json
 import math
@@ -61,6 +64,8 @@ SETUP_TIMEOUT_S = 5.0  # the child reads its program and sets up before its wall
 NO_PROGRAM = 111  # the child's exit status when its program never arrived
 PRELOADED = ("harness_child",)  # this package's child-side modules, imported once per worker (see `preload`)
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+PIPE_DEFAULT = 1 << 16  # a new pipe's size
+PIPE_MAX = 1 << 20  # the kernel's default pipe-max-size: a larger size is refused without CAP_SYS_RESOURCE
 LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -97,6 +102,17 @@ def write_all(fd: int, parts: list[bytes | memoryview]) -> None:
             written -= len(views.pop(0))
         if views:
             views[0] = views[0][written:]
+
+
+def output_pipe(cap: int) -> tuple[int, int]:
+    """A pipe that holds `cap` bytes where the kernel allows it (`/proc/sys/fs/pipe-max-size`, the user's pipe pages):
+    a program that writes a large output at once then never waits for the worker, which reads it when it exits. With
+    the default 64 KiB a 500 KB answer took twice its CPU time in wall time (see `supervise`)."""
+    read_end, write_end = os.pipe()
+    if cap > PIPE_DEFAULT:  # never smaller: a flood past a small cap drains as fast as before
+        with contextlib.suppress(OSError):  # over a limit: the default size, only slower
+            fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, min(cap, PIPE_MAX))
+    return read_end, write_end
 
 
 def prctl(option: int, value: int) -> None:
@@ -309,10 +325,11 @@ def exit_status(error: SystemExit) -> int:
     return 1
 
 
-def set_up(request: dict, workdir: str, request_fd: int, stdin_size: int) -> None:
-    """In the child: its private cwd with the request's files, and stdin as a memfd on fd 0."""
+def set_up(files: bytes, workdir: str, request_fd: int, stdin_size: int) -> None:
+    """In the child: its private cwd with the request's files (JSON of base64, parsed only when there are any), and
+    stdin as a memfd on fd 0."""
     os.mkdir(workdir, 0o700)
-    for name, content in request["files"].items():
+    for name, content in (json.loads(files) if files else {}).items():
         path = os.path.join(workdir, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
@@ -347,41 +364,39 @@ def copy_stdin(request_fd: int, stdin_fd: int, size: int) -> None:
 
 def become_candidate(
     request_fd: int,
-    sizes: tuple[int, int],
+    sizes: tuple[int, int, int],
     workdir: str,
     limits: dict,
     outputs: list[int],
     go_fd: int,
-    lock_down: Callable[[], None],
 ) -> None:
-    """In the forked child: read the program, detach, rewire fds, limit, filter syscalls, run it as __main__, exit.
-    Never returns.
+    """In the forked child: read the program (and files), detach, rewire fds, limit, run it as __main__, exit.
+    Never returns. The seccomp filter is the worker's own, inherited (`Worker.serve`).
 
     The child reports on `go_fd` that the body was consumed (so the request stream is in step again), how much CPU
     the set-up took (subtracted: it is not the candidate's) and when the program began (the run's wall clock starts
     there). Everything before that is the worker's code, so the report is trusted."""
     status = NO_PROGRAM
     try:
-        body = read_exactly(request_fd, sizes[0])
-        if body is None:
+        encoded, files = read_exactly(request_fd, sizes[0]), read_exactly(request_fd, sizes[1])
+        if encoded is None or files is None:
             return
         status = 1
         os.setsid()
         for target, fd in enumerate(outputs, start=1):
             os.dup2(fd, target)
         try:
-            request = json.loads(body)
-            del body
-            set_up(request, workdir, request_fd, sizes[1])
-            source = request["source"]
-            del request
+            source = encoded.decode("utf-8", "surrogatepass")
+            del encoded
+            set_up(files, workdir, request_fd, sizes[2])
+            del files
         finally:
             usage = resource.getrusage(resource.RUSAGE_SELF)
             os.write(go_fd, SETUP.pack(usage.ru_utime + usage.ru_stime, time.monotonic()))
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the worker's pipes included
         apply_limits(limits)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # the worker's own is SIG_DFL (see `serve`)
-        lock_down()
+        # the worker's own is SIG_DFL (see `serve`); `_signal`'s call, not `signal`'s enum wrapper: 20 fewer page faults
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
         # sys.stdin/stdout/stderr are the worker's own, never used, so their buffers are empty: after dup2 they are
         # exactly what a fresh interpreter on these fds would have, at no cost
         sys.argv = ["<candidate>"]
@@ -395,10 +410,14 @@ def become_candidate(
         except BaseException as error:
             traceback.print_exception(type(error), error, error.__traceback__.tb_next if error.__traceback__ else None)
             status = 1
+        # Like interpreter shutdown: wait for the candidate's non-daemon threads, run its exit functions. Only when
+        # there are any: every object the child touches costs a copy-on-write fault (~4 us), and these calls alone
+        # cost a tenth of a trivial run.
         threading = sys.modules.get("threading")
-        if threading is not None:  # like interpreter shutdown: wait for the candidate's non-daemon threads
+        if threading is not None and threading.active_count() > 1:
             threading._shutdown()
-        atexit._run_exitfuncs()
+        if atexit._ncallbacks():  # the worker cleared its own (`Worker.serve`): these are the candidate's
+            atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
                 stream.flush()
@@ -586,27 +605,23 @@ class Worker:
         self.scratch = argv[5:]  # writable mounts wiped after every run; the first one holds the child's cwd
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
         self.streams = Streams()
-        try:
-            self.lock_down: Callable[[], None] = seccomp.Installer(seccomp.build_filter())
-        except ValueError:  # an architecture without a filter: `isolation` refuses it unless the run is unsafe-none
-            self.lock_down = lambda: None
+        self.seccomp = seccomp
 
     def execute(self, header: dict) -> tuple[dict, list[memoryview]]:
         limits = header["limits"]
         self.streams.reset(limits["output_bytes"])
-        pipes = [os.pipe() for _ in STREAMS]
+        pipes = [output_pipe(limits["output_bytes"]) for _ in STREAMS]
         go_read, go_write = os.pipe()
         forked = time.monotonic()
         pid = os.fork()
         if pid == 0:
             become_candidate(
                 self.request_fd,
-                (header["body"], header["stdin"]),
+                (header["source"], header["files"], header["stdin"]),
                 os.path.join(self.scratch[0], "work"),
                 limits,
                 [write_end for _, write_end in pipes],
                 go_write,
-                self.lock_down,
             )
         self.tree.start(pid)
         pidfd = os.pidfd_open(pid)
@@ -657,6 +672,12 @@ class Worker:
         # As its namespace's init (bwrap --as-pid-1, docker) the worker gets only the signals it handles from inside:
         # with Python's SIGINT handler gone, a candidate can signal it nothing at all
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # Once, here: every child inherits the filter and none can remove it. Installing it in each child cost a
+        # fifth of a trivial run (the kernel compiles the filter, the child's Python faults in copied pages).
+        with contextlib.suppress(ValueError):  # no filter for this architecture: `isolation` refuses it but unsafe-none
+            self.seccomp.install(self.seccomp.build_filter())
+        atexit._clear()  # what site and the imports registered is the worker's: a child runs only its own (see above)
+        gc.freeze()  # the worker's objects out of the collector's reach: a child's collections never copy their pages
         self.invariants = Invariants()
         self.ipc = IpcObjects() if self.namespaced else None
         while (header := read_message(self.request_fd)) is not None:
