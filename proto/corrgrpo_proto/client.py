@@ -1,7 +1,9 @@
 """HTTP clients of the reward services (sync and async, httpx).
 
-Both clients split a large batch into chunks of `chunk_size` items, send at most
-`max_concurrency` chunks at a time, and return the results in the order of the items. A request
+Both clients split a large batch into chunks of at most `chunk_size` items and `chunk_bytes` of JSON (an item larger
+than that goes alone), send at most `max_concurrency` chunks at a time, and return the results in the order of the
+items. Chunking by size keeps a batch of inline problems (megabytes of test cases each) under the service's body
+limit, and lets the service score one chunk while it reads the next. A request
 is retried with jittered exponential backoff on connection errors, timeouts, 5xx and 429
 (honouring `Retry-After`): safe because scoring is idempotent. Other 4xx are raised at once as
 `RewardServiceError` with the service's message; a request that still fails after `retries`
@@ -15,6 +17,7 @@ import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -27,6 +30,7 @@ from .items import ItemShape
 Item = BaseModel | dict[str, Any]
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 JSON_HEADERS = {"Content-Type": "application/json"}
+CHUNK_BYTES = 1 << 21  # 2 MiB of JSON per request at most (a service's default body limit: 64 MiB)
 
 
 class RewardServiceError(RuntimeError):
@@ -50,6 +54,14 @@ def _encoded(body: Any) -> bytes | None:
     json.dumps's speed on the megabytes of test cases an inline problem can carry). NaN and infinities are written
     as such: the service refuses them with a 422 that names them."""
     return None if body is None else pydantic_core.to_json(body, inf_nan_mode="constants")
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One `/v1/score` request of a batch: its encoded body and how many items it holds."""
+
+    body: bytes
+    items: int
 
 
 def _jsonable(item: Item) -> dict[str, Any]:
@@ -79,14 +91,15 @@ class _Policy:
         max_backoff: float,
         max_concurrency: int,
         chunk_size: int,
+        chunk_bytes: int,
         token: str | None,
     ) -> None:
-        if max_concurrency < 1 or chunk_size < 1 or retries < 0:
-            raise ValueError("max_concurrency and chunk_size must be >= 1, retries >= 0")
+        if max_concurrency < 1 or chunk_size < 1 or chunk_bytes < 1 or retries < 0:
+            raise ValueError("max_concurrency, chunk_size and chunk_bytes must be >= 1, retries >= 0")
         self.base_url = base_url.rstrip("/")
         self.timeout, self.retries = timeout, retries
         self.backoff, self.max_backoff = backoff, max_backoff
-        self.max_concurrency, self.chunk_size = max_concurrency, chunk_size
+        self.max_concurrency, self.chunk_size, self.chunk_bytes = max_concurrency, chunk_size, chunk_bytes
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def delay(self, attempt: int, response: httpx.Response | None) -> float:
@@ -109,20 +122,29 @@ class _Policy:
     def give_up(self, url: str, last: str) -> RewardServiceUnavailable:
         return RewardServiceUnavailable(f"{url}: no answer after {self.retries + 1} attempts: {last}", last)
 
-    def chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[dict[str, Any]]:
-        bodies = []
-        for start in range(0, len(items), self.chunk_size):
-            body: dict[str, Any] = {"items": [_jsonable(i) for i in items[start : start + self.chunk_size]]}
-            if weights is not None:
-                body["weights"] = weights
-            bodies.append(body)
-        return bodies
+    def chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[_Chunk]:
+        """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would take
+        the current one over `chunk_size` items or `chunk_bytes`."""
+        tail = b"]}" if weights is None else b'],"weights":' + _encoded(weights) + b"}"  # type: ignore[operator]
+        chunks: list[_Chunk] = []
+        current: list[bytes] = []
+        size = 0
+        for item in items:
+            encoded = pydantic_core.to_json(_jsonable(item), inf_nan_mode="constants")
+            if current and (len(current) == self.chunk_size or size + len(encoded) > self.chunk_bytes):
+                chunks.append(_Chunk(b'{"items":[' + b",".join(current) + tail, len(current)))
+                current, size = [], 0
+            current.append(encoded)
+            size += len(encoded) + 1
+        if current:  # no items, no request
+            chunks.append(_Chunk(b'{"items":[' + b",".join(current) + tail, len(current)))
+        return chunks
 
     @staticmethod
-    def results(url: str, body: dict[str, Any], answer: Any) -> list[ItemResult]:
+    def results(url: str, chunk: _Chunk, answer: Any) -> list[ItemResult]:
         results = ScoreResponse.model_validate(answer).results
-        if len(results) != len(body["items"]):
-            raise RewardServiceError(url, 200, f"{len(results)} results for {len(body['items'])} items")
+        if len(results) != chunk.items:
+            raise RewardServiceError(url, 200, f"{len(results)} results for {chunk.items} items")
         return results
 
 
@@ -145,10 +167,12 @@ class AsyncRewardClient:
         max_backoff: float = 10.0,
         max_concurrency: int = 4,
         chunk_size: int = 256,
+        chunk_bytes: int = CHUNK_BYTES,
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, token)
+        policy = (max_concurrency, chunk_size, chunk_bytes, token)
+        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, *policy)
         self._http = httpx.AsyncClient(
             base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
         )
@@ -156,7 +180,10 @@ class AsyncRewardClient:
 
     async def request(self, method: str, path: str, json: Any = None) -> Any:
         """One retried request; returns the decoded JSON body."""
-        url, content, last = self.policy.base_url + path, _encoded(json), ""
+        return await self._send(method, path, _encoded(json))
+
+    async def _send(self, method: str, path: str, content: bytes | None) -> Any:
+        url, last = self.policy.base_url + path, ""
         for attempt in range(self.policy.retries + 1):
             response = None
             try:
@@ -174,11 +201,11 @@ class AsyncRewardClient:
     async def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
         """Score `items` (models or dicts); one result per item, in order."""
 
-        async def one(body: dict[str, Any]) -> list[ItemResult]:
+        async def one(chunk: _Chunk) -> list[ItemResult]:
             async with self._slots:
-                return _Policy.results(self.policy.base_url, body, await self.request("POST", "/v1/score", body))
+                return _Policy.results(self.policy.base_url, chunk, await self._send("POST", "/v1/score", chunk.body))
 
-        parts = await asyncio.gather(*(one(body) for body in self.policy.chunks(items, weights)))
+        parts = await asyncio.gather(*(one(chunk) for chunk in self.policy.chunks(items, weights)))
         return [result for part in parts for result in part]
 
     async def components(self) -> ComponentsResponse:
@@ -211,17 +238,22 @@ class RewardClient:
         max_backoff: float = 10.0,
         max_concurrency: int = 4,
         chunk_size: int = 256,
+        chunk_bytes: int = CHUNK_BYTES,
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, token)
+        policy = (max_concurrency, chunk_size, chunk_bytes, token)
+        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, *policy)
         self._http = httpx.Client(
             base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
         )
 
     def request(self, method: str, path: str, json: Any = None) -> Any:
         """One retried request; returns the decoded JSON body."""
-        url, content, last = self.policy.base_url + path, _encoded(json), ""
+        return self._send(method, path, _encoded(json))
+
+    def _send(self, method: str, path: str, content: bytes | None) -> Any:
+        url, last = self.policy.base_url + path, ""
         for attempt in range(self.policy.retries + 1):
             response = None
             try:
@@ -238,15 +270,15 @@ class RewardClient:
 
     def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
         """Score `items` (models or dicts); one result per item, in order."""
-        bodies = self.policy.chunks(items, weights)
+        chunks = self.policy.chunks(items, weights)
 
-        def one(body: dict[str, Any]) -> list[ItemResult]:
-            return _Policy.results(self.policy.base_url, body, self.request("POST", "/v1/score", body))
+        def one(chunk: _Chunk) -> list[ItemResult]:
+            return _Policy.results(self.policy.base_url, chunk, self._send("POST", "/v1/score", chunk.body))
 
-        if len(bodies) == 1:
-            return one(bodies[0])
+        if len(chunks) == 1:
+            return one(chunks[0])
         with ThreadPoolExecutor(self.policy.max_concurrency) as pool:
-            return [result for part in pool.map(one, bodies) for result in part]
+            return [result for part in pool.map(one, chunks) for result in part]
 
     def components(self) -> ComponentsResponse:
         return ComponentsResponse.model_validate(self.request("GET", "/v1/components"))

@@ -50,6 +50,21 @@ def test_sync_chunks_keep_order() -> None:
     assert sorted(len(b["items"]) for b in script.bodies) == [1, 3, 3, 3]
 
 
+def test_chunks_stay_under_their_byte_budget_and_a_larger_item_goes_alone() -> None:
+    script = Script()
+    items = [{"id": str(i), "v": i, "text": "x" * size} for i, size in enumerate([300, 300, 300, 2000, 10, 10])]
+    client = RewardClient("http://svc", chunk_bytes=1000, transport=httpx.MockTransport(script))
+    results = client.score(items)
+    assert [r.id for r in results] == [str(i) for i in range(6)]
+    assert sorted([item["id"] for item in body["items"]] for body in script.bodies) == [["0", "1", "2"], ["3"], ["4", "5"]]
+
+
+def test_an_empty_batch_sends_nothing() -> None:
+    script = Script()
+    assert RewardClient("http://svc", transport=httpx.MockTransport(script)).score([]) == []
+    assert script.bodies == []
+
+
 async def test_async_chunks_keep_order_and_bound_concurrency() -> None:
     script = Script()
     client = AsyncRewardClient("http://svc", chunk_size=4, max_concurrency=2, transport=httpx.MockTransport(script))

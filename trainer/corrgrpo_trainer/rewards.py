@@ -53,7 +53,7 @@ class ServiceRewards:
     (read once from its `/openapi.json`), and the completion; the service validates it. `components` are
     the columns to expose (a subset of the service's, in the order wanted); `prefix` is put before each
     column's name (use it when two services share a component name, e.g. `format`). `client_options` go to
-    `AsyncRewardClient` (timeout, retries, backoff, chunk_size, max_concurrency, token).
+    `AsyncRewardClient` (timeout, retries, backoff, chunk_size, chunk_bytes, max_concurrency, token).
     """
 
     def __init__(
