@@ -91,7 +91,7 @@ async def test_hostile_json_gets_a_4xx(body: bytes, status: int, error: str) -> 
 
 
 def test_check_json_accepts_what_is_fine() -> None:
-    paired = b'{"s": "\\ud83d\\ude00", "code": "x = \'\\\\ud800\'", "n": [1.5, -2e10, [[{}]]]}'
+    paired = b'{"s": "\\ud83d\\ude00", "code": "x = \'\\\\ud800\'", "n": [1.5, -2e10, 0.1, 12345678901234567890123, [[{}]]]}'
     checked = check_json(paired, JsonLimits(max_depth=8))
     assert isinstance(checked, Checked) and checked.document == json.loads(paired)
     assert isinstance(check_json(b'{"a": [[[]]]}', JsonLimits(max_depth=3)), Problem)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic_core
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.requests import Request
@@ -212,7 +213,17 @@ PARSED_JSON = "corrgrpo.parsed_json"  # the scope key JsonGuard leaves the check
 
 
 def parse_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Parsed | None:
-    """The first half of `check_json`: decoding, the value count, the parse. None for a syntax error."""
+    """The first half of `check_json`: decoding, the value count, the parse. None for a syntax error.
+
+    A body within the value count is parsed by pydantic-core (about twice json's speed on megabytes of inline test
+    cases, and no decoded copy of the text): it refuses what this module must refuse or classify (invalid UTF-8,
+    unpaired surrogates, NaN and infinities, nesting past its own limit), and such a body is parsed again as before,
+    so that its error says why. An overflowing number (`1e999`) it reads as infinity: `check_document` refuses it."""
+    if not (limits.max_values and too_many_values(body, limits.max_values)):
+        try:
+            return Parsed(pydantic_core.from_json(body, allow_inf_nan=False), escapes=False)
+        except ValueError:
+            pass
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -256,6 +267,8 @@ def check_document(document: Any, limits: JsonLimits, *, strings: bool = True, d
                     if isinstance(value, str) and len(value) > limits.fields[name]:
                         message = f"{len(value)} characters, over the limit of {limits.fields[name]}"
                         return Problem(413, "field_too_long", message, _path_to(document, value))
+        elif isinstance(node, float) and not math.isfinite(node):  # `1e999`, parsed by pydantic-core
+            return Problem(422, "non_finite_number", "a number overflows to infinity; send finite numbers")
         elif strings and isinstance(node, str):
             try:
                 node.encode("utf-8")
