@@ -24,7 +24,7 @@ from typing import Literal
 
 from corrgrpo_sandbox.execution import ExecResult, Limits
 from corrgrpo_sandbox.isolation import INSIDE_CPU_COUNTER, Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
-from corrgrpo_sandbox.worker import HEADER, STREAMS
+from corrgrpo_sandbox.worker import HEADER, STREAMS, write_all
 
 DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
@@ -103,9 +103,10 @@ class Worker:
             self.request_fd, self.reply_fd = self.process.stdin.fileno(), self.process.stdout.fileno()
 
     def execute(
-        self, header: bytes, body: bytes, processes: int, timeout: float, cancel: threading.Event | None = None
+        self, header: bytes, body: list[bytes], processes: int, timeout: float, cancel: threading.Event | None = None
     ) -> tuple[dict, list[bytes]]:
-        """Send one request (the header the worker reads, the body its child reads); the reply and the streams."""
+        """Send one request (the header the worker reads, the body's parts its child reads); the reply and the
+        streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the write)."""
         self.runs += 1
         if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
             try:
@@ -113,9 +114,7 @@ class Worker:
             except OSError as error:
                 raise WorkerBroken(f"cannot set the worker's process limit: {error!r}") from error
         try:
-            view = memoryview(b"".join((HEADER.pack(len(header)), header, body)))  # one write for a small request
-            while view:
-                view = view[os.write(self.request_fd, view) :]
+            write_all(self.request_fd, [HEADER.pack(len(header)), header, *body])  # one write for a small request
         except OSError as error:
             raise WorkerBroken(f"worker unreachable: {error!r}") from error
         deadline = time.monotonic() + timeout
@@ -247,14 +246,14 @@ class Sandbox:
         encoded_files = json.dumps({name: base64.b64encode(data).decode() for name, data in files.items()}) if files else ""
         sizes = (len(encoded_source), len(encoded_files), len(stdin))  # the JSON is ASCII: its length is its size
         header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (_encoded_limits(limits), *sizes)
-        encoded_body = b"".join((encoded_source, encoded_files.encode(), stdin))
+        body = [encoded_source, encoded_files.encode(), stdin]
         cancel: threading.Event | None = getattr(self._cancel, "event", None)
         worker = self._take_worker(cancel)
         started = time.monotonic()
         reply: dict | None = None
         streams: list[bytes] = []
         try:
-            reply, streams = worker.execute(header, encoded_body, limits.processes, limits.wall_s + REPLY_GRACE_S, cancel)
+            reply, streams = worker.execute(header, body, limits.processes, limits.wall_s + REPLY_GRACE_S, cancel)
             anomaly = reply["anomaly"]
         except WorkerBroken as error:
             anomaly = str(error)
