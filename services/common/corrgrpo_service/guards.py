@@ -168,7 +168,7 @@ def too_many_values(body: bytes, limit: int) -> bool:
     but strings may hold such marks too); only when that count is over the limit are the marks
     outside strings counted, stopping as soon as the limit is passed.
     """
-    if sum(body.count(mark) for mark in (b",", b"[", b"{")) + 1 <= limit:
+    if len(body) - len(body.translate(None, b",[{")) + 1 <= limit:  # one pass, where three counts took twice as long
         return False
     count = 1
     for token in _TOKEN.finditer(body):
