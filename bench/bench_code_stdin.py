@@ -32,7 +32,7 @@ from corrgrpo_proto import RewardClient
 from corrgrpo_testing.servers import start_service
 
 WORKERS = os.cpu_count() or 1
-ROUNDS = 6
+ROUNDS = 12
 CASES = 8
 PROGRAMS = {
     "game": "t = int(input())\nfor _ in range(t):\n    print('Second' if int(input()) % 3 == 0 else 'First')\n",

@@ -170,6 +170,21 @@ def test_non_daemon_threads_finish_before_exit(pool_sandbox: Sandbox) -> None:
     assert (result.exit_code, result.stdout) == (0, b"main\nlate\n")
 
 
+def test_the_programs_exit_functions_run_and_only_they(pool_sandbox: Sandbox) -> None:
+    source = "import atexit, sys\natexit.register(print, 'bye')\nprint(atexit._ncallbacks())\nsys.exit(3)"
+    result = pool_sandbox.run(source)
+    assert (result.exit_code, result.stdout) == (3, b"1\nbye\n")  # none of the worker's own registrations
+
+
+@pytest.mark.parametrize(("cap", "size"), [(1 << 20, 1 << 20), (4096, 1 << 16)])
+def test_output_pipes_hold_the_cap_and_never_shrink(pool_sandbox: Sandbox, cap: int, size: int) -> None:
+    """A large answer written at once fits in the pipe (it never waits for the worker); a small cap keeps the
+    kernel's 64 KiB, so a flood past it drains no slower."""
+    source = "import fcntl\nprint([fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in (1, 2, 3)])"
+    result = pool_sandbox.run(source, limits=Limits(output_bytes=cap))
+    assert result.stdout == f"{[size] * 3}\n".encode()
+
+
 def test_a_cancelled_run_ends_at_once_and_its_worker_is_replaced(pool_sandbox: Sandbox) -> None:
     cancel, outcome = threading.Event(), {}
 
