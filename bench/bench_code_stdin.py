@@ -12,7 +12,7 @@ runs, in interleaved rounds whose order alternates. The service shares no verdic
 (`CORRGRPO_CODE_RUN_TTL_S=0`); a warm-up pass first measures every reference time, as training would have. The
 ratio to quote is floor time / HTTP time (issue 29: >= 0.9).
 
-Run: `.venv/bin/python bench/bench_code_stdin.py` (a minute or two on two cores).
+Run: `.venv/bin/python bench/bench_code_stdin.py` (about a minute on two cores).
 """
 
 from __future__ import annotations
