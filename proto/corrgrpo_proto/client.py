@@ -49,11 +49,11 @@ class RewardServiceUnavailable(RuntimeError):
         self.reason = reason or message
 
 
-def _encoded(body: Any) -> bytes | None:
-    """A request body as JSON, encoded once for every attempt by pydantic-core's serializer (about three times
+def _json(value: Any) -> bytes:
+    """JSON of a body or part of one, encoded once for every attempt by pydantic-core's serializer (about three times
     json.dumps's speed on the megabytes of test cases an inline problem can carry). NaN and infinities are written
     as such: the service refuses them with a 422 that names them."""
-    return None if body is None else pydantic_core.to_json(body, inf_nan_mode="constants")
+    return pydantic_core.to_json(value, inf_nan_mode="constants")
 
 
 @dataclass(frozen=True)
@@ -125,12 +125,12 @@ class _Policy:
     def chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[_Chunk]:
         """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would take
         the current one over `chunk_size` items or `chunk_bytes`."""
-        tail = b"]}" if weights is None else b'],"weights":' + _encoded(weights) + b"}"  # type: ignore[operator]
+        tail = b"]}" if weights is None else b'],"weights":' + _json(weights) + b"}"
         chunks: list[_Chunk] = []
         current: list[bytes] = []
         size = 0
         for item in items:
-            encoded = pydantic_core.to_json(_jsonable(item), inf_nan_mode="constants")
+            encoded = _json(_jsonable(item))
             if current and (len(current) == self.chunk_size or size + len(encoded) > self.chunk_bytes):
                 chunks.append(_Chunk(b'{"items":[' + b",".join(current) + tail, len(current)))
                 current, size = [], 0
@@ -171,8 +171,7 @@ class AsyncRewardClient:
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        policy = (max_concurrency, chunk_size, chunk_bytes, token)
-        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, *policy)
+        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, chunk_bytes, token)
         self._http = httpx.AsyncClient(
             base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
         )
@@ -180,7 +179,7 @@ class AsyncRewardClient:
 
     async def request(self, method: str, path: str, json: Any = None) -> Any:
         """One retried request; returns the decoded JSON body."""
-        return await self._send(method, path, _encoded(json))
+        return await self._send(method, path, None if json is None else _json(json))
 
     async def _send(self, method: str, path: str, content: bytes | None) -> Any:
         url, last = self.policy.base_url + path, ""
@@ -242,15 +241,14 @@ class RewardClient:
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        policy = (max_concurrency, chunk_size, chunk_bytes, token)
-        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, *policy)
+        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, chunk_bytes, token)
         self._http = httpx.Client(
             base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
         )
 
     def request(self, method: str, path: str, json: Any = None) -> Any:
         """One retried request; returns the decoded JSON body."""
-        return self._send(method, path, _encoded(json))
+        return self._send(method, path, None if json is None else _json(json))
 
     def _send(self, method: str, path: str, content: bytes | None) -> Any:
         url, last = self.policy.base_url + path, ""
