@@ -24,12 +24,14 @@ from typing import Literal
 
 from corrgrpo_sandbox.execution import ExecResult, Limits
 from corrgrpo_sandbox.isolation import INSIDE_CPU_COUNTER, Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
-from corrgrpo_sandbox.worker import HEADER, STREAMS, write_all
+from corrgrpo_sandbox.worker import HEADER, PIPE_DEFAULT, STREAMS, write_all
 
 DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 CANCEL_POLL_S = 0.05  # how soon a cancelled run notices
+PIPE_MAX = 1 << 20  # the kernel's default pipe-max-size: larger is refused without CAP_SYS_RESOURCE
+PIPE_SOFT_LIMIT = "/proc/sys/fs/pipe-user-pages-soft"
 READ_AHEAD = 65536  # bytes asked for at once from a worker's reply stream
 WORKER_TASKS = 2  # bwrap and the worker (the namespace's init) share the worker's pids cgroup with the run
 REPLY_FIELDS = {
@@ -55,10 +57,23 @@ class WorkerBroken(Exception):
     """The worker died, hung or answered garbage: nothing it reported can be trusted."""
 
 
+def output_pipe_bytes(workers: int) -> int:
+    """How large each of a run's three output pipes may grow with `workers` running at once: a quarter of the user's
+    soft pipe budget between them (past that budget the kernel gives each new pipe the workers make two pages), within
+    the kernel's default size and `PIPE_MAX`. A worker asks for no more than the run's output cap."""
+    try:
+        with open(PIPE_SOFT_LIMIT) as limit:
+            soft_pages = int(limit.read())
+    except (OSError, ValueError):
+        return PIPE_DEFAULT
+    budget = soft_pages * os.sysconf("SC_PAGE_SIZE") // (4 * len(STREAMS) * workers) if soft_pages else PIPE_MAX
+    return 1 << (max(PIPE_DEFAULT, min(PIPE_MAX, budget)).bit_length() - 1)  # a power of two: the kernel rounds up
+
+
 class Worker:
     """One worker interpreter (sandboxed per `launcher`) that executes requests one at a time."""
 
-    def __init__(self, launcher: Launcher) -> None:
+    def __init__(self, launcher: Launcher, pipe_bytes: int = PIPE_DEFAULT) -> None:
         self.runs = 0
         self.retired = False  # replaced (`Sandbox._retire`): closed instead of serving again
         self.unread = bytearray()  # read ahead of the reply stream
@@ -79,7 +94,7 @@ class Worker:
             request_read, self.request_fd = os.pipe()
             self.reply_fd, reply_write = os.pipe()
             pass_fds, protocol = (request_read, reply_write), (str(request_read), str(reply_write))
-        arguments = [*protocol, "1" if launcher.namespaced else "0", counter, *scratch]
+        arguments = [*protocol, "1" if launcher.namespaced else "0", counter, str(pipe_bytes), *scratch]
         try:
             self.process = subprocess.Popen(
                 [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments],
@@ -211,6 +226,7 @@ class Sandbox:
         self.recycle_after = recycle_after
         self.launcher = resolve_launcher(python, isolation)
         self.isolation = self.launcher.isolation
+        self.pipe_bytes = output_pipe_bytes(workers)
         self._closed = False
         self._lock = threading.Lock()
         self._live: set[Worker] = set()
@@ -298,7 +314,7 @@ class Sandbox:
 
     def _start_worker(self) -> Worker:
         try:
-            worker = self._starter.submit(Worker, self.launcher).result()
+            worker = self._starter.submit(Worker, self.launcher, self.pipe_bytes).result()
         except RuntimeError as error:  # the starter was shut down: closed meanwhile
             raise RuntimeError("Sandbox is closed") from error
         with self._lock:
@@ -311,7 +327,7 @@ class Sandbox:
     def _retire(self, old: Worker) -> None:
         """On the starter thread: start `old`'s replacement, then retire `old` (closed when next taken). The pool keeps
         every worker while a replacement starts (~0.1 s), where closing first left a caller waiting and a core idle."""
-        worker = Worker(self.launcher)
+        worker = Worker(self.launcher, self.pipe_bytes)
         with self._lock:
             if self._closed or old not in self._live:  # closed, or `old` failed and was replaced meanwhile
                 worker.close()

@@ -65,7 +65,6 @@ NO_PROGRAM = 111  # the child's exit status when its program never arrived
 PRELOADED = ("harness_child",)  # this package's child-side modules, imported once per worker (see `preload`)
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 PIPE_DEFAULT = 1 << 16  # a new pipe's size
-PIPE_MAX = 1 << 20  # the kernel's default pipe-max-size: a larger size is refused without CAP_SYS_RESOURCE
 LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -104,14 +103,14 @@ def write_all(fd: int, parts: list[bytes | memoryview]) -> None:
             views[0] = views[0][written:]
 
 
-def output_pipe(cap: int) -> tuple[int, int]:
-    """A pipe that holds `cap` bytes where the kernel allows it (`/proc/sys/fs/pipe-max-size`, the user's pipe pages):
-    a program that writes a large output at once then never waits for the worker, which reads it when it exits. With
-    the default 64 KiB a 500 KB answer took twice its CPU time in wall time (see `supervise`)."""
+def output_pipe(size: int) -> tuple[int, int]:
+    """A pipe that holds `size` bytes (the run's output cap, within the parent's `output_pipe_bytes`): a program that
+    writes a large output at once then never waits for the worker, which reads it when it exits. With the default
+    64 KiB a 500 KB answer took twice its CPU time in wall time (see `supervise`)."""
     read_end, write_end = os.pipe()
-    if cap > PIPE_DEFAULT:  # never smaller: a flood past a small cap drains as fast as before
-        with contextlib.suppress(OSError):  # over a limit: the default size, only slower
-            fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, min(cap, PIPE_MAX))
+    if size > PIPE_DEFAULT:  # never smaller: a flood past a small cap drains as fast as before
+        with contextlib.suppress(OSError):  # refused by the kernel: the default size, only slower
+            fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, size)
     return read_end, write_end
 
 
@@ -602,7 +601,8 @@ class Worker:
                 os.close(int(original))
         self.namespaced = argv[3] == "1"
         self.tree = ProcessTree(self.namespaced, None if argv[4] == "-" else argv[4])
-        self.scratch = argv[5:]  # writable mounts wiped after every run; the first one holds the child's cwd
+        self.pipe_bytes = int(argv[5])  # the most each output pipe may hold (`output_pipe`)
+        self.scratch = argv[6:]  # writable mounts wiped after every run; the first one holds the child's cwd
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
         self.streams = Streams()
         self.seccomp = seccomp
@@ -610,7 +610,7 @@ class Worker:
     def execute(self, header: dict) -> tuple[dict, list[memoryview]]:
         limits = header["limits"]
         self.streams.reset(limits["output_bytes"])
-        pipes = [output_pipe(limits["output_bytes"]) for _ in STREAMS]
+        pipes = [output_pipe(min(limits["output_bytes"], self.pipe_bytes)) for _ in STREAMS]
         go_read, go_write = os.pipe()
         forked = time.monotonic()
         pid = os.fork()

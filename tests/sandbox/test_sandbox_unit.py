@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -9,6 +10,8 @@ import warnings
 import pytest
 
 from corrgrpo_sandbox import ExecResult, Limits, RunCancelled, Sandbox
+from corrgrpo_sandbox.sandbox import PIPE_MAX, PIPE_SOFT_LIMIT, output_pipe_bytes
+from corrgrpo_sandbox.worker import PIPE_DEFAULT
 
 
 def test_stdout_stderr_exit_code_and_stdin(sandbox: Sandbox) -> None:
@@ -183,6 +186,15 @@ def test_output_pipes_hold_the_cap_and_never_shrink(pool_sandbox: Sandbox, cap: 
     source = "import fcntl\nprint([fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in (1, 2, 3)])"
     result = pool_sandbox.run(source, limits=Limits(output_bytes=cap))
     assert result.stdout == f"{[size] * 3}\n".encode()
+
+
+def test_output_pipes_share_a_quarter_of_the_users_soft_pipe_budget() -> None:
+    with open(PIPE_SOFT_LIMIT) as limit:
+        budget = int(limit.read()) * os.sysconf("SC_PAGE_SIZE") // 4
+    sizes = [output_pipe_bytes(workers) for workers in (1, 2, 16, 64, 1024)]
+    assert sizes == sorted(sizes, reverse=True) and PIPE_DEFAULT <= sizes[-1] <= sizes[0] <= PIPE_MAX
+    for workers, size in zip((1, 2, 16, 64, 1024), sizes, strict=True):
+        assert size == PIPE_DEFAULT or 3 * workers * size <= budget
 
 
 def test_a_cancelled_run_ends_at_once_and_its_worker_is_replaced(pool_sandbox: Sandbox) -> None:
