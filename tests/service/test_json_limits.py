@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corrgrpo_service.guards import JsonLimits, Problem, check_json, too_many_values
 
@@ -23,6 +25,30 @@ def test_values_are_counted_outside_strings_only() -> None:
     assert problem({"items": [[1] * 9] * 9}) is None
     assert problem({"items": [[1] * 9] * 9 + [[0]] * 5}) == (413, "too_many_items", "items")
     assert problem({"items": [[]] * 9, "more": [[[[]] * 9] * 9] * 9}) == (413, "too_many_values", "body")
+
+
+def marks(document: object) -> int:
+    """The marks `too_many_values` counts in a document's JSON: each container's opening bracket and commas."""
+    if isinstance(document, list | dict):
+        children = list(document.values()) if isinstance(document, dict) else document
+        return max(1, len(children)) + sum(map(marks, children))
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.integers(0, 9) | st.text(",[{", max_size=2),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=1), inner, max_size=4),
+        max_leaves=40,
+    ),
+    st.integers(0, 3),
+)
+def test_a_short_body_is_never_over_the_count(document: object, slack: int) -> None:
+    body = json.dumps(document, separators=(",", ":")).encode()
+    count = 1 + marks(document)
+    for limit in {max(1, count - slack), count + slack, max(1, (len(body) + 1) // 2)}:  # 0 means no limit
+        assert too_many_values(body, limit) == (count > limit), (body, limit)
 
 
 @pytest.mark.parametrize(

@@ -168,6 +168,10 @@ def too_many_values(body: bytes, limit: int) -> bool:
     but strings may hold such marks too); only when that count is over the limit are the marks
     outside strings counted, stopping as soon as the limit is passed.
     """
+    # In valid JSON a comma comes after a value and a bracket before its closing one, bytes that are no marks: marks
+    # are at most 2/3 of the bytes. A short body needs no count (invalid JSON may hold more marks, and fails its parse).
+    if 2 * len(body) + 3 <= 3 * limit:
+        return False
     if len(body) - len(body.translate(None, b",[{")) + 1 <= limit:  # one pass, where three counts took twice as long
         return False
     count = 1
