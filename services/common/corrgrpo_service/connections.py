@@ -12,6 +12,7 @@ a read error), then closes it. A closed request's handler sees `http.disconnect`
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from email.utils import formatdate
 from typing import Any, Literal
@@ -121,6 +122,11 @@ def run_server(app: FastAPI, settings: ServiceSettings) -> None:
         "retry_after_s": settings.retry_after_s,
     }
     protocol = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
+    # What is left after start-up's garbage (modules, the app, loaded datasets) lives as long as the process: out of
+    # the collector's sight, no collection a request triggers walks it again (6% of the code service's CPU on inline
+    # batches, HumanEval loaded)
+    gc.collect()
+    gc.freeze()
     uvicorn.run(
         app,
         host=settings.host,
