@@ -259,10 +259,11 @@ class Sandbox:
         # The body is the source, the files (JSON of base64; empty for none) and stdin, raw: the child decodes no JSON for
         # a run without files (every object it touches costs a page copy), and splices stdin (worker.copy_stdin).
         encoded_source = source.encode("utf-8", "surrogatepass")
-        encoded_files = json.dumps({name: base64.b64encode(data).decode() for name, data in files.items()}) if files else ""
-        sizes = (len(encoded_source), len(encoded_files), len(stdin))  # the JSON is ASCII: its length is its size
-        header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (_encoded_limits(limits), *sizes)
-        body = [encoded_source, encoded_files.encode(), stdin]
+        encoded_files = b""
+        if files:
+            encoded_files = json.dumps({name: base64.b64encode(data).decode() for name, data in files.items()}).encode()
+        body = [encoded_source, encoded_files, stdin]
+        header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (_encoded_limits(limits), *map(len, body))
         cancel: threading.Event | None = getattr(self._cancel, "event", None)
         worker = self._take_worker(cancel)
         started = time.monotonic()

@@ -592,7 +592,7 @@ def supervise(
 class Worker:
     """State that lives across runs: the protocol, the scratch mounts, the output buffers."""
 
-    def __init__(self, argv: list[str], seccomp: types.ModuleType) -> None:
+    def __init__(self, argv: list[str]) -> None:
         self.request_fd, self.reply_fd = (
             os.dup2(int(fd), PROTOCOL_FD_BASE + i, inheritable=False) for i, fd in enumerate(argv[1:3])
         )
@@ -605,7 +605,6 @@ class Worker:
         self.scratch = argv[6:]  # writable mounts wiped after every run; the first one holds the child's cwd
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
         self.streams = Streams()
-        self.seccomp = seccomp
 
     def execute(self, header: dict) -> tuple[dict, list[memoryview]]:
         limits = header["limits"]
@@ -663,7 +662,7 @@ class Worker:
         }
         return reply, views
 
-    def serve(self) -> None:
+    def serve(self, seccomp: types.ModuleType) -> None:
         prctl(PR_SET_DUMPABLE, 0)
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         for directory, mode in self.modes.items():
@@ -675,7 +674,7 @@ class Worker:
         # Once, here: every child inherits the filter and none can remove it. Installing it in each child cost a
         # fifth of a trivial run (the kernel compiles the filter, the child's Python faults in copied pages).
         with contextlib.suppress(ValueError):  # no filter for this architecture: `isolation` refuses it but unsafe-none
-            self.seccomp.install(self.seccomp.build_filter())
+            seccomp.install(seccomp.build_filter())
         atexit._clear()  # what site and the imports registered is the worker's: a child runs only its own (see above)
         gc.freeze()  # the worker's objects out of the collector's reach: a child's collections never copy their pages
         self.invariants = Invariants()
@@ -704,4 +703,4 @@ def preload() -> None:
 
 if __name__ == "__main__":
     preload()
-    Worker(sys.argv, load_sibling("seccomp")).serve()
+    Worker(sys.argv).serve(load_sibling("seccomp"))
