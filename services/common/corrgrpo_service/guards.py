@@ -223,7 +223,8 @@ def parse_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Pars
     cases, and no decoded copy of the text): it refuses what this module must refuse or classify (invalid UTF-8,
     unpaired surrogates, NaN and infinities, nesting past its own limit), and such a body is parsed again as before,
     so that its error says why. An overflowing number (`1e999`) it reads as infinity: `check_document` refuses it."""
-    if not (limits.max_values and too_many_values(body, limits.max_values)):
+    over_count = bool(limits.max_values) and too_many_values(body, limits.max_values)
+    if not over_count:
         try:
             return Parsed(pydantic_core.from_json(body, allow_inf_nan=False), escapes=False)
         except ValueError:
@@ -232,7 +233,7 @@ def parse_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Pars
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
         return Problem(400, "invalid_encoding", f"request body is not valid UTF-8 (byte {error.start})")
-    if limits.max_values and too_many_values(body, limits.max_values):
+    if over_count:
         return Problem(413, "too_many_values", f"more than {limits.max_values} JSON values in one request", "body")
     try:
         document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
