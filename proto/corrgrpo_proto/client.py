@@ -126,19 +126,16 @@ class _Policy:
         """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would take
         the current one over `chunk_size` items or `chunk_bytes`."""
         tail = b"]}" if weights is None else b'],"weights":' + _json(weights) + b"}"
-        chunks: list[_Chunk] = []
-        current: list[bytes] = []
+        groups: list[list[bytes]] = []
         size = 0
         for item in items:
             encoded = _json(_jsonable(item))
-            if current and (len(current) == self.chunk_size or size + len(encoded) > self.chunk_bytes):
-                chunks.append(_Chunk(b'{"items":[' + b",".join(current) + tail, len(current)))
-                current, size = [], 0
-            current.append(encoded)
+            if not groups or len(groups[-1]) == self.chunk_size or size + len(encoded) > self.chunk_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(encoded)
             size += len(encoded) + 1
-        if current:  # no items, no request
-            chunks.append(_Chunk(b'{"items":[' + b",".join(current) + tail, len(current)))
-        return chunks
+        return [_Chunk(b'{"items":[' + b",".join(group) + tail, len(group)) for group in groups]  # no items, no request
 
     @staticmethod
     def results(url: str, chunk: _Chunk, answer: Any) -> list[ItemResult]:
