@@ -1,4 +1,4 @@
-"""The tracked Markdown stays short enough to read: at most 900 lines in all, none over 120 characters."""
+"""The tracked Markdown stays short enough to read: at most 1,100 lines in all, none over 120 characters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MAX_LINES, MAX_WIDTH = 900, 120
+MAX_LINES, MAX_WIDTH = 1100, 120
 
 
 def tracked_markdown() -> dict[str, list[str]]:
@@ -14,7 +14,7 @@ def tracked_markdown() -> dict[str, list[str]]:
     return {name: (REPO / name).read_text().splitlines() for name in names.split() if (REPO / name).exists()}
 
 
-def test_the_markdown_fits_in_900_lines() -> None:
+def test_the_markdown_fits_in_1100_lines() -> None:
     counts = {name: len(lines) for name, lines in tracked_markdown().items()}
     assert counts, "git ls-files found no Markdown"
     assert sum(counts.values()) <= MAX_LINES, f"{sum(counts.values())} lines of Markdown > {MAX_LINES}: {counts}"
