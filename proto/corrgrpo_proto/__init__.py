@@ -11,6 +11,7 @@ from .common import (
     Readiness,
     ScoreRequest,
     ScoreResponse,
+    resolve_weights,
 )
 from .items import ItemShape
 
@@ -29,4 +30,5 @@ __all__ = [
     "RewardServiceUnavailable",
     "ScoreRequest",
     "ScoreResponse",
+    "resolve_weights",
 ]

@@ -82,6 +82,7 @@ class FinishRequest(WireModel):
 
     final_answer: str = ""
     completion: str | None = Field(None, description=RAW_COMPLETION)
+    weights: dict[str, float] | None = Field(None, description="Overrides of the components' default weights in `total`")
 
     @model_validator(mode="after")
     def _one_form(self) -> FinishRequest:
@@ -95,7 +96,7 @@ class FinishResponse(BaseModel):
 
     episode_id: str
     components: dict[str, float] = Field(description="`utility` and `security`, each 0 or 1")
-    total: float = Field(description="Sum of the components with the service's default weights")
+    total: float = Field(description="Weighted sum of the components: the declared weights, the request's overriding")
     info: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -7,6 +7,7 @@ gets an `error` instead of components; the batch itself never fails because of o
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +36,22 @@ class ComponentsResponse(BaseModel):
 
     service: str
     components: list[ComponentSpec]
+
+
+def resolve_weights(
+    specs: Sequence[ComponentSpec], overrides: Mapping[str, float] | None = None, only: Iterable[str] | None = None
+) -> dict[str, float]:
+    """The weight of every declared component: the override where one is given, else the declared default.
+
+    The one weighting rule of every path: a service's `total`, the trainer's reward weights, the adapters'. With
+    `only` (the components a trainer optimises), every other component weighs 0, so that the `total` of a request
+    sent with these weights is the sum the trainer optimises. Raises KeyError naming a component not declared."""
+    declared = {spec.name: spec.weight for spec in specs}
+    overrides = overrides or {}
+    kept = list(declared) if only is None else list(only)
+    if unknown := next((name for name in [*overrides, *kept] if name not in declared), None):
+        raise KeyError(unknown)
+    return {name: float(overrides.get(name, weight)) if name in kept else 0.0 for name, weight in declared.items()}
 
 
 class ItemError(BaseModel):

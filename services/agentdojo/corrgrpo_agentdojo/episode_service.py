@@ -4,6 +4,10 @@ An episode's state lives under `corrgrpo:agentdojo:episode:<id>` with a TTL rene
 a finished episode leaves a small tombstone (with its rewards) for the same TTL, so a late step
 gets 409 "finished" instead of 404 "unknown". A step holds a short lock key so two concurrent
 steps of one episode cannot both apply to the same state and lose one's calls.
+
+An unfinished episode holds a lease in its client's group and in the group of all (`Store.lease`),
+so one client filling the store cannot lock the others out: over its share it gets 429, and what it
+abandons idles out after `agentdojo_episode_ttl_s`, freeing its share.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 
 from agentdojo.functions_runtime import TaskEnvironment
 
-from corrgrpo_proto import ItemError
+from corrgrpo_proto import ItemError, resolve_weights
 from corrgrpo_proto.agentdojo import (
     Episode,
     EpisodeSpec,
@@ -36,10 +40,12 @@ from corrgrpo_service import Scored, Store
 from . import episode as ep
 from .adapter import AdapterError, read_completion
 from .catalog import Catalog, Resolved, UnknownTask
+from .declaration import COMPONENTS
 from .environments import StartCache
 from .settings import AgentDojoSettings
 
 PREFIX = "corrgrpo:agentdojo:episode:"
+LIVE = "{corrgrpo:agentdojo:live}:"  # the quota groups share one Redis Cluster hash slot: a lease checks both at once
 LOCK_TTL_S = 60
 log = logging.getLogger("corrgrpo.agentdojo")
 
@@ -52,6 +58,7 @@ class EpisodeError(Exception):
     code: str
     message: str
     loc: str | None = None
+    retry_after_s: int | None = None
 
 
 def malformed(completion: str, calls: Sequence[ToolCall | AdapterError]) -> str | None:
@@ -166,12 +173,35 @@ class EpisodeService:
 
     # -- stateful episodes ------------------------------------------------------------------------
 
-    async def create(self, spec: EpisodeSpec) -> Episode:
+    def _quota(self, client: str) -> dict[str, int]:
+        """The lease groups of `client`'s episodes with their caps: its own first, so a client over its share is told so."""
+        settings = self.settings
+        return {
+            LIVE + f"client:{client}": settings.agentdojo_max_live_episodes_per_client,
+            LIVE + "all": settings.agentdojo_max_live_episodes,
+        }
+
+    def _refusal(self, full: str, client: str) -> EpisodeError:
+        settings = self.settings
+        idle = f"finish one, or one idles out {settings.agentdojo_episode_ttl_s}s after its last step"
+        if full == LIVE + "all":
+            message = f"the service holds {settings.agentdojo_max_live_episodes} unfinished episodes; retry when one ends"
+            return EpisodeError(503, "episodes_full", message, retry_after_s=settings.retry_after_s)
+        limit = settings.agentdojo_max_live_episodes_per_client
+        message = f"client {client} holds {limit} unfinished episodes, its share: {idle}"
+        return EpisodeError(429, "too_many_episodes", message, retry_after_s=settings.retry_after_s)
+
+    async def create(self, spec: EpisodeSpec, client: str) -> Episode:
         resolved, normal = self._resolve(spec)
-        start = await asyncio.to_thread(self.starts.start_bytes, resolved)
-        state = ep.start_episode(normal, start)
-        episode_id = uuid.uuid4().hex
-        await self.store.set(PREFIX + episode_id, ep.dumps(state), self.settings.agentdojo_episode_ttl_s)
+        episode_id, quota, ttl = uuid.uuid4().hex, self._quota(client), self.settings.agentdojo_episode_ttl_s
+        if (full := await self.store.lease(episode_id, quota, ttl)) is not None:
+            raise self._refusal(full, client)
+        try:
+            start = await asyncio.to_thread(self.starts.start_bytes, resolved)
+            await self.store.set(PREFIX + episode_id, ep.dumps(ep.start_episode(normal, start, client)), ttl)
+        except Exception:
+            await self.store.release(episode_id, list(quota))
+            raise
         return Episode(
             episode_id=episode_id,
             **normal.model_dump(),
@@ -204,12 +234,19 @@ class EpisodeService:
                 ep.mark_invalid(state, broken)
             resolved, _ = self._resolve(state.spec)
             results = await asyncio.to_thread(ep.run_calls, state, resolved.suite, calls)
-            await self.store.set(PREFIX + episode_id, ep.dumps(state), self.settings.agentdojo_episode_ttl_s)
+            ttl = self.settings.agentdojo_episode_ttl_s
+            await self.store.set(PREFIX + episode_id, ep.dumps(state), ttl)
+            await self.store.renew(episode_id, list(self._quota(state.owner)), ttl)
         finally:
             await self.store.delete(PREFIX + episode_id + ":lock")
         return StepResponse(episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer)
 
     async def finish(self, episode_id: str, request: FinishRequest) -> FinishResponse:
+        try:
+            weights = resolve_weights(COMPONENTS, request.weights)
+        except KeyError as unknown:
+            name = unknown.args[0]
+            raise EpisodeError(422, "validation_error", f"unknown component in weights: {name}", f"weights.{name}") from None
         final_answer, broken = request.final_answer, None
         if request.completion is not None:  # the last message: its calls are not run, but it must be well formed
             read = await asyncio.to_thread(read_completion, request.completion)
@@ -224,9 +261,11 @@ class EpisodeService:
             components, info = await asyncio.to_thread(ep.score, state, resolved, final_answer, max_chars)
             tombstone = json.dumps({"components": components, "info": info}).encode()
             await self.store.set(PREFIX + episode_id, tombstone, self.settings.agentdojo_episode_ttl_s)
+            await self.store.release(episode_id, list(self._quota(state.owner)))
         finally:
             await self.store.delete(PREFIX + episode_id + ":lock")
-        return FinishResponse(episode_id=episode_id, components=components, total=sum(components.values()), info=info)
+        total = sum(weights[name] * value for name, value in components.items())
+        return FinishResponse(episode_id=episode_id, components=components, total=total, info=info)
 
     # -- stateless replay -------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, ScoreRequest, ScoreResponse
+from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, ScoreRequest, ScoreResponse, resolve_weights
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
@@ -41,16 +41,6 @@ class Scored:
 
 
 Scorer = Callable[[list[Any]], Awaitable[Sequence[Scored | ItemError]]]
-
-
-def resolve_weights(specs: Sequence[ComponentSpec], overrides: dict[str, float] | None) -> dict[str, float]:
-    """Default weights updated by the request's; raises KeyError naming an unknown component."""
-    weights = {spec.name: spec.weight for spec in specs}
-    for name, value in (overrides or {}).items():
-        if name not in weights:
-            raise KeyError(name)
-        weights[name] = value
-    return weights
 
 
 def to_result(item_id: str | None, answer: Scored | ItemError, weights: dict[str, float]) -> ItemResult:
