@@ -6,8 +6,13 @@ column as a list) and logs `rewards/<function name>/mean`. A service returns a v
 cached call: the first column to run scores the batch, the others await the same task. TRL runs
 async reward functions concurrently with `asyncio.gather` on its daemon loop, so the services of a
 step are called at the same time, one request each (the client splits very large batches into
-chunks). A per-item error becomes None (TRL: NaN, a missing value); a service that cannot be
+chunks). Every request carries the training weights, so a response's `total` is the sum TRL optimises.
+A per-item error becomes None in every column (the rule of `corrgrpo_proto.common`: TRL 1.16 leaves a
+rollout whose every reward is None out of its group's statistics, advantage 0); a service that cannot be
 reached through the client's retries fails the step with `RewardServiceUnavailable`.
+
+Plain TRL, one line per service: `reward_funcs, reward_weights = trl_rewards(url)`, then
+`GRPOTrainer(reward_funcs=reward_funcs, args=GRPOConfig(reward_weights=reward_weights, ...))`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from corrgrpo_proto import (
@@ -25,11 +30,13 @@ from corrgrpo_proto import (
     RewardClient,
     RewardServiceError,
     RewardServiceUnavailable,
+    resolve_weights,
 )
 
 Row = dict[str, Any]
 RewardColumn = Callable[..., Awaitable[list[float | None]]]
 T = TypeVar("T")
+SYNC_CLIENT_OPTIONS = ("timeout", "retries", "backoff", "max_backoff", "token")  # of the async ones, what a GET needs
 TRL_EXTRA_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
 
 
@@ -53,7 +60,8 @@ class ServiceRewards:
     (read once from its `/openapi.json`), and the completion; the service validates it. `components` are
     the columns to expose (a subset of the service's, in the order wanted); `prefix` is put before each
     column's name (use it when two services share a component name, e.g. `format`). `client_options` go to
-    `AsyncRewardClient` (timeout, retries, backoff, chunk_size, chunk_bytes, max_concurrency, token).
+    `AsyncRewardClient` (timeout, retries, backoff, chunk_size, chunk_bytes, max_concurrency, token). `weights`
+    (every component's, `resolve_weights`) go with each request; `trl_rewards` builds one from the service.
     """
 
     def __init__(
@@ -63,11 +71,13 @@ class ServiceRewards:
         components: Sequence[str],
         prefix: str = "",
         client_options: dict[str, Any] | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> None:
         if not components:
             raise ValueError(f"{service}: give at least one component")
         self.service, self.url, self.components, self.prefix = service, url, list(components), prefix
         self.client_options = client_options or {}
+        self.weights = dict(weights) if weights is not None else None
         self._shape: ItemShape | None = None
         self._cache: tuple[str, asyncio.Task[list[ItemResult]] | list[ItemResult]] | None = None
 
@@ -96,7 +106,7 @@ class ServiceRewards:
         if self._cache is not None and self._cache[0] == key:
             cached = self._cache[1]
             return cached if isinstance(cached, list) else await asyncio.shield(cached)
-        task = asyncio.ensure_future(self._call(lambda client: client.score(items)))
+        task = asyncio.ensure_future(self._call(lambda client: client.score(items, self.weights)))
         self._cache = (key, task)
         try:
             results = await asyncio.shield(task)
@@ -107,6 +117,29 @@ class ServiceRewards:
         if self._cache is not None and self._cache[1] is task:
             self._cache = (key, results)  # plain results: readable from any later event loop
         return results
+
+    @classmethod
+    def of_service(
+        cls,
+        url: str,
+        components: Sequence[str] | None = None,
+        weights: Mapping[str, float] | None = None,
+        prefix: str = "",
+        client_options: dict[str, Any] | None = None,
+    ) -> ServiceRewards:
+        """The service at `url` as it declares itself in `/v1/components`: its components (default: all) weighted as it
+        declares (`weights` overrides some); the others go out at weight 0, so a result's `total` is the trained sum."""
+        options = client_options or {}
+        with RewardClient(url, **{k: v for k, v in options.items() if k in SYNC_CLIENT_OPTIONS}) as client:
+            service, components, weights = trained_weights(client, components, weights)
+        return cls(service, url, components, prefix, options, weights)
+
+    @property
+    def column_weights(self) -> list[float]:
+        """TRL's `reward_weights` of `columns()`: the weights sent with each request."""
+        if self.weights is None:
+            raise ValueError(f"{self.service}: no weights given (ServiceRewards.of_service reads the declared ones)")
+        return [self.weights[name] for name in self.components]
 
     def columns(self) -> list[RewardColumn]:
         """One async TRL reward function per component, `__name__` = prefix + component."""
@@ -130,6 +163,21 @@ def column_value(result: ItemResult, component: str) -> float | None:
     return result.components.get(component)
 
 
+def trained_weights(
+    client: RewardClient, components: Sequence[str] | None, overrides: Mapping[str, float] | None
+) -> tuple[str, list[str], dict[str, float]]:
+    """The service's name, the components trained on (default: all it declares) and the weights of all its components
+    to send with each request (`resolve_weights`: declared, `overrides` applied, the components not trained at 0)."""
+    declared = client.components()
+    names = [spec.name for spec in declared.components]
+    components = list(components or names)
+    try:
+        return declared.service, components, resolve_weights(declared.components, overrides, only=components)
+    except KeyError as unknown:
+        where = client.policy.base_url
+        raise ValueError(f"{declared.service}: component {unknown} is not served at {where} (it has {names})") from None
+
+
 def reward_columns(services: Sequence[ServiceRewards]) -> list[RewardColumn]:
     """All services' columns for `GRPOTrainer(reward_funcs=...)`; names must be unique (TRL keys its metrics by them)."""
     columns = [column for service in services for column in service.columns()]
@@ -139,20 +187,23 @@ def reward_columns(services: Sequence[ServiceRewards]) -> list[RewardColumn]:
     return columns
 
 
+def trl_rewards(
+    url: str,
+    components: Sequence[str] | None = None,
+    weights: Mapping[str, float] | None = None,
+    prefix: str = "",
+    client_options: dict[str, Any] | None = None,
+) -> tuple[list[RewardColumn], list[float]]:
+    """TRL's `reward_funcs` and the matching `GRPOConfig(reward_weights=...)` for the service at `url`
+    (`ServiceRewards.of_service`)."""
+    rewards = ServiceRewards.of_service(url, components, weights, prefix, client_options)
+    return rewards.columns(), rewards.column_weights
+
+
 def service_rewards(config: dict[str, Any]) -> tuple[list[RewardColumn], list[float]]:
-    """The reward columns of every configured service (components default to all it declares) and TRL's reward
-    weights (the config's `weights`, else the service's declared ones)."""
-    services, weights = [], []
-    for name, spec in config["services"].items():
-        declared = {
-            c.name: c.weight
-            for c in RewardClient(spec["url"], retries=spec.get("client", {}).get("retries", 4)).components().components
-        }
-        components = spec.get("components") or list(declared)
-        if unknown := sorted(set(components) - set(declared)):
-            raise ValueError(f"{name}: components {unknown} not served at {spec['url']} (it has {sorted(declared)})")
-        services.append(
-            ServiceRewards(name, spec["url"], components, prefix=spec.get("prefix", ""), client_options=spec.get("client"))
-        )
-        weights += [float(spec.get("weights", {}).get(c, declared[c])) for c in components]
-    return reward_columns(services), weights
+    """The reward columns of every configured service and their TRL reward weights (`ServiceRewards.of_service`)."""
+    services = [
+        ServiceRewards.of_service(s["url"], s.get("components"), s.get("weights"), s.get("prefix", ""), s.get("client"))
+        for s in config["services"].values()
+    ]
+    return reward_columns(services), [weight for service in services for weight in service.column_weights]

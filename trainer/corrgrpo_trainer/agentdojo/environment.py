@@ -36,7 +36,6 @@ from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, FinishResponse, StepR
 
 from .tools import tool_method
 
-COMPONENTS = ("utility", "security")
 SPEC_KEYS = ("suite", "user_task", "injection_task", "attack")
 
 
@@ -94,6 +93,7 @@ class AgentDojoEnvironment:
     step_client: RewardClient  # steps are not idempotent: never retried
     clock: ServiceClock
     log: EpisodeLog
+    weights: dict[str, float]  # sent with each finish: its `total` is the sum the trainer optimises
 
     def __init__(self) -> None:
         self.episode_id: str | None = None
@@ -141,7 +141,7 @@ class AgentDojoEnvironment:
                 path = f"/v1/episodes/{self.episode_id}/finish"
                 try:
                     self._result = FinishResponse.model_validate(
-                        self._timed("finish", self.client, path, {"completion": completion})
+                        self._timed("finish", self.client, path, {"completion": completion, "weights": self.weights})
                     )
                 except (RewardServiceError, RewardServiceUnavailable):
                     self._result = None  # left to expire; the rollout's rewards are missing
@@ -157,13 +157,15 @@ def environment_class(
     step_client: RewardClient,
     clock: ServiceClock,
     log: EpisodeLog,
+    weights: dict[str, float],
 ) -> type[AgentDojoEnvironment]:
     """A subclass of AgentDojoEnvironment whose public methods are `suite`'s tools."""
     methods = {tool["function"]["name"]: tool_method(tool) for tool in tools}
     clash = sorted(name for name in methods if name in ("reset", "get_reward") or name.startswith("_"))
     if clash:
         raise ValueError(f"{suite}: tools {clash} clash with the environment's own methods")
-    attributes = {"suite": suite, "client": client, "step_client": step_client, "clock": clock, "log": log, **methods}
+    attributes = {"suite": suite, "client": client, "step_client": step_client, "clock": clock, "log": log, "weights": weights}
+    attributes |= methods
     return type(f"AgentDojo_{suite}", (AgentDojoEnvironment,), attributes)
 
 

@@ -15,7 +15,8 @@ from urllib.parse import urlencode
 from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
 
-from .environment import COMPONENTS, AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
+from ..rewards import trained_weights
+from .environment import AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
 from .tools import tool_calling_template
 
 
@@ -88,14 +89,15 @@ def agentdojo_episodes(config: dict[str, Any]) -> AgentDojoEpisodes | None:
         raise ValueError("the agentdojo dataset section selects no episodes")
     clock, log = ServiceClock(), EpisodeLog()
     suites = sorted({row["suite"] for row in rows})
-    factories = {suite: environment_class(suite, tasks.suites[suite].tools, client, step_client, clock, log) for suite in suites}
-    weights = service.get("weights") or {}
-    components = service.get("components") or list(COMPONENTS)
+    _, components, weights = trained_weights(client, service.get("components"), service.get("weights"))
+    factories = {
+        suite: environment_class(suite, tasks.suites[suite].tools, client, step_client, clock, log, weights) for suite in suites
+    }
     return AgentDojoEpisodes(
         tasks=tasks,
         rows=rows,
         columns=[reward_column(c) for c in components],
-        weights=[float(weights.get(c, 1.0)) for c in components],
+        weights=[weights[c] for c in components],
         factories=factories,
         clock=clock,
         log=log,
