@@ -100,7 +100,8 @@ def test_outputs_that_do_not_match(got: str, want: str) -> None:
 
 
 def test_tokens_are_numbers_only_when_they_read_as_numbers() -> None:
-    assert tokens_match("-0.0000001", "0") and tokens_match("+5", "5")
+    assert tokens_match("-0.0000001", "0.0") and tokens_match("+5", "5") and tokens_match("-0", "0")
+    assert not tokens_match("-0.0000001", "0") and not tokens_match("5.0", "5")  # an integer is expected exactly
     assert not tokens_match("inf", "infinity") and not tokens_match("0x10", "16")
 
 

@@ -1,6 +1,6 @@
 """What each problem kind needs besides the check-function path: pure logic, no sandbox, no HTTP.
 
-* stdin cases: `outputs_match`, LiveCodeBench's comparison made tolerant of float formatting (below).
+* stdin cases: `outputs_match`, LiveCodeBench's comparison by tokens: integers exact, reals within `TOLERANCE`.
 * call cases: `call_tests`, one I/O-mode test per case whose expectation the service decides on data
   (`ReturnMatches`): the expected value never enters the candidate's process. The cases are independent (the
   harness's `independent`): every one runs, and one that raised makes runtime 0 even after an earlier wrong answer.
@@ -20,8 +20,10 @@ from typing import Any
 from corrgrpo_proto.code import CallCase, CodeProblem, MbppProblem
 from corrgrpo_sandbox.harness import Expect, IOTest, canonical, encode, parse_python
 
-NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-INTEGER = re.compile(r"[+-]?\d+")
+INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: `\d` and int() take "٥" for 5 too
+# one way to read each shape, so a long non-number fails in linear time (an ambiguous `\d+\.?\d*` backtracks
+# cubically: a 30,000-digit token took the service 68 s)
+REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 TOLERANCE = 1e-6  # absolute or relative, as contest checkers of real-valued answers usually allow
 
 
@@ -30,20 +32,30 @@ def _lines(text: str) -> list[list[str]]:
     return [line.split() for line in text.strip().splitlines()]
 
 
+def _integer(token: str) -> tuple[bool, str]:
+    """An integer token's value as (negative, digits without leading zeros): exact at any size, and no int(), which
+    refuses over 4,300 digits and is quadratic below; `-0`, `+0` and `0` are one value."""
+    digits = token.lstrip("+-").lstrip("0")
+    return token.startswith("-") and bool(digits), digits
+
+
 def tokens_match(got: str, want: str) -> bool:
-    """Equal text, or equal integers, or two numbers within `TOLERANCE` (absolute or relative)."""
+    """Equal text; else, when `want` is an integer, `got` is exactly that integer (an integer token: `5.0`, `5e0`
+    and `1e18` for 10**18 + 7 are wrong, as a contest's checker says); else, when `want` is a real (a fraction or an
+    exponent), `got` is a number within `TOLERANCE` of it (absolute or relative)."""
     if got == want:
         return True
-    if INTEGER.fullmatch(got) and INTEGER.fullmatch(want):
-        return int(got) == int(want)  # exact, at any size (a float would make 10**20 and 10**20 + 1 equal)
-    if NUMBER.fullmatch(got) and NUMBER.fullmatch(want):
-        return math.isclose(float(got), float(want), rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+    if INTEGER.fullmatch(want):
+        return INTEGER.fullmatch(got) is not None and _integer(got) == _integer(want)
+    if REAL.fullmatch(want) and REAL.fullmatch(got):
+        expected = float(want)  # an overflow is inf, equal to any other: such an answer must be equal text
+        return math.isfinite(expected) and math.isclose(float(got), expected, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
     return False
 
 
 def outputs_match(got: str, want: str) -> bool:
     """LiveCodeBench's rule (the outputs stripped, compared line by line, each line stripped, numbers as numbers),
-    with tokens compared one by one so `1 2` matches `1  2` and floats match within `TOLERANCE`."""
+    with tokens compared one by one (`tokens_match`) so `1 2` matches `1  2`."""
     if got.strip() == want.strip():
         return True
     got_lines, want_lines = _lines(got), _lines(want)
