@@ -33,9 +33,10 @@ itself (everything in the child is the candidate's once its code runs):
 Stages, in order: ``syntax`` (the solution does not parse, or the assembled program ``prelude + "\n" + solution``
 does not compile in the sandbox: `HarnessResult.compiled` is False), ``toplevel`` (its module body raised),
 ``test_error`` (a test raised something other than a failed assertion, or the child died mid-way),
-``assertion`` (a test's check failed), ``timeout`` (during the tests; a top level that runs out of
-time is ``toplevel``), ``passed``; plus ``anomaly`` when the sandbox
-reports the execution untrustworthy (`ExecResult.anomaly`), or the harness stopped before compiling the program.
+``assertion`` (a test's check failed), ``timeout`` (during the tests, or a run that finished but was measured
+over its CPU limit: `out_of_time`; a top level that runs out of time is ``toplevel``), ``passed``; plus ``anomaly``
+when the sandbox reports the execution untrustworthy (`ExecResult.anomaly`), or the harness stopped before compiling
+the program.
 
 What runs in the child is `harness_child.py`, which every worker preloads: a run's program is one call.
 """
@@ -217,8 +218,14 @@ def _indexed(messages: list[dict[str, Any]], total: int) -> list[dict[str, Any] 
 _CPU_SIGNALS = {signal.SIGXCPU, signal.SIGKILL}
 
 
-def _ran_out_of_time(result: ExecResult) -> bool:
-    return result.timed_out or result.signal in _CPU_SIGNALS
+def out_of_time(result: ExecResult, limits: Limits) -> bool:
+    """Killed by a limit, or measured over `limits.cpu_s` of CPU: RLIMIT_CPU counts whole seconds, and a program
+    that ignores SIGXCPU runs on to the hard limit a second later, so a run that finished may still be too slow."""
+    return result.timed_out or result.signal in _CPU_SIGNALS or result.cpu_s > limits.cpu_s
+
+
+def _over_time(result: ExecResult, limits: Limits) -> str:
+    return f"time limit exceeded ({result.cpu_s:.2f} s of CPU, limit {limits.cpu_s:g} s)"
 
 
 _PARSING = threading.RLock()  # re-entrant: a finalizer run by a collection inside a parse may parse too
@@ -261,20 +268,22 @@ def _first_message(channel: bytes) -> dict[str, Any]:
     return first if type(first) is dict else {}
 
 
-def _early_stage(result: ExecResult, first: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[Stage, str | None] | None:
+def _early_stage(
+    result: ExecResult, limits: Limits, first: dict[str, Any], messages: list[dict[str, Any]]
+) -> tuple[Stage, str | None] | None:
     """The stage when the program did not compile or its top level did not finish (or the run is untrustworthy)."""
     if result.anomaly:
         return "anomaly", result.anomaly
     if first.get("compiled") is False:
         return "syntax", str(first.get("error"))
     if first.get("compiled") is not True:
-        if _ran_out_of_time(result):
+        if out_of_time(result, limits):
             return "toplevel", "time limit exceeded before the program compiled"
         return "anomaly", f"the harness stopped before compiling the program (exit {result.exit_code}, signal {result.signal})"
     toplevel = next((m["toplevel"] for m in messages if "toplevel" in m), None)
     if toplevel == "ok":
         return None
-    if _ran_out_of_time(result):  # still `toplevel`: the stage that did not finish
+    if out_of_time(result, limits):  # still `toplevel`: the stage that did not finish
         return "toplevel", "time limit exceeded at top level"
     return "toplevel", str(toplevel) if toplevel else f"exit {result.exit_code}, signal {result.signal}"
 
@@ -302,12 +311,13 @@ def run_io(
     total = len(tests)
     if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "io", 0, total, error)
+    limits = limits or sandbox.limits
     program = _program("run_io", prelude, solution, entry_point, [t.call for t in tests], independent)
     result = sandbox.run(program, limits=limits)
     first = _first_message(result.channel)
     try:
         messages = _messages(result.channel)
-        early = _early_stage(result, first, messages)
+        early = _early_stage(result, limits, first, messages)
         if early:
             return HarnessResult(early[0], "io", 0, total, early[1], result, compiled=_compiled(first, early[0]))
         outputs = _indexed(messages, total)
@@ -319,7 +329,7 @@ def run_io(
     judge = _judge(sandbox, tests, outputs, verdicts, limits)
     if judge is not None and judge.anomaly:
         return HarnessResult("anomaly", "io", 0, total, f"judge: {judge.anomaly}", result, judge)
-    verdict = _verdict(tests, outputs, verdicts, done, result, judge, independent)
+    verdict = _verdict(tests, outputs, verdicts, done, result, limits, judge, independent)
     return dataclasses.replace(verdict, compiled=True)
 
 
@@ -340,7 +350,7 @@ def _judge(
     tests: Sequence[IOTest],
     outputs: list[dict[str, Any] | None],
     verdicts: dict[int, Verdict],
-    limits: Limits | None,
+    limits: Limits,
 ) -> ExecResult | None:
     """Run the judge over the outputs whose check the parent cannot decide on data; records into `verdicts`."""
     pending = [i for i, m in enumerate(outputs) if m is not None and "error" not in m and i not in verdicts]
@@ -352,7 +362,7 @@ def _judge(
     judge = sandbox.run(program, stdin=stdin, limits=limits)
     if judge.anomaly:
         return judge
-    why = "judge ran out of time" if _ran_out_of_time(judge) else f"judge exit {judge.exit_code}"
+    why = "judge ran out of time" if out_of_time(judge, limits) else f"judge exit {judge.exit_code}"
     try:
         found = {m["i"]: m for m in _messages(judge.channel) if type(m.get("i")) is int}
     except ValueError:
@@ -370,13 +380,15 @@ def _verdict(
     verdicts: dict[int, Verdict],
     done: bool,
     result: ExecResult,
+    limits: Limits,
     judge: ExecResult | None,
     independent: bool,
 ) -> HarnessResult:
+    late = out_of_time(result, limits)
     passed, first_failure = 0, None
     for index, message in enumerate(outputs):
         if message is None or "error" in message:
-            stage: Stage = "timeout" if message is None and _ran_out_of_time(result) else "test_error"
+            stage: Stage = "timeout" if message is None and late else "test_error"
             detail = message["error"] if message else f"no output (exit {result.exit_code}, signal {result.signal})"
             if first_failure is None or (independent and first_failure[0] == "assertion"):
                 first_failure = (stage, f"test {index}: {detail}")  # independent cases: a crash outranks a wrong output
@@ -391,7 +403,9 @@ def _verdict(
         else:  # the test's own check raised on this output, or the judge could not decide
             first_failure = first_failure or ("test_error", f"test {index}: {verdict}")
     if first_failure is None and not (done and result.exit_code == 0 and result.signal is None):
-        first_failure = ("timeout" if _ran_out_of_time(result) else "test_error", "the child did not finish cleanly")
+        first_failure = ("timeout" if late else "test_error", "the child did not finish cleanly")
+    if late and (first_failure is None or first_failure[0] != "timeout"):  # finished, but over its limit
+        first_failure = ("timeout", _over_time(result, limits))
     stage, error = first_failure or ("passed", None)
     return HarnessResult(stage, "io", passed, len(tests), error, result, judge)
 
@@ -410,6 +424,7 @@ def run_assert(
     docstring). Counts one test. `parsed` as in `run_io`."""
     if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "assert", 0, 1, error)
+    limits = limits or sandbox.limits
     program = _program("run_assert", prelude, solution, entry_point)
     result = sandbox.run(program, stdin=test_source.encode(), limits=limits)  # read by the judge after its fork
     try:
@@ -418,16 +433,16 @@ def run_assert(
         return HarnessResult("test_error", "assert", 0, 1, f"protocol: {error}", result)
     first = messages[0] if messages else {}
     said = next((m["anomaly"] for m in messages if "anomaly" in m), None)
-    early = ("anomaly", f"judge: {said}") if said and not result.anomaly else _early_stage(result, first, messages)
+    early = ("anomaly", f"judge: {said}") if said and not result.anomaly else _early_stage(result, limits, first, messages)
     compiled = _compiled(first, early[0] if early else "passed")
     if early:
         return HarnessResult(early[0], "assert", 0, 1, early[1], result, compiled=compiled)
     last = messages[-1]
-    clean = result.exit_code == 0 and result.signal is None and not result.timed_out
-    if clean and last.get("done") is True:
+    if out_of_time(result, limits) or "timeout" in last:  # the whole run's limits, or the candidate's process alone
+        detail = str(last.get("timeout") or _over_time(result, limits))
+        return HarnessResult("timeout", "assert", 0, 1, detail, result, compiled=compiled)
+    if result.exit_code == 0 and result.signal is None and last.get("done") is True:
         return HarnessResult("passed", "assert", 1, 1, None, result, compiled=compiled)
-    if _ran_out_of_time(result) or "timeout" in last:  # the whole run's limits, or the candidate's process alone
-        return HarnessResult("timeout", "assert", 0, 1, "time limit exceeded", result, compiled=compiled)
     if "assertion" in last:
         return HarnessResult("assertion", "assert", 0, 1, str(last["assertion"]), result, compiled=compiled)
     detail = last.get("error") or f"no completion message (exit {result.exit_code}, signal {result.signal})"

@@ -20,18 +20,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import signal
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult, main_program
+from corrgrpo_sandbox.harness import HarnessResult, main_program, out_of_time
 
 from .kinds import outputs_match
-
-_CPU_SIGNALS = (signal.SIGXCPU, signal.SIGKILL)
 
 
 def case_limits(limits: Limits, case_s: float) -> Limits:
@@ -87,7 +84,7 @@ def run_stdin(
     run_limits = case_limits(limits, case_s)
     futures = [pool.submit(program, case.input.encode(), run_limits, cancel) for case in cases] if pool else []
     try:
-        return _judge(sandbox, program, cases, run_limits, case_s, futures)
+        return _judge(sandbox, program, cases, run_limits, futures)
     finally:
         for future in futures:
             future.cancel()
@@ -98,7 +95,6 @@ def _judge(
     program: str,
     cases: Sequence[StdinCase],
     run_limits: Limits,
-    case_s: float,
     futures: list[Future[ExecResult]],
 ) -> HarnessResult:
     total, passed = len(cases), 0
@@ -117,8 +113,8 @@ def _judge(
             stage = "timeout" if result.timed_out else "anomaly"  # the preloaded code stopped before compiling
             return HarnessResult(stage, "stdin", 0, total, f"case {index}: no compile report", result)  # type: ignore[arg-type]
         cpu_s, wall_s = cpu_s + result.cpu_s, wall_s + result.wall_s
-        if result.timed_out or result.signal in _CPU_SIGNALS or result.cpu_s > case_s:
-            crash = crash or ("timeout", f"case {index}: over the time limit of {case_s:g} s")
+        if out_of_time(result, run_limits):
+            crash = crash or ("timeout", f"case {index}: over the time limit of {run_limits.cpu_s:g} s")
             break
         if result.exit_code != 0 or result.signal is not None:
             crash = crash or ("test_error", _crash(index, result))
