@@ -10,8 +10,12 @@ process or leave state behind the run are refused with EPERM:
   `migrate_pages` and `move_pages` are allowed on the caller only (pid 0: how the C library calls them on itself);
   `ptrace`, `process_vm_{readv,writev}`, `kcmp` and `pidfd_getfd` are refused outright;
 * state that would outlive the run and be visible to later runs: the kernel keyrings (`add_key`, `request_key`,
-  `keyctl`) and the UTS names (`sethostname`, `setdomainname`). SysV IPC and files are removed by the worker after
-  each run; namespaced sysctls are behind the read-only `/proc` (see `isolation.bwrap_head`);
+  `keyctl`), the UTS names (`sethostname`, `setdomainname`) and every socket but `AF_UNIX` (`socket` and `socketpair`
+  of another family): the network namespace is the worker's for its whole life, and a closed TCP connection stays in
+  `/proc/net/tcp` (TIME_WAIT) for a minute with addresses and ports the program chose, as do the namespace's packet
+  counters. Unix sockets (multiprocessing and asyncio need them) end with their processes, but for a cycle of them in
+  flight, which the worker treats as a leftover. SysV IPC and files are removed by the worker after each run;
+  namespaced sysctls are behind the read-only `/proc` (see `isolation.bwrap_head`);
 * ways around the filter or the mounts: `io_uring_*` (its operations bypass seccomp), `bpf`, `perf_event_open`,
   `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI.
 
@@ -79,10 +83,12 @@ SYSCALLS = {
     "ioprio_set": (251, 30),
     "migrate_pages": (256, 238),
     "move_pages": (279, 239),
+    "socket": (41, 198),
+    "socketpair": (53, 199),
 }
-PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
-# allowed only with these (argument index, value) pairs: the caller itself
-SELF_ONLY = {
+PRIO_PROCESS, IOPRIO_WHO_PROCESS, AF_UNIX = 0, 1, 1
+# allowed only with these (argument index, value) pairs: the caller itself, a unix socket
+CONDITIONAL = {
     "prlimit64": ((0, 0),),
     "sched_setaffinity": ((0, 0),),
     "sched_setparam": ((0, 0),),
@@ -92,8 +98,10 @@ SELF_ONLY = {
     "move_pages": ((0, 0),),
     "setpriority": ((0, PRIO_PROCESS), (1, 0)),
     "ioprio_set": ((0, IOPRIO_WHO_PROCESS), (1, 0)),
+    "socket": ((0, AF_UNIX),),
+    "socketpair": ((0, AF_UNIX),),
 }
-REFUSED = tuple(name for name in SYSCALLS if name not in SELF_ONLY)
+REFUSED = tuple(name for name in SYSCALLS if name not in CONDITIONAL)
 ARCHITECTURES = {"x86_64": (0xC000003E, 0), "aarch64": (0xC00000B7, 1)}  # AUDIT_ARCH_*, column in SYSCALLS
 
 
@@ -138,10 +146,10 @@ def build_filter(machine: str | None = None) -> bytes:
         program.add(JUMP_AT_LEAST, X32_SYSCALL_BIT, "refuse", 0)
     for name in REFUSED:
         program.add(JUMP_EQUAL, SYSCALLS[name][column], "refuse", 0)
-    for name in SELF_ONLY:
+    for name in CONDITIONAL:
         program.add(JUMP_EQUAL, SYSCALLS[name][column], f"check {name}", 0)
     program.add(RETURN, RET_ALLOW)
-    for name, pairs in SELF_ONLY.items():
+    for name, pairs in CONDITIONAL.items():
         program.label(f"check {name}")
         for index, value in pairs:  # both 32-bit halves of the 64-bit argument (little-endian)
             program.add(LOAD_WORD, ARGS_OFFSET + 8 * index)

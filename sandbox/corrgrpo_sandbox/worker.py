@@ -13,7 +13,8 @@ that of the whole process tree (the worker's cgroup counter where it has one, el
 it reaps plus the live ones in /proc); the tree is killed when it reaches the CPU limit or the wall limit, and
 when the child exits. A run ends only when every one of its processes is reaped. Then the writable mounts are
 wiped (whatever permissions the candidate set) and, in the sandbox's own IPC namespace, every SysV IPC object
-is removed, so nothing survives into the next run.
+is removed, so nothing survives into the next run; a unix socket left in the network namespace (the only family the
+seccomp filter allows) makes the run an anomaly, and the worker and its namespaces are replaced.
 
 The candidate shares the sandbox with the worker, so the worker hides its pipes from it (moved to high fds,
 closed in the child, and the worker is non-dumpable so /proc/<worker>/fd and ptrace are refused); if the
@@ -56,6 +57,7 @@ READ_CHUNK = 65536
 PAGE = 4096
 NUM_THREADS = 17  # in /proc/<pid>/stat after the command name (field 20 of proc(5))
 DOMAINNAME = "/proc/sys/kernel/domainname"
+UNIX_SOCKETS = "/proc/net/unix"  # this network namespace's unix sockets, one line each after a header
 DRAIN_READS = 32  # a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
 STRAGGLER_ROUNDS = 2000  # x 1 ms: how long killed processes may take to disappear before the worker gives up
 COALESCE_S = 0.002  # outputs are read at most this often while the child runs (see supervise)
@@ -639,6 +641,8 @@ class Worker:
             clean &= wipe(directory, mode)
         if self.ipc is not None:
             clean &= self.ipc.remove()
+        if self.unix_sockets is not None:  # a socket that outlives its processes: one in flight in a cycle of them
+            clean &= self.unix_sockets.read().count(b"\n") <= 1
         if broken := self.invariants.broken():
             return {"anomaly": broken}, []
         if setup is None:
@@ -658,7 +662,7 @@ class Worker:
             "cpu_s": cpu,
             "wall_s": wall,
             "peak_rss_kb": self.tree.peak_rss_kb,
-            "anomaly": None if clean else "processes, files or IPC objects left by the candidate could not be removed",
+            "anomaly": None if clean else "processes, files, IPC objects or sockets left by the candidate could not be removed",
         }
         return reply, views
 
@@ -679,6 +683,9 @@ class Worker:
         gc.freeze()  # the worker's objects out of the collector's reach: a child's collections never copy their pages
         self.invariants = Invariants()
         self.ipc = IpcObjects() if self.namespaced else None
+        # unix sockets are the only ones a run may create (`seccomp`); the kernel frees one that was sent over another
+        # in a cycle only when its collector runs, meanwhile listed with the name the program chose
+        self.unix_sockets = KernelFile(UNIX_SOCKETS) if self.namespaced else None
         while (header := read_message(self.request_fd)) is not None:
             views: list[memoryview] = []
             try:

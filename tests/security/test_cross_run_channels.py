@@ -1,0 +1,139 @@
+"""Cross-run channels in a warm worker (issue 37, item 1): what one run leaves in the namespaces its worker keeps, a
+later run of another program on that worker must not find.
+
+The attack that was found: a run that solves a problem slowly closes ~20 loopback TCP connections whose source
+addresses and ports carry its answers; they stay in TIME_WAIT, listed in /proc/net/tcp for a minute, and a later
+run of a different program answers from them at once. Each writer here leaves a secret in one kind of namespaced
+state (TCP over IPv4 and IPv6, UDP, the namespace's packet counters, unix sockets in flight); a reader run must
+then see exactly what it saw before the writer ran. One worker, so both run in the same namespaces.
+
+Runs under bwrap here, and under docker too where `make compose-test` sets CORRGRPO_TEST_DOCKER=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from corrgrpo_sandbox import Limits, Sandbox
+from corrgrpo_sandbox.isolation import IsolationUnavailable
+
+ISOLATIONS = ["bwrap"] + (["docker"] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else [])
+NETWORK_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix", "snmp", "snmp6", "netstat", "dev", "sockstat")
+
+# What a later run can read of its network namespace. sockstat's `alloc` and `mem` count the whole host's sockets.
+READER = f"""
+import json, re
+seen = {{}}
+for name in {NETWORK_TABLES!r}:
+    try:
+        with open("/proc/net/" + name) as table:
+            seen[name] = re.sub(r" (alloc|mem) \\d+", "", table.read())
+    except OSError as error:
+        seen[name] = type(error).__name__
+print(json.dumps(seen))
+"""
+
+# Each writer reports which of its sockets the kernel let it create (none may be).
+PRELUDE = """
+import json, socket
+made = []
+def attempt(name, family, kind=socket.SOCK_STREAM):
+    try:
+        made.append(name)
+        return socket.socket(family, kind)
+    except OSError:
+        made.remove(name)
+        return None
+"""
+WRITERS = {
+    # the found attack: the secret in the source address and port of a connection closed from this side
+    "tcp time-wait": """
+server = attempt("tcp listener", socket.AF_INET)
+if server:
+    server.bind(("127.0.0.1", 0)); server.listen()
+    for chunk, secret in enumerate((42, 17, 99)):
+        client = attempt("tcp client", socket.AF_INET)
+        client.bind((f"127.{secret}.{chunk}.1", 40000 + chunk)); client.connect(server.getsockname())
+        accepted, _ = server.accept(); client.close(); accepted.close()
+""",
+    "tcp6 time-wait": """
+server = attempt("tcp6 listener", socket.AF_INET6)
+if server:
+    server.bind(("::1", 0)); server.listen()
+    client = attempt("tcp6 client", socket.AF_INET6)
+    client.bind(("::1", 40042)); client.connect(server.getsockname()[:2])
+    accepted, _ = server.accept(); client.close(); accepted.close()
+""",
+    # a UDP socket ends with its process, but the datagrams it sent are counted in snmp and on lo
+    "udp counters": """
+receiver = attempt("udp", socket.AF_INET, socket.SOCK_DGRAM)
+sender = attempt("udp6", socket.AF_INET6, socket.SOCK_DGRAM)
+if receiver:
+    receiver.bind(("127.0.0.1", 0))
+    for _ in range(42):
+        receiver.sendto(b"x", receiver.getsockname())
+if sender:
+    sender.sendto(b"x" * 42, ("::1", 9))
+""",
+    "other families": """
+for name, kind in (("AF_NETLINK", 3), ("AF_PACKET", 3), ("AF_KEY", 3), ("AF_VSOCK", 5), ("AF_TIPC", 5), ("AF_ALG", 5)):
+    if hasattr(socket, name):  # 3 raw, 5 seqpacket
+        attempt(name, getattr(socket, name), kind)
+""",
+    # two unix sockets each sent over the other: no process holds them, the kernel keeps them for its collector
+    "unix sockets in flight": """
+import array
+first, second = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+first.bind(b"\\0secret-42"); second.bind(b"\\0secret-17")
+fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [first.fileno(), second.fileno()]))]
+first.sendmsg([b"x"], fds, 0, b"\\0secret-17"); second.sendmsg([b"x"], fds, 0, b"\\0secret-42")
+""",
+}
+
+
+@pytest.fixture(scope="module", params=ISOLATIONS)
+def one_worker(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """One warm worker, so the reader runs where the writer ran."""
+    try:
+        sandbox = Sandbox("pool", workers=1, isolation=request.param)
+    except IsolationUnavailable as error:
+        pytest.fail(f"{request.param} is required here: {error}")
+    with sandbox:
+        yield sandbox
+
+
+def read(sandbox: Sandbox) -> dict[str, str]:
+    result = sandbox.run(READER)
+    assert result.exit_code == 0 and result.anomaly is None, result
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_run_leaves_nothing_in_the_network_namespace(one_worker: Sandbox, writer: str) -> None:
+    before = read(one_worker)
+    result = one_worker.run(PRELUDE + WRITERS[writer] + "print(json.dumps(made))", limits=Limits(wall_s=5))
+    after = read(one_worker)
+    assert {name: text for name, text in after.items() if text != before[name]} == {}
+    # the writer may be an anomaly (its worker then replaced): what matters is what the next run saw
+    if result.anomaly is None:
+        assert result.exit_code == 0, result
+        assert json.loads(result.stdout) == [], f"the kernel let the run create: {result.stdout.decode()}"
+
+
+def test_unix_sockets_still_work(one_worker: Sandbox) -> None:
+    """What multiprocessing and asyncio need (a unix socket pair, a bound unix socket) is still allowed."""
+    source = """
+import asyncio, multiprocessing, socket
+left, right = multiprocessing.Pipe()
+left.send("pipe")
+named = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+named.bind("listener")
+named.sendto(b"named", "listener")
+print(right.recv(), named.recv(16).decode(), asyncio.run(asyncio.sleep(0, "loop")))
+"""
+    result = one_worker.run(source)
+    assert (result.exit_code, result.anomaly, result.stdout) == (0, None, b"pipe named loop\n"), result
