@@ -3,6 +3,16 @@
 A service's `POST /v1/score` takes a `ScoreRequest[ItemT]` (its own item type) and returns a
 `ScoreResponse`: one `ItemResult` per item, in the order asked. An item that cannot be scored
 gets an `error` instead of components; the batch itself never fails because of one item.
+
+Weights: `resolve_weights`, the one rule of every path (declared defaults, overrides, components not trained at 0).
+
+A failed item has no reward, on every path. Its `error` says the service could not score it (the service's
+fault or the request's; what a candidate causes is scored, never an error), so a 0 would be learned as the
+policy's failure. Where the stack has a missing value the item is missing, out of its group's statistics with
+advantage 0: TRL (None in every column: TRL 1.16 leaves such a rollout out of its group's mean and std), verl's
+`corrgrpo` estimator (`corrgrpo_on_error=zero`), verifiers (`state["error"]`, reward = its group's mean of the
+scored), OpenEnv (reward None). Where it has none the step fails naming the item: verl's `compute_score` by
+default, OpenRLHF (422 `unscored_items`; `?on_error=zero` opts into 0 with a flag).
 """
 
 from __future__ import annotations

