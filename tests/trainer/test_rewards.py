@@ -1,4 +1,5 @@
-"""Reward columns for TRL: one request per service per batch, per-item errors as None, a dead service as a clear error."""
+"""Reward columns for TRL: one request per service per batch, per-item errors as None, a dead service as a clear error,
+the declared weights as TRL's reward weights and sent with each request."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 
-from corrgrpo_proto import RewardServiceUnavailable
+from corrgrpo_proto import RewardClient, RewardServiceUnavailable
 from corrgrpo_testing.servers import free_port, start_service
-from corrgrpo_trainer.rewards import ServiceRewards, reward_columns
+from corrgrpo_trainer.advantages import corrgrpo
+from corrgrpo_trainer.rewards import ServiceRewards, reward_columns, trl_rewards
 
 GROUND_TRUTH = (
     '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
@@ -117,3 +120,59 @@ def test_columns_against_the_real_toolcall_service() -> None:
     assert by_name["format"] == [1.0, 1.0]
     exact, wrong = (sum(by_name[c][i] for c in TOOLCALL_COMPONENTS[1:]) for i in range(2))
     assert exact == pytest.approx(3.0) and wrong == pytest.approx(-3.0)  # ToolRL: exact → 3, wrong tool → −3
+
+
+HUMANEVAL_0 = [  # correct, wrong, not code
+    "```python\ndef has_close_elements(numbers, threshold):\n"
+    "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n```",
+    "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```",
+    "no code at all",
+]
+
+
+@pytest.fixture(scope="module")
+def code_url() -> str:
+    with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
+        yield service.url
+
+
+def test_plain_trl_gets_the_declared_weights_in_one_line(code_url: str) -> None:
+    """TRL weighs every reward function 1 unless told: `trl_rewards` gives the columns and the matching weights."""
+    from trl import GRPOConfig
+
+    declared = RewardClient(code_url).components().components
+    reward_funcs, reward_weights = trl_rewards(code_url)
+    assert [f.__name__ for f in reward_funcs] == [spec.name for spec in declared]
+    assert reward_weights == [spec.weight for spec in declared] and len(set(reward_weights)) > 1
+    assert (
+        GRPOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, reward_weights=reward_weights).reward_weights
+        == reward_weights
+    )
+    with pytest.raises(ValueError, match=r"component 'nope' is not served"):
+        trl_rewards(code_url, weights={"nope": 1.0})
+
+
+async def test_the_services_total_is_the_trained_sum(code_url: str) -> None:
+    """The trainer sends its weights (overrides applied, the components it leaves out at 0): `total` is what it optimises."""
+    trained = ["format", "correct", "efficiency"]
+    rewards = ServiceRewards.of_service(code_url, trained, weights={"correct": 2.0})
+    columns = await call_columns(rewards.columns(), HUMANEVAL_0, task_id=["HumanEval/0"] * 3)
+    results = await rewards.results(await rewards.items(HUMANEVAL_0, [{"task_id": "HumanEval/0"}] * 3))
+    for row, result in enumerate(results):
+        trained_sum = sum(w * column[row] for w, column in zip(rewards.column_weights, columns, strict=True))
+        assert result.total == pytest.approx(trained_sum)
+    assert results[0].total != pytest.approx(sum(results[0].components.values()))  # not the service's default total
+
+
+async def test_a_failed_item_is_missing_in_every_column_and_out_of_its_group(code_url: str) -> None:
+    """The rule of corrgrpo_proto.common on the TRL path: None in every column (TRL 1.16 then leaves the rollout out of
+    its group's statistics, advantage 0, as the estimators here do), never a 0 the policy would learn."""
+    reward_funcs, reward_weights = trl_rewards(code_url)
+    completions = [*HUMANEVAL_0, HUMANEVAL_0[0]]
+    columns = await call_columns(reward_funcs, completions, task_id=["HumanEval/0"] * 3 + ["NoSuch/1"])
+    assert all(column[3] is None for column in columns) and all(column[0] is not None for column in columns)
+    rewards = torch.tensor(
+        [[float("nan") if v is None else v for v in row] for row in zip(*columns, strict=True)], dtype=torch.float64
+    )
+    advantages = corrgrpo(rewards.unsqueeze(0), reward_weights)[0]
+    assert advantages[3] == 0.0 and torch.allclose(advantages[:3], corrgrpo(rewards[:3].unsqueeze(0), reward_weights)[0])
