@@ -37,6 +37,7 @@ Row = dict[str, Any]
 RewardColumn = Callable[..., Awaitable[list[float | None]]]
 T = TypeVar("T")
 SYNC_CLIENT_OPTIONS = ("timeout", "retries", "backoff", "max_backoff", "token")  # of the async ones, what a GET needs
+STAGE_COLUMN = "stage/"  # TRL's extra completion column `stage/<service>`: each result's info.stage
 TRL_EXTRA_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
 
 
@@ -150,10 +151,18 @@ class ServiceRewards:
             results = await self.results(await self.items(completions, batch_rows(len(completions), kwargs)))
             if component == self.components[0] and callable(log_metric := kwargs.get("log_metric")):
                 log_metric(f"rewards/{self.service}/failed_items", float(sum(r.error is not None for r in results)))
+            if component == self.components[0] and callable(log_extra := kwargs.get("log_extra")):  # kept per rollout
+                log_extra(f"{STAGE_COLUMN}{self.prefix}{self.service}", [result_stage(result) for result in results])
             return [column_value(result, component) for result in results]
 
         column.__name__ = column.__qualname__ = f"{self.prefix}{component}"
+        column.service = f"{self.prefix}{self.service}"  # type: ignore[attr-defined]  # the step's phase line groups by it
         return column
+
+
+def result_stage(result: ItemResult) -> str | None:
+    """Where the item's scoring ended (`info.stage`), or the error that kept it from being scored."""
+    return result.info.get("stage") if result.error is None else f"error: {result.error.code}"
 
 
 def column_value(result: ItemResult, component: str) -> float | None:
