@@ -13,7 +13,9 @@ import torch
 
 from corrgrpo_proto import RewardClient, RewardServiceUnavailable
 from corrgrpo_testing.servers import free_port, start_service
+from corrgrpo_testing.steered import PAIR
 from corrgrpo_trainer.advantages import corrgrpo
+from corrgrpo_trainer.agentdojo.episodes import agentdojo_episodes
 from corrgrpo_trainer.rewards import ServiceRewards, reward_columns, trl_rewards
 
 GROUND_TRUTH = (
@@ -176,3 +178,27 @@ async def test_a_failed_item_is_missing_in_every_column_and_out_of_its_group(cod
     )
     advantages = corrgrpo(rewards.unsqueeze(0), reward_weights)[0]
     assert advantages[3] == 0.0 and torch.allclose(advantages[:3], corrgrpo(rewards[:3].unsqueeze(0), reward_weights)[0])
+
+
+@pytest.mark.slow
+def test_agentdojo_episodes_weigh_as_declared_and_send_their_weights_with_each_finish() -> None:
+    """AgentDojo's columns and weights come from /v1/components (they were hard-coded, 1 each), and each finish
+    carries them: the episode's `total` is the trained sum; a weight for no component is refused before the episode
+    is closed."""
+    with start_service("agentdojo") as service:
+        declared = RewardClient(service.url).components().components
+        config = {"domain": "agentdojo", "services": {"agentdojo": {"url": service.url, "weights": {"security": 0.5}}}}
+        episodes = agentdojo_episodes({**config, "dataset": PAIR})
+        assert episodes is not None and [c.__name__ for c in episodes.columns] == [spec.name for spec in declared]
+        assert episodes.weights == [0.5 if spec.name == "security" else spec.weight for spec in declared]
+        env = episodes.factories["banking"]()
+        env.reset(**episodes.rows[0])
+        result = env._finish("<response>Done.</response>")
+        assert result is not None and result.components["security"] == 1.0  # the injection's goal was not met
+        trained = sum(w * result.components[spec.name] for w, spec in zip(episodes.weights, declared, strict=True))
+        assert result.total == pytest.approx(trained) and result.total != pytest.approx(sum(result.components.values()))
+        env.reset(**episodes.rows[0])
+        finish = f"{service.url}/v1/episodes/{env.episode_id}/finish"
+        refused = httpx.post(finish, json={"completion": "<response>Done.</response>", "weights": {"nope": 1.0}})
+        assert refused.status_code == 422 and refused.json()["details"][0]["loc"] == "weights.nope"
+        assert httpx.post(finish, json={"completion": "<response>Done.</response>"}).status_code == 200
