@@ -92,6 +92,8 @@ def canonical(tagged: Any) -> Any:
         return ("u", next(_unencodable_ids))
     if tag == "bytes" and type(items) is str:
         return ("b", bytes.fromhex(items))
+    if tag == "int" and type(items) is str:
+        return ("n", int(items, 16))  # `harness_child.INT_BITS`: linear, and no digit limit in base 16
     if type(items) is not list:
         raise ProtocolError(f"tag {tag!r} without a list of items")
     if tag == "tuple":

@@ -34,6 +34,8 @@ SCALAR_TYPES = frozenset(SCALARS)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 LINE_CAP = 1 << 28  # the longest message the judge reads from the candidate
 COMPILED = b'{"compiled": true}\n'
+INT_BITS = 14_000  # a longer int (about 4,200 digits) crosses as hex: JSON writes ints in decimal, and Python's
+# int/str conversion refuses over 4,300 digits (sys.get_int_max_str_digits), where hex() and int(..., 16) never do
 
 
 def send(message: dict[str, Any], fd: int = CHANNEL) -> None:
@@ -50,6 +52,8 @@ def encode(x: Any) -> Any:
     """Builtin data → tagged JSON. Exact `type(x) is T` checks: a subclass of a builtin (an int whose `__eq__` is
     always True) is not data, so no object carries its own `__eq__` across."""
     t = type(x)
+    if t is int and x.bit_length() > INT_BITS:
+        return {"__t": "int", "v": hex(x)}
     if t in SCALARS:
         return x
     if t is list:
@@ -143,6 +147,20 @@ def program_classes(ns: dict[str, Any]) -> dict[str, type]:
     """The classes a program defines (not those it imports), by name. In the judge: the prelude's, the only ones it
     rebuilds; in the candidate's process: the prelude's and the solution's (a class the judge lacks stays refused)."""
     return {n: v for n, v in ns.items() if isinstance(v, type) and v.__module__ == ns["__name__"]}
+
+
+@contextlib.contextmanager
+def any_int_size() -> Iterator[None]:
+    """Assert mode's JSON between judge and candidate (both sandboxed) with ints of any size: a right answer over
+    4,300 digits must cross. Only around the codec: the candidate's own code keeps Python's default limit."""
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0  # no limit before 3.10.7
+    if limit:
+        sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        if limit:
+            sys.set_int_max_str_digits(limit)
 
 
 @contextlib.contextmanager
@@ -333,7 +351,8 @@ class Candidate:
 
     def send(self, message: dict[str, Any]) -> None:
         try:
-            send(message, self.calls)
+            with any_int_size():
+                send(message, self.calls)
         except BrokenPipeError:
             raise CandidateLost(self.ended()) from None
 
@@ -341,7 +360,7 @@ class Candidate:
         line = self.replies.readline(LINE_CAP)
         if not line.endswith(b"\n"):
             raise CandidateLost(self.ended() if len(line) < LINE_CAP else "the candidate's answer is too long")
-        with collector_paused():
+        with collector_paused(), any_int_size():
             message = json.loads(line)
         if type(message) is not dict:
             raise ProtocolError("the candidate's answer is not an object")
@@ -510,11 +529,12 @@ def serve(prelude: str, solution: str, entry: str) -> None:
     calls = os.fdopen(CALLS, "rb")
     for line in calls:
         try:
-            message = json.loads(line)
+            with any_int_size():
+                message = json.loads(line)
             if "args" in message:  # positional scalars (`Candidate.__call__`): a scalar answer goes back as it is
                 result = function(*message["args"])
                 if type(result) in SCALAR_TYPES:
-                    send({"value": result}, REPLIES)
+                    answer({"value": result})
                     continue
                 sent, changed = [], []
             else:
@@ -524,10 +544,16 @@ def serve(prelude: str, solution: str, entry: str) -> None:
                 result = function(*args, **kwargs)
                 changed = changes(sent, before)
             with collector_paused():
-                send({"returned": pack([result], classes, sent, changed)[0]}, REPLIES)
+                answer({"returned": pack([result], classes, sent, changed)[0]})
         except BaseException as error:
-            send({"raised": type(error).__name__, "message": str(error)[:300]}, REPLIES)
+            answer({"raised": type(error).__name__, "message": str(error)[:300]})
     os._exit(0)
+
+
+def answer(message: dict[str, Any]) -> None:
+    """The candidate's process's reply to a call."""
+    with any_int_size():
+        send(message, REPLIES)
 
 
 class Unencodable:
@@ -555,6 +581,8 @@ def decode(value: Any) -> Any:
         return {decode(k): decode(v) for k, v in items}
     if tag == "bytes":
         return bytes.fromhex(items)
+    if tag == "int":
+        return int(items, 16)
     if tag == "unencodable":
         return Unencodable(str(items))
     raise ValueError("unknown tag " + repr(tag))

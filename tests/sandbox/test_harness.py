@@ -185,6 +185,11 @@ def test_outputs_are_type_strict_data_compared_like_python() -> None:
     assert Expect("is", True).holds(True) and not Expect("is", True).holds(1)
     with pytest.raises(ValueError):
         canonical({"__t": "object", "v": {}})
+    huge = 10**5000  # over 4,300 digits: crosses as hex (`harness_child.INT_BITS`)
+    assert canonical({"__t": "int", "v": hex(huge)}) == canonical(huge) != canonical({"__t": "int", "v": hex(huge + 1)})
+    assert canonical({"__t": "int", "v": hex(-huge)}) == canonical(-huge)
+    with pytest.raises(ValueError):
+        canonical({"__t": "int", "v": "0xz"})
 
 
 def test_judged_checks_run_outside_the_candidate(sandbox: Sandbox) -> None:

@@ -5,7 +5,8 @@ Rules: a stdin token compared with an expected integer must be exactly that inte
 `05` and `-0` are integers; `5.0`, `5e0` and `1e18` are not); the 1e-6 tolerance is only for an expected fraction or
 exponent. A call case's returned data is compared as Python's `==` compares it in the candidate's process (the
 authors' `assert candidate(...) == expected`): `5.0 == 5` and `True == 1`, but an int and a float are equal only
-when the float is exactly that int, at any size.
+when the float is exactly that int, at any size; an int over 4,300 digits crosses every channel (it used to make the
+child's JSON raise: a right answer scored test_error).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_code.stdio import run_stdin
 from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, StdinCase, StdinProblem
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import encode, run_io
+from corrgrpo_sandbox.harness import IOTest, encode, run_assert, run_io
 from corrgrpo_sandbox.isolation import IsolationUnavailable
 from corrgrpo_service import MemoryStore, Scored
 
@@ -171,3 +172,24 @@ def test_a_call_problem_is_scored_the_same_way(sandbox: Sandbox) -> None:
     finally:
         scorer.close()
     assert [r.info["stage"] for r in results if isinstance(r, Scored)] == [stage for _, stage in CALL_PROGRAMS.values()]
+
+
+HUGE_CHECK = "def check(candidate):\n    for n in (5000, 3):\n        assert candidate(n) == 10 ** n\n"  # assert mode
+
+
+def huge_returned(sandbox: Sandbox, solution: str) -> list[str]:
+    """The stage of `f(5000) == 10**5000` (over int()'s 4,300 digits) in each path a returned value takes."""
+    call = call_tests([CallCase(args=[5000], expected=10**5000)])  # decided by the service on data
+    judged = [IOTest("candidate(5000)", "_out == 10 ** 5000")]  # decided by the sandboxed judge
+    return [
+        run_io(sandbox, "", solution, "f", call, LIMITS, independent=True).stage,
+        run_io(sandbox, "", solution, "f", judged, LIMITS).stage,
+        run_assert(sandbox, "", solution, "f", HUGE_CHECK, LIMITS).stage,
+    ]
+
+
+def test_a_huge_returned_int_is_compared_not_a_crash(sandbox: Sandbox) -> None:
+    assert huge_returned(sandbox, "def f(n):\n    return 10 ** n\n") == ["passed"] * 3
+    assert huge_returned(sandbox, "def f(n):\n    return 10 ** n + 1\n") == ["assertion"] * 3
+    assert huge_returned(sandbox, "def f(n):\n    return -(10 ** n)\n") == ["assertion"] * 3
+    assert huge_returned(sandbox, "def f(n):\n    return float(10 ** min(n, 300))\n") == ["assertion"] * 3
