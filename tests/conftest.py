@@ -15,6 +15,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CORRGRPO_SHARED_DATA", REPO.parent / "shared" / "data"))
 REDIS_URL = os.environ.get("CORRGRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# A service given a Redis URL refuses to start without the secret that authenticates what it reads back
+os.environ.setdefault("CORRGRPO_STORE_SECRET", "corrgrpo-test-store-secret")
 
 
 def require_shared_data(relative: str) -> Path:

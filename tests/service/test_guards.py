@@ -134,7 +134,7 @@ async def test_overload_gets_429_with_retry_after_and_recovers() -> None:
 
 async def test_redis_password_never_in_errors() -> None:
     assert redacted("redis://:pw123@127.0.0.1:1/0") == "redis://:***@127.0.0.1:1/0"
-    store = RedisStore("redis://:pw123@127.0.0.1:1/0", timeout_s=0.5)
+    store = RedisStore("redis://:pw123@127.0.0.1:1/0", secret="s" * 16, timeout_s=0.5)
     with pytest.raises(Exception) as caught:
         await store.ping()
     assert "pw123" not in str(caught.value) and "***" in str(caught.value)

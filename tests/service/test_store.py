@@ -1,4 +1,4 @@
-"""One test body, two stores: in-memory and the real Redis server."""
+"""One test body, two stores: in-memory and the real Redis server; then what only Redis needs (authenticated values)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 
-from corrgrpo_service import MemoryStore, RedisStore, Store, StoreUnavailable
+from corrgrpo_service import MemoryStore, RedisStore, ServiceSettings, Store, StoreUnavailable, make_store
+from corrgrpo_service.store import StoreMisconfigured, StoreTampered
+
+SECRET = "test-store-secret-0123456789"
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -18,7 +22,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, st
     else:
         url = request.getfixturevalue("redis_url")
         prefix = request.getfixturevalue("key_prefix")
-        redis_store = RedisStore(url)
+        redis_store = RedisStore(url, secret=SECRET)
         yield redis_store, prefix
         await redis_store.close()
 
@@ -63,9 +67,73 @@ async def test_ping(store: tuple[Store, str]) -> None:
 
 
 async def test_unreachable_redis_raises_store_unavailable() -> None:
-    s = RedisStore("redis://127.0.0.1:1/0", timeout_s=0.5)
+    s = RedisStore("redis://127.0.0.1:1/0", secret=SECRET, timeout_s=0.5)
     with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:1"):
         await s.get("k")
     with pytest.raises(StoreUnavailable):
         await s.ping()
     await s.close()
+
+
+async def test_leases_are_capped_per_group_renewed_released_and_expire(store: tuple[Store, str]) -> None:
+    s, p = store
+    mine, everyone = {p + "client:a": 2, p + "all": 3}, p + "all"
+    theirs = {p + "client:b": 5, everyone: 3}
+    assert await s.lease("e1", mine, 1) is None and await s.lease("e2", mine, 1) is None
+    assert await s.lease("e3", mine, 1) == p + "client:a"  # over its own share
+    assert await s.lease("e2", mine, 1) is None  # a member already held is not counted twice
+    assert await s.lease("f1", theirs, 1) is None
+    assert await s.lease("f2", theirs, 1) == everyone  # room in its own group, none in the total
+    await s.release("e1", list(mine))
+    assert await s.lease("f2", theirs, 1) is None
+    await asyncio.sleep(0.6)
+    await s.renew("e2", list(mine), 2)
+    await asyncio.sleep(0.7)  # f1 and f2 idled out; e2, renewed, is still held
+    assert await s.lease("e4", mine, 1) is None
+    assert await s.lease("e5", mine, 1) == p + "client:a"
+    assert await s.lease("f3", theirs, 1) is None
+    assert await s.lease("f4", theirs, 1) == everyone
+
+
+@pytest.fixture
+async def redis_store(redis_url: str, key_prefix: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore(redis_url, secret=SECRET)
+    yield s
+    await s.close()
+
+
+async def test_redis_values_are_authenticated_forgeries_refused_and_deleted(
+    redis_store: RedisStore, redis_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    key, other = key_prefix + "verdict", key_prefix + "other"
+    await redis_store.set(key, b'{"correct": 0}')
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stored = client.get(key)
+        assert stored is not None and stored.endswith(b'{"correct": 0}') and len(stored) == 32 + 14
+        client.set(other, stored)  # a genuine value moved to another key
+        client.set(key, stored[:32] + b'{"correct": 1}')  # the same MAC over a forged verdict
+        for forged in (key, other):
+            with pytest.raises(StoreTampered, match="MAC mismatch"):
+                await redis_store.get(forged)
+            assert client.exists(forged) == 0, "a refused value is deleted, so it is recomputed"
+        client.set(key, b"short")
+        with pytest.raises(StoreTampered):
+            await redis_store.get_many([other, key])
+        assert isinstance(StoreTampered("x"), StoreUnavailable)  # readers that skip a missing store skip a forged value
+        assert [r for r in caplog.records if r.name == "corrgrpo.store" and r.levelname == "ERROR"]
+    finally:
+        client.close()
+    stranger = RedisStore(redis_url, secret="another-secret-0123456789")
+    await stranger.set(key, b"1")
+    with pytest.raises(StoreTampered):  # a replica with another secret is refused too
+        await redis_store.get(key)
+    await stranger.close()
+
+
+def test_redis_without_a_secret_refuses_to_start(redis_url: str) -> None:
+    with pytest.raises(StoreMisconfigured, match="CORRGRPO_STORE_SECRET"):
+        make_store(ServiceSettings(redis_url=redis_url, store_secret=None))
+    with pytest.raises(StoreMisconfigured):
+        RedisStore(redis_url, secret="short")
+    assert isinstance(make_store(ServiceSettings(redis_url=None, store_secret=None)), MemoryStore)

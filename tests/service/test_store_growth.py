@@ -66,13 +66,15 @@ async def test_live_state_is_never_evicted_new_state_is_refused() -> None:
 
 
 async def test_redis_keys_always_get_a_ttl(redis_url: str, key_prefix: str) -> None:
-    store = RedisStore(redis_url, default_ttl_s=600)
+    store = RedisStore(redis_url, secret="test-store-secret-0123456789", default_ttl_s=600)
     await store.set(key_prefix + "a", b"1")
     await store.set_many({key_prefix + "b": b"2"}, evictable=True)
     await store.add(key_prefix + "c", b"3")
+    await store.lease("e", {key_prefix + "d": 2}, 600)
+    await store.renew("e", [key_prefix + "d"], 300)  # a shorter renewal never shortens the group's TTL
     await store.close()
     client = redis.Redis.from_url(redis_url)
-    ttls = [client.pttl(key_prefix + k) for k in "abc"]
+    ttls = [client.pttl(key_prefix + k) for k in "abcd"]
     client.close()
     assert all(0 < ttl <= 600_000 for ttl in ttls), ttls
 

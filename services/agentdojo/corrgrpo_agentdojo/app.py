@@ -21,12 +21,13 @@ from corrgrpo_proto.agentdojo import (
 )
 from corrgrpo_proto.common import ErrorDetail
 from corrgrpo_service import StoreUnavailable, add_score_route, error_response
+from corrgrpo_service.store import StoreTampered
 
 from .declaration import SERVICE
 from .episode_service import EpisodeError, EpisodeService
 from .settings import AgentDojoSettings
 
-ERRORS = {status: {"model": ErrorBody} for status in (404, 409, 422, 503)}
+ERRORS = {status: {"model": ErrorBody} for status in (404, 409, 422, 429, 500, 503)}
 T = TypeVar("T")
 
 
@@ -36,7 +37,12 @@ async def answer(work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
         return await work()
     except EpisodeError as error:
         details = [ErrorDetail(loc=error.loc, message=error.message)] if error.loc else None
-        return error_response(error.status, error.code, error.message, details)
+        response = error_response(error.status, error.code, error.message, details)
+        if error.retry_after_s is not None:
+            response.headers["Retry-After"] = str(error.retry_after_s)
+        return response
+    except StoreTampered as error:  # logged by the store; the forged state was never unpickled
+        return error_response(500, "store_tampered", f"episode state refused: {error}")
     except StoreUnavailable as error:
         return error_response(503, "store_unavailable", f"episode state is unreachable: {error}")
 
@@ -57,9 +63,16 @@ async def tasks(
     return await answer(lambda: episodes.tasks(suite))
 
 
+def client_of(request: Request) -> str:
+    """Whom per-client limits count: the peer's address, or what a trusted proxy (`CORRGRPO_FORWARDED_ALLOW_IPS`) says."""
+    return request.client.host if request.client else "unknown"
+
+
 @router.post("/v1/episodes", response_model=Episode, responses=ERRORS)
-async def create(request: EpisodeCreate, episodes: Episodes) -> Episode | JSONResponse:
-    return await answer(lambda: episodes.create(request))
+async def create(
+    request: EpisodeCreate, episodes: Episodes, client: Annotated[str, Depends(client_of)]
+) -> Episode | JSONResponse:
+    return await answer(lambda: episodes.create(request, client))
 
 
 @router.post("/v1/episodes/{episode_id}/step", response_model=StepResponse, responses=ERRORS)

@@ -4,7 +4,8 @@ The state is the environment as the agent's calls left it, the start environment
 for the checkers' `pre_environment`) and the trace of calls (the traces-based checkers read it).
 `dumps`/`loads` pickle it: pydantic JSON round trips of these environments are not guaranteed
 lossless, pickle is, and a test checks equality after real episodes in every suite.
-Pickle must only be loaded from a trusted store (the service's own Redis), never from clients.
+Pickle must only be loaded from a trusted store, never from clients: the store authenticates what
+it reads back from Redis (an HMAC under `CORRGRPO_STORE_SECRET`) before `loads` sees it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from corrgrpo_proto.agentdojo import EpisodeSpec, ToolCall, ToolResult
 from .adapter import AdapterError, strip_special_tokens
 from .catalog import Resolved
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 LIST_LITERAL_MAX_CHARS = 10_000
 """Longer strings are never parsed as list literals: `ast.literal_eval` of a 3 MB string took +1.37 GB."""
 _PARSING = threading.Lock()
@@ -43,6 +44,7 @@ class EpisodeState:
     environment: TaskEnvironment = field(repr=False)
     trace: list[FunctionCall] = field(default_factory=list)
     invalid: str | None = None  # why the trajectory is malformed (first reason); it then scores utility 0, security 0
+    owner: str = ""  # the client that created it: whose quota of live episodes it counts against
 
 
 def mark_invalid(state: EpisodeState, reason: str) -> None:
@@ -51,8 +53,8 @@ def mark_invalid(state: EpisodeState, reason: str) -> None:
     state.invalid = state.invalid or reason
 
 
-def start_episode(spec: EpisodeSpec, start: bytes) -> EpisodeState:
-    return EpisodeState(spec=spec, start=start, environment=pickle.loads(start))
+def start_episode(spec: EpisodeSpec, start: bytes, owner: str = "") -> EpisodeState:
+    return EpisodeState(spec=spec, start=start, environment=pickle.loads(start), owner=owner)
 
 
 @cache
@@ -186,7 +188,7 @@ def score(
 
 def dumps(state: EpisodeState) -> bytes:
     spec = state.spec.model_dump()
-    fields = (STATE_FORMAT, spec, state.start, state.environment, state.trace, state.invalid)
+    fields = (STATE_FORMAT, spec, state.start, state.environment, state.trace, state.invalid, state.owner)
     return pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -194,5 +196,5 @@ def loads(blob: bytes) -> EpisodeState:
     version, *fields = pickle.loads(blob)
     if version != STATE_FORMAT:
         raise ValueError(f"episode state format {version}, this service reads {STATE_FORMAT}")
-    spec, start, environment, trace, invalid = fields
-    return EpisodeState(EpisodeSpec.model_validate(spec), start, environment, trace, invalid)
+    spec, start, environment, trace, invalid, owner = fields
+    return EpisodeState(EpisodeSpec.model_validate(spec), start, environment, trace, invalid, owner)

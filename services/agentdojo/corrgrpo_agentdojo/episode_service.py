@@ -191,7 +191,7 @@ class EpisodeService:
         message = f"client {client} holds {limit} unfinished episodes, its share: {idle}"
         return EpisodeError(429, "too_many_episodes", message, retry_after_s=settings.retry_after_s)
 
-    async def create(self, spec: EpisodeSpec, client: str) -> Episode:
+    async def create(self, spec: EpisodeSpec, client: str = "in-process") -> Episode:
         resolved, normal = self._resolve(spec)
         episode_id, quota, ttl = uuid.uuid4().hex, self._quota(client), self.settings.agentdojo_episode_ttl_s
         if (full := await self.store.lease(episode_id, quota, ttl)) is not None:

@@ -14,7 +14,21 @@ class AgentDojoSettings(ServiceSettings):
         "local",
         description="Model id the attacks address (agentdojo.models.MODEL_NAMES key; `local` → 'Local model')",
     )
-    agentdojo_episode_ttl_s: int = Field(3600, description="An episode untouched this long expires (404)")
+    agentdojo_episode_ttl_s: int = Field(
+        600, gt=0, description="Idle TTL: an episode not stepped this long expires (404) and frees its client's quota"
+    )
+    agentdojo_max_live_episodes_per_client: int = Field(
+        512,
+        gt=0,
+        description="Unfinished episodes one client (its address, `CORRGRPO_FORWARDED_ALLOW_IPS`) may hold; one more "
+        "gets 429 with `Retry-After` until it finishes one or one idles out",
+    )
+    agentdojo_max_live_episodes: int = Field(
+        2048,
+        gt=0,
+        description="Unfinished episodes of all clients together (workspace: ~90 KB each); one more gets 503 with "
+        "`Retry-After`. Four clients at their share fit",
+    )
     agentdojo_max_tool_calls: int = Field(100, description="Tool calls allowed per episode or trajectory")
     agentdojo_env_cache_size: int = Field(256, description="Injected start environments kept per process")
     agentdojo_max_answer_chars: int = Field(

@@ -133,6 +133,7 @@ def run_server(app: FastAPI, settings: ServiceSettings) -> None:
         port=settings.port,
         http=protocol,
         timeout_keep_alive=settings.idle_timeout_s,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
         timeout_graceful_shutdown=settings.shutdown_grace_s,
         log_config=None,
         access_log=False,

@@ -13,7 +13,7 @@ import os
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S
+from .store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, MIN_SECRET_CHARS
 
 
 def env_name(settings: type[BaseSettings], field: str) -> str:
@@ -36,6 +36,15 @@ class ServiceSettings(BaseSettings):
         None,
         description="`redis://[:password@]host:port/db`, the password shown as `***` in every message and log; "
         "unset: an in-memory store (one process, nothing shared)",
+    )
+    redis_password: SecretStr | None = Field(
+        None, description="Redis `AUTH` password when the URL holds none (from a Kubernetes Secret or the environment)"
+    )
+    store_secret: SecretStr | None = Field(
+        None,
+        min_length=MIN_SECRET_CHARS,
+        description="HMAC key authenticating every value read back from Redis (forged ones are refused); required with "
+        "`CORRGRPO_REDIS_URL`, the same in every replica: without it the service refuses to start",
     )
     max_body_bytes: int = Field(64 * 1024 * 1024, description="Larger request bodies get 413")
     max_json_depth: int = Field(64, description="Request JSON nested deeper than this gets 422")
@@ -61,6 +70,11 @@ class ServiceSettings(BaseSettings):
     idle_timeout_s: int = Field(5, gt=0, description="An idle keep-alive connection is closed after this")
     max_connections: int = Field(
         1024, gt=0, description="Open connections per process; one more gets 503 with `Retry-After` at once, then is closed"
+    )
+    forwarded_allow_ips: str = Field(
+        "127.0.0.1,::1",
+        description="Proxies trusted to name the client in `X-Forwarded-For` (comma-separated, `*` any): the client "
+        "address per-client limits count by (uvicorn's `forwarded_allow_ips`)",
     )
     shutdown_grace_s: int = Field(10, ge=0, description="On SIGTERM, in-flight requests get this long, then are cancelled")
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR")
