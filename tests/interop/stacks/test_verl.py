@@ -186,6 +186,8 @@ def test_mixed_batch_one_key_set_and_corrgrpo_advantages(urls: dict[str, str], t
         config=config.algorithm,
     )
     components = torch.tensor([[output["reward_extra_info"][key] for key in KEYS] for output in outputs])
+    scored_with = [json.loads(output["reward_extra_info"]["corrgrpo_weights"]) for output in outputs]  # declared weights
+    components *= torch.tensor([[weights.get(key, 0.0) for key in KEYS] for weights in scored_with])
     for rows in (slice(0, 3), slice(3, 6), slice(6, 8)):
         expected = corrgrpo(components[rows].unsqueeze(0))[0]
         assert torch.allclose(batch.batch["advantages"][rows, 0], expected, atol=1e-6)
