@@ -20,9 +20,9 @@ SUM = {
     "reference": "a, b = map(float, input().split())\nprint(f'{a + b:g}')\n",
 }
 PROGRAM = {
-    "right": "import sys\na, b = map(float, sys.stdin.read().split())\nprint(a + b)\nsys.exit(0)\n",  # 3.0 for 3
+    "right": "import sys\na, b = map(float, sys.stdin.read().split())\nprint(f'{a + b:g}')\nsys.exit(0)\n",  # 3, not 3.0
     "ints only": "a, b = map(int, input().split())\nprint(a + b)\n",  # raises on the third case
-    "wrong": "a, b = map(float, input().split())\nprint(a - b if a == 5 else a + b)\n",
+    "wrong": "a, b = map(float, input().split())\nprint(f'{a - b if a == 5 else a + b:g}')\n",
 }
 
 
