@@ -1,4 +1,5 @@
-"""Structured logging: one JSON object per line on stderr."""
+"""Logging: one JSON object per line on stderr (CORRGRPO_LOG_JSON), else one plain-text line; both carry the
+record's `extra=` fields (a request's method, path, status and ms)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,14 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "color_message"}
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a call passed with `extra=`."""
+    return {k: v for k, v in record.__dict__.items() if k not in _RESERVED}
 
 
 class JsonFormatter(logging.Formatter):
@@ -20,15 +27,32 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        entry.update({k: v for k, v in record.__dict__.items() if k not in _RESERVED})
+        entry.update(extra_fields(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
 
 
+class PlainFormatter(logging.Formatter):
+    """`time LEVEL logger message key=value ...`: the `extra=` fields follow the message on its line (a value with
+    a space or quote is JSON-quoted); a traceback follows on the next lines."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        fields = "".join(f" {key}={plain(value)}" for key, value in extra_fields(record).items())
+        return super().formatMessage(record) + fields
+
+
+def plain(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return json.dumps(text) if not text or any(c.isspace() or c in "\"'=" for c in text) else text
+
+
 def configure(level: str, as_json: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if as_json else PlainFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
