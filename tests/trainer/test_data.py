@@ -1,15 +1,24 @@
-"""The single-turn dataset rows: the toolcall RL config never trains on the held-out evaluation rows."""
+"""Datasets as users get them: local files, the shipped sources through $CORRGRPO_DATA_DIR, and one line when a
+source cannot be read (a missing file, an unreachable hub or URL); the toolcall config never trains on held-out rows."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
+from conftest import require_shared_data
 
-from corrgrpo_trainer.data import toolcall_rows
+from corrgrpo_testing.servers import free_port
+from corrgrpo_trainer.config import InputError
+from corrgrpo_trainer.data import DATA_DIR_ENV, LOCAL_COPIES, TOOLRL, code_rows, load_source, toolcall_rows
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
+HINT = f"; without a hub, set ${DATA_DIR_ENV} to a folder of local copies (trainer/README.md) or dataset.path to a local file"
 
 
 def write_rlla(path: Path, rows: int) -> None:
@@ -32,8 +41,60 @@ def test_rows_run_from_offset_for_limit(tmp_path: Path) -> None:
 
 def test_the_toolcall_config_trains_after_the_held_out_rows(tmp_path: Path) -> None:
     """docs/policy_experiment.md evaluates on RLLA-4K test rows 0-31: the RL config's rows start after them."""
-    spec = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())["dataset"]
+    config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
     write_rlla(tmp_path / "t.parquet", 80)
-    rows = toolcall_rows(spec | {"path": str(tmp_path / "t.parquet")})
-    trained = {int(r["prompt"][0]["content"].split()[1]) for r in rows}
-    assert trained and min(trained) >= 32
+    trained = {
+        int(r["prompt"][0]["content"].split()[1])
+        for r in toolcall_rows(config["dataset"] | {"path": str(tmp_path / "t.parquet")})
+    }
+    evaluated = {
+        int(r["prompt"][0]["content"].split()[1])
+        for r in toolcall_rows(config["evaluation"] | {"path": str(tmp_path / "t.parquet")})
+    }
+    assert trained and evaluated == set(range(32)) and min(trained) >= 32
+
+
+def test_the_shipped_sources_read_their_local_copies_under_the_data_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = require_shared_data("rlla_4k/test.parquet").parents[1]
+    monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))
+    shipped = toolcall_rows({"path": f"{TOOLRL}/rlla_4k/test.parquet", "offset": 30, "limit": 3})
+    assert shipped == toolcall_rows({"path": str(data_dir / "rlla_4k/test.parquet"), "offset": 30, "limit": 3})
+    [problem] = code_rows({"path": "newfacade/LeetCodeDataset", "split": "test", "limit": 1})
+    assert problem["problem"]["task_id"] and problem["prompt"][0]["role"] == "user"
+    assert all((data_dir / copy).is_file() for copy in LOCAL_COPIES.values())
+    monkeypatch.setenv(DATA_DIR_ENV, str(data_dir / "rlla_4k"))
+    with pytest.raises(InputError) as missing:
+        load_source("newfacade/LeetCodeDataset", "train")
+    assert str(missing.value) == (
+        f"newfacade/LeetCodeDataset (train): no local copy {data_dir}/rlla_4k/leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz "
+        f"(${DATA_DIR_ENV}={data_dir}/rlla_4k)"
+    )
+
+
+def test_a_missing_local_file_or_an_unreachable_url_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as missing:
+        load_source(str(tmp_path / "rows.parquet"))
+    assert str(missing.value) == f"dataset {tmp_path / 'rows.parquet'}: no such file or folder"
+    url = f"http://127.0.0.1:{free_port()}/rlla_4k/test.parquet"  # nothing listens: connection refused
+    with pytest.raises(InputError) as refused:
+        load_source(url)
+    assert str(refused.value) == f"cannot load the dataset {url} (split train): Unable to find '{url}'{HINT}"
+
+
+def test_a_hub_id_goes_to_the_hub_and_an_unreachable_hub_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """HF_HUB_OFFLINE stands for a machine that cannot reach the hub (huggingface_hub reads it at import)."""
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump({"domain": "toolcall", "dataset": {"path": "owner/no-such-dataset"}}))
+    env = {k: v for k, v in os.environ.items() if k != DATA_DIR_ENV} | {"HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "corrgrpo_trainer", "sft", "--config", str(config), "--model", "tiny"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (
+        "python -m corrgrpo_trainer sft: error: cannot load the dataset owner/no-such-dataset (split train): "
+        f"Couldn't reach 'owner/no-such-dataset' on the Hub (OfflineModeIsEnabled){HINT}\n"
+    )

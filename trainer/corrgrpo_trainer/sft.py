@@ -32,6 +32,7 @@ import torch
 
 from .agentdojo.tools import tool_calling_template
 from .config import InputError
+from .data import load_source
 from .models import EMBEDDED
 from .policy import bf16, config_policy
 from .progress import metrics_callback
@@ -47,19 +48,15 @@ def shorten_think(output: str, sentences: int | None) -> str:
     return THINK.sub(lambda m: f"<think> {' '.join(SENTENCE_END.split(m.group(1).strip())[:sentences])} </think>", output, 1)
 
 
-def user_turns(parquet: str) -> set[str]:
-    """The last user message of every row of an RLLA-4K parquet (what a demonstration must not repeat)."""
-    import pandas as pd
-
-    return {str(prompt[-1]["content"]).strip() for prompt in pd.read_parquet(parquet)["prompt"]}
+def user_turns(source: str) -> set[str]:
+    """The last user message of every row of an RLLA-4K source (what a demonstration must not repeat)."""
+    return {str(prompt[-1]["content"]).strip() for prompt in load_source(source)["prompt"]}
 
 
 def rlla_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """ToolRL's warm-up set as prompt-completion chat rows, without the rows whose user turn an evaluation set has."""
-    from datasets import load_dataset
-
-    data = load_dataset("json", data_files=spec["path"], split="train")
-    excluded = set().union(*(user_turns(path) for path in spec.get("exclude_prompts_of") or []))
+    data = load_source(spec["path"], spec.get("split", "train"))
+    excluded = set().union(*(user_turns(source) for source in spec.get("exclude_prompts_of") or []))
     rows = [
         {
             "prompt": [{"role": "system", "content": r["instruction"]}, {"role": "user", "content": r["input"]}],
@@ -107,18 +104,19 @@ def sft(config: dict[str, Any], progress: bool = True) -> Any:
     if domain not in ("toolcall", "agentdojo"):
         raise InputError(f"no demonstrations for domain {domain!r} (toolcall, agentdojo)")
     trl_args = {"output_dir": f"trainer_out/{domain}_sft", **(config.get("trl") or {})}
-    name, model, tokenizer = config_policy(config, trl_args["output_dir"])
     features = None
-    if domain == "agentdojo":
+    if domain == "agentdojo":  # the demonstrations first: a missing dataset or service costs no policy load
         from .agentdojo.demonstrations import demonstration_rows  # needs the agentdojo package
 
-        tool_calling_template(tokenizer)  # the template the RL loop renders tools with; saved with the checkpoint
         rows = demonstration_rows(config)
         features = Features({"messages": List(Json()), "tools": Value("string")})  # tool arguments differ per call
         trl_args.setdefault("assistant_only_loss", True)
     else:
         rows = rlla_rows(spec)
-    args = SFTConfig(bf16=bf16(name), **trl_args)
+    name, model, tokenizer = config_policy(config, trl_args["output_dir"])
+    if domain == "agentdojo":
+        tool_calling_template(tokenizer)  # the template the RL loop renders tools with; saved with the checkpoint
+    args = SFTConfig(**{"bf16": bf16(name), **trl_args})
     rows = select(rows, tokenizer, args.max_length, spec.get("limit"), spec.get("seed", args.seed))
     if not rows:
         raise InputError(f"no demonstration fits in trl.max_length={args.max_length} tokens")
