@@ -21,8 +21,10 @@ from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
 from corrgrpo_trainer.cli import COMMANDS, build_parser, main
 from corrgrpo_trainer.config import InputError, ServicesDown, check_services
+from corrgrpo_trainer.data import DATA_DIR_ENV
 from corrgrpo_trainer.progress import component_table
 from corrgrpo_trainer.reward_json import compute_advantages
+from corrgrpo_trainer.train import nothing_learned
 
 REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5, 0.2]]]
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
@@ -102,14 +104,88 @@ def test_train_command_runs_the_tiny_policy_against_the_live_toolcall_service(
         (tmp_path / "toolcall.yaml").write_text(yaml.safe_dump(config))
         assert main(["train", "--config", str(tmp_path / "toolcall.yaml"), "--model", "tiny", "--max-steps", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    progress = [line for line in lines if line.startswith("[train] step")]
-    assert [line.split()[2] for line in progress] == ["1/1"]
-    assert all(f"{name}=" in progress[0] for name in ("format", "name", "param_names", "param_values"))
+    progress = [line for line in lines if line.startswith("[train] step 1/1  ")]
+    assert len(progress) == 1 and all(f"{name}=" in progress[0] for name in ("format", "name", "param_names", "param_values"))
+    assert nothing_learned(1) in lines  # the random policy: every group the same
     assert lines[-3].split() == ["step", "format", "name", "param_names", "param_values", "reward"]
     assert lines[-2].split()[0] == "1" and len(lines[-2].split()) == 6
     [step] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert step["step"] == 1 and step["rewards/format/mean"] == 0.0 and step["model/params"] < 100_000
     assert step["frac_reward_zero_std"] == 1.0 and step["advantages/abs_mean"] == 0.0  # the random policy: nothing varies
+    resolved = yaml.safe_load((tmp_path / "out" / "config.resolved.yaml").read_text())
+    assert resolved["model"] == "tiny" and resolved["trl"]["max_steps"] == 1 and resolved["dataset"]["offset"] == 0
+
+
+def run_configs(tmp_path: Path, url: str) -> Path:
+    """The shipped tool-call RL config and its warm-up, shrunk to the tiny policy, in tmp_path/configs."""
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    rl = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
+    rl["services"]["toolcall"]["url"] = url
+    rl["dataset"]["limit"], rl["evaluation"]["limit"] = 2, 2
+    rl["trl"] |= {"output_dir": "../run", "per_device_train_batch_size": 2, "num_generations": 2, "max_steps": 1}
+    rl["trl"] |= {"max_completion_length": 8, "gradient_checkpointing": False, "use_cpu": True}
+    warmup = yaml.safe_load((CONFIGS / "toolcall_sft.yaml").read_text())
+    warmup["dataset"]["limit"] = 2
+    warmup["trl"] |= {"output_dir": "../warm", "max_length": 8192, "gradient_accumulation_steps": 2, "use_cpu": True}
+    (folder / "toolcall.yaml").write_text(yaml.safe_dump(rl))
+    (folder / "toolcall_sft.yaml").write_text(yaml.safe_dump(warmup))
+    return folder / "toolcall.yaml"
+
+
+@pytest.mark.slow
+def test_run_warms_up_trains_and_evaluates_into_the_run_directory_and_skips_an_existing_warm_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir = require_shared_data("rlla_4k/test.parquet").parents[1]
+    monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))  # the shipped public sources, read from their local copies
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # paths are the config's, not the working directory's
+    with start_service("toolcall") as service:
+        config = run_configs(tmp_path, service.url)
+        assert main(["run", "--config", str(config), "--model", "tiny"]) == 0
+        first = capsys.readouterr().out
+        assert main(["run", "--config", str(config), "--model", "tiny", "--set", "estimator=grpo"]) == 0
+        second = capsys.readouterr().out
+    run, warm = tmp_path / "run", tmp_path / "warm"
+    assert "[sft] step 1/1" in first and (warm / "config.json").is_file()
+    assert "[train] step 1/1  " in first and nothing_learned(1) in first.splitlines()
+    evaluation = json.loads((run / "evaluation.json").read_text())
+    assert set(evaluation) == {"format", "name", "param_names", "param_values", "reward"}
+    assert f"[eval] 2 held-out rows: format={evaluation['format']:.3f}" in first
+    assert (run / "policy" / "config.json").is_file() and (run / "metrics.jsonl").is_file()
+    assert f"[run] warm-up checkpoint {warm} exists: no warm-up (delete it to warm up again)" in second
+    assert "[sft] step" not in second and "[train] step 1/1  " in second
+    resolved = yaml.safe_load((run / "config.resolved.yaml").read_text())
+    assert resolved["estimator"] == "grpo" and resolved["run_dir"] == str(run) and resolved["model"] == "tiny"
+    assert not list(elsewhere.iterdir())
+
+
+def test_a_component_the_service_does_not_serve_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with start_service("toolcall") as service:
+        config, _ = unreachable_config(tmp_path, "toolcall")
+        with pytest.raises(SystemExit) as exit_:
+            main(
+                [
+                    "train",
+                    "--config",
+                    str(config),
+                    "--set",
+                    f"services.toolcall.url={service.url}",
+                    "--set",
+                    "services.toolcall.components=[format, nmae]",
+                    "--model",
+                    str(tmp_path / "no-model"),
+                ]
+            )
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m corrgrpo_trainer train: error: services.toolcall.components: 'nmae' is not a component of the "
+        f"toolcall service at {service.url}; did you mean 'name'? (it has format, name, param_names, param_values)\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -150,7 +226,7 @@ def test_help_describes_every_command_and_every_option_with_its_default(capsys: 
     top = " ".join(parser.format_help().split())
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in commands.choices.items():
-        assert (name in top and COMMANDS[name] in top.replace("\n", " ").replace("  ", " ")) or name in top
+        assert (name in top and COMMANDS[name].help in top.replace("\n", " ").replace("  ", " ")) or name in top
         for action in sub._actions:
             if action.dest == "help":
                 continue

@@ -7,7 +7,6 @@ mini-batch by `rollout.n`; TRL counts completions: a generation batch is prompts
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -56,11 +55,10 @@ LAUNCHERS: dict[str, dict[str, Any]] = {
 }
 # The authors' (tests/code/test_parity.py); pass_rate (weight 0, partial credit) is ours, not in their recipe.
 CODE_WEIGHTS = {c.name: c.weight for c in CODE_COMPONENTS if c.name != "pass_rate"}
-NO_OVERRIDES = argparse.Namespace(model=None, max_steps=None, output_dir=None)
 
 
 def load(domain: str) -> dict[str, Any]:
-    return read_config(str(PAPER / f"{domain}.yaml"), NO_OVERRIDES)
+    return read_config(PAPER / f"{domain}.yaml")
 
 
 @pytest.mark.parametrize("domain", list(LAUNCHERS))

@@ -1,55 +1,88 @@
 """`python -m corrgrpo_trainer <command>`: the trainer's command line; each command is a few lines over its module.
 
-train       --config trainer/configs/<domain>.yaml [--model M] [--max-steps N] [--output-dir D]    train.py
-sft         --config trainer/configs/<domain>_sft.yaml [--model M] [--max-steps N] [--output-dir D]  sft.py, the warm-up
-eval        --config trainer/configs/agentdojo.yaml [--model M] [--output F]   AgentDojo's paper metrics (agentdojo/)
-rollout     --config trainer/configs/agentdojo.yaml [--model M] [--episodes N]   a look at a few AgentDojo episodes
+Every command that reads a config takes `--config FILE`, `--set key.path=value` (repeatable) and `--model M`;
+COMMANDS lists them, with the function that adds a command's own options.
+
+run         --config trainer/configs/toolcall.yaml     warm-up (when missing), RL, held-out evaluation   pipeline.py
+train       --config trainer/configs/<domain>.yaml [--max-steps N] [--output-dir D]    RL only            train.py
+sft         --config trainer/configs/<domain>_sft.yaml [--max-steps N] [--output-dir D]  the warm-up only  sft.py
+eval        --config trainer/configs/agentdojo.yaml [--output F]   AgentDojo's paper metrics (agentdojo/)
+rollout     --config trainer/configs/agentdojo.yaml [--episodes N]   a look at a few AgentDojo episodes
 advantages  --input rewards.json [--estimator corrgrpo|grpo|gdpo|all] [--output out.json]   for other stacks
+schema      [--output-dir D]   the configs' JSON Schemas (trainer/schemas/)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .advantages import ESTIMATORS
-from .agentdojo.evaluate import evaluate, rollout
-from .config import InputError, ServicesDown, check_services, read_config
+from .config import SCHEMA_DIR, InputError, Kind, ServicesDown, check_services, read_config, write_schemas
 from .models import EMBEDDED, TINY, PolicyLoadError
 from .reward_json import compute_advantages, read_json, strict_json
-from .sft import sft
-from .train import train
 
-COMMANDS = {
-    "train": "train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)",
-    "sft": "supervised warm-up on tool-call demonstrations before RL (TRL's SFTTrainer), writing a checkpoint",
-    "eval": "AgentDojo's paper metrics: utility without and under attack, attack success rate (multi-turn, TRL's loop)",
-    "rollout": "run multi-turn AgentDojo episodes with a policy and print utility/security",
-    "advantages": "advantages and diagnostics of a [B][G][K] reward JSON, for other stacks (torch only)",
-}
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    handler: Callable[[argparse.Namespace], int]
+    options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+
+
+def config_of(args: argparse.Namespace, kind: Kind = "rl") -> dict[str, Any]:
+    """The command's config: the file with `--set` and the shorthand options applied, checked."""
+    overrides = [f"model={json.dumps(args.model)}"] if args.model else []
+    if getattr(args, "max_steps", None):
+        overrides.append(f"trl.max_steps={args.max_steps}")
+    if getattr(args, "output_dir", None):
+        overrides.append(f"trl.output_dir={json.dumps(args.output_dir)}")
+    return read_config(args.config, kind, [*args.set, *overrides])
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from .pipeline import run
+
+    config = config_of(args)
+    warmup = read_config(config["warmup"], "warmup", [f"model={json.dumps(config['model'])}"]) if "warmup" in config else None
+    run(config, warmup)
+    return 0
 
 
 def train_command(args: argparse.Namespace) -> int:
-    train(read_config(args.config, args))
+    from .pipeline import write_resolved
+    from .train import train
+
+    config = config_of(args)
+    write_resolved(config)
+    train(config)
     return 0
 
 
 def sft_command(args: argparse.Namespace) -> int:
-    sft(read_config(args.config, args, required=("domain", "dataset")))
+    from .sft import sft
+
+    sft(config_of(args, "warmup"))
     return 0
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    config = read_config(args.config, args)
+    from .agentdojo.evaluate import evaluate
+
+    config = config_of(args)
     check_services(config)  # before the policy loads
     evaluate(config, args.output)
     return 0
 
 
 def rollout_command(args: argparse.Namespace) -> int:
-    config = read_config(args.config, args)
+    from .agentdojo.evaluate import rollout
+
+    config = config_of(args)
     check_services(config)  # before the policy loads
     rollout(config, args.episodes)
     return 0
@@ -69,6 +102,92 @@ def advantages_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def schema_command(args: argparse.Namespace) -> int:
+    for path in write_schemas(Path(args.output_dir)):
+        print(path)
+    return 0
+
+
+def config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="YAML config, e.g. trainer/configs/<domain>.yaml (required)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a config key, the value read as YAML, e.g. --set estimator=grpo --set trl.max_steps=2; "
+        "repeatable (default: none)",
+    )
+    parser.add_argument(
+        "--model",
+        help=f"{EMBEDDED!r} (embedded SmolLM2-135M-Instruct), {TINY!r} (random, for tests), a local checkpoint "
+        "directory or a hub id (default: the config's `model`)",
+    )
+
+
+def training_options(parser: argparse.ArgumentParser) -> None:
+    config_options(parser)
+    parser.add_argument("--max-steps", type=int, help="training steps (default: the config's trl.max_steps)")
+    parser.add_argument("--output-dir", help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir)")
+
+
+def eval_options(parser: argparse.ArgumentParser) -> None:
+    config_options(parser)
+    parser.add_argument(
+        "--output", default="trainer_out/agentdojo-eval/metrics.json", help="metrics JSON written here (default: %(default)s)"
+    )
+
+
+def rollout_options(parser: argparse.ArgumentParser) -> None:
+    config_options(parser)
+    parser.add_argument("--episodes", type=int, default=2, help="the config's first N episodes (default: %(default)s)")
+
+
+def advantages_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input", required=True, help='JSON file ("-" = stdin): [B][G][K] or {"rewards", "weights", "names"} (required)'
+    )
+    parser.add_argument(
+        "--estimator", choices=[*ESTIMATORS, "all"], default="corrgrpo", help="which advantages (default: %(default)s)"
+    )
+    parser.add_argument("--output", help="write the JSON to this file (default: stdout); undefined numbers are null")
+
+
+def schema_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output-dir", default=str(SCHEMA_DIR), help="write the schemas here (default: %(default)s)")
+
+
+COMMANDS = {
+    "run": Command(
+        "warm-up (when its checkpoint is missing), RL and the held-out evaluation into one run directory",
+        run_command,
+        training_options,
+    ),
+    "train": Command(
+        "train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)", train_command, training_options
+    ),
+    "sft": Command(
+        "supervised warm-up on tool-call demonstrations before RL (TRL's SFTTrainer), writing a checkpoint",
+        sft_command,
+        training_options,
+    ),
+    "eval": Command(
+        "AgentDojo's paper metrics: utility without and under attack, attack success rate (multi-turn, TRL's loop)",
+        eval_command,
+        eval_options,
+    ),
+    "rollout": Command(
+        "run multi-turn AgentDojo episodes with a policy and print utility/security", rollout_command, rollout_options
+    ),
+    "advantages": Command(
+        "advantages and diagnostics of a [B][G][K] reward JSON, for other stacks (torch only)",
+        advantages_command,
+        advantages_options,
+    ),
+    "schema": Command("write the JSON Schemas of the RL and warm-up configs", schema_command, schema_options),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m corrgrpo_trainer",
@@ -76,36 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
         "compute advantages for other stacks.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
-    handlers = {"train": train_command, "sft": sft_command, "eval": eval_command, "rollout": rollout_command}
-    for name, handler in handlers.items():
-        command = commands.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
-        command.add_argument("--config", required=True, help="YAML config, e.g. trainer/configs/<domain>.yaml (required)")
-        command.add_argument(
-            "--model",
-            help=f"{EMBEDDED!r} (embedded SmolLM2-135M-Instruct), {TINY!r} (random, for tests), a local checkpoint "
-            "directory or a hub id (default: the config's `model`)",
-        )
-        command.set_defaults(handler=handler)
-    for train_parser in (commands.choices["train"], commands.choices["sft"]):
-        train_parser.add_argument("--max-steps", type=int, help="training steps (default: the config's trl.max_steps)")
-        train_parser.add_argument(
-            "--output-dir", help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir)"
-        )
-    commands.choices["eval"].add_argument(
-        "--output", default="trainer_out/agentdojo-eval/metrics.json", help="metrics JSON written here (default: %(default)s)"
-    )
-    commands.choices["rollout"].add_argument(
-        "--episodes", type=int, default=2, help="the config's first N episodes (default: %(default)s)"
-    )
-    adv = commands.add_parser("advantages", help=COMMANDS["advantages"], description=COMMANDS["advantages"])
-    adv.add_argument(
-        "--input", required=True, help='JSON file ("-" = stdin): [B][G][K] or {"rewards", "weights", "names"} (required)'
-    )
-    adv.add_argument(
-        "--estimator", choices=[*ESTIMATORS, "all"], default="corrgrpo", help="which advantages (default: %(default)s)"
-    )
-    adv.add_argument("--output", help="write the JSON to this file (default: stdout); undefined numbers are null")
-    adv.set_defaults(handler=advantages_command)
+    for name, command in COMMANDS.items():
+        sub = commands.add_parser(name, help=command.help, description=command.help)
+        command.options(sub)
+        sub.set_defaults(handler=command.handler)
     return parser
 
 

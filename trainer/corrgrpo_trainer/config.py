@@ -1,4 +1,9 @@
-"""A run's config: the YAML file with the command line's overrides, and the services it names, checked first.
+"""A run's config: the YAML file, the command line's `--set key.path=value` overrides, typed and checked first.
+
+A config is an RL config (`train`, `run`) or a warm-up config (`sft`); its `domain` picks the shape of `dataset`.
+Every problem is one line naming the key, where it came from (the file or the `--set`) and the closest valid
+name; `trl` is checked against the installed TRL's `GRPOConfig` / `SFTConfig` fields. Paths in the file are
+resolved against the file's folder, paths given with `--set` against the working directory.
 
 Every command-line error is one of two exceptions that `cli.main` prints as one line (exit status 2):
 `InputError` (a file or value the user gave is wrong) and `ServicesDown` (a configured service does not answer).
@@ -6,16 +11,25 @@ Every command-line error is one of two exceptions that `cli.main` prints as one 
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import difflib
+import functools
+import json
+import operator
+import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, TypeAdapter, ValidationError
 
 from corrgrpo_proto import RewardClient, RewardServiceError, RewardServiceUnavailable
 
+from .models import EMBEDDED, TINY
+
 START_SERVICES = "start the services with `python -m corrgrpo_service up` (local processes) or `docker compose up -d`"
+Kind = Literal["rl", "warmup"]
 
 
 class InputError(ValueError):
@@ -26,38 +40,370 @@ class ServicesDown(RuntimeError):
     """A configured service does not answer; main() prints it as one line and exits 2."""
 
 
-def read_config(path: str, overrides: argparse.Namespace, required: Sequence[str] = ("domain", "services")) -> dict[str, Any]:
-    """The YAML config with the command line's overrides applied."""
+# ---------------------------------------------------------------- the config's shape
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClientOptions(Strict):
+    """`AsyncRewardClient` options; an unset one keeps the client's default."""
+
+    timeout: PositiveFloat | None = Field(None, description="seconds per request")
+    retries: NonNegativeInt | None = Field(None, description="retries of a connection error, timeout, 5xx or 429")
+    backoff: PositiveFloat | None = None
+    max_backoff: PositiveFloat | None = None
+    max_concurrency: PositiveInt | None = None
+    chunk_size: PositiveInt | None = Field(None, description="items per request")
+    chunk_bytes: PositiveInt | None = None
+    token: str | None = Field(None, description="bearer token (CORRGRPO_API_TOKEN of the service)")
+
+
+class Service(Strict):
+    url: str = Field(description="the service's base URL, e.g. http://127.0.0.1:8102")
+    components: list[str] | None = Field(None, description="reward columns, in order (default: all it declares)")
+    prefix: str = Field("", description="put before each column's name (two services sharing a component name)")
+    weights: dict[str, float] = Field({}, description="per-component weights (default: the service's declared ones)")
+    client: ClientOptions = ClientOptions()
+
+
+class Source(Strict):
+    path: str = Field(
+        description="a hub dataset id, a local file or folder, or a file URL, read with `datasets.load_dataset` "
+        "($CORRGRPO_DATA_DIR maps the shipped ones to local copies)"
+    )
+    split: str = Field("train", description="the hub dataset's split")
+    limit: PositiveInt | None = Field(None, description="the first N rows (default: all)")
+
+
+class CodeRows(Source):
+    """LeetCodeDataset records: `query` is the prompt, the problem goes inline."""
+
+
+class ToolcallRows(Source):
+    """RLLA-4K rows: chat `prompt`, `reward_model.ground_truth`."""
+
+    offset: NonNegativeInt = Field(0, description="the first row taken")
+
+
+class ToolcallDemonstrations(Source):
+    """ToolRL's warm-up set, {instruction, input, output}."""
+
+    exclude_prompts_of: list[str] = Field([], description="datasets (as `path`) whose user turns are left out")
+    think_sentences: PositiveInt | None = Field(None, description="keep the first N sentences of each <think>")
+    seed: int | None = Field(None, description="shuffle seed before `limit` (default: trl.seed)")
+
+
+class Episodes(Strict):
+    """AgentDojo episodes, from the service."""
+
+    suites: list[str] | None = Field(None, description="default: every suite the service serves")
+    user_tasks: list[str] | None = Field(None, description="default: all")
+    user_tasks_per_suite: PositiveInt | None = Field(None, description="the first N user tasks of each suite")
+    injection_tasks: list[str] | Literal["all"] | None = Field(None, description="names, all, or none (no attack)")
+    attack: str | None = Field(None, description="default: the service's")
+    exclude_unearned: bool = Field(True, description="leave out user tasks earning utility without work")
+
+
+class EpisodeDemonstrations(Episodes):
+    limit: PositiveInt | None = Field(None, description="demonstrations kept after the shuffle (default: all)")
+    seed: int | None = Field(None, description="shuffle seed (default: trl.seed)")
+
+
+class Common(Strict):
+    model: str = Field(EMBEDDED, description=f"{EMBEDDED!r} (embedded), {TINY!r} (tests), a local checkpoint or hub id")
+    torch_threads: PositiveInt | None = Field(None, description="CPU threads (default: torch's; the tiny policy: 1)")
+    trl: dict[str, Any] = Field({}, description="trl.GRPOConfig (RL) or trl.SFTConfig (warm-up) fields")
+
+
+class RL(Common):
+    services: dict[str, Service] = Field(min_length=1)
+    estimator: Literal["corrgrpo", "grpo", "gdpo"] = "corrgrpo"
+    advantage_floor: PositiveFloat | None = Field(None, description="CorrGRPO only: a floor on sqrt(sum rho)")
+    warmup: str | None = Field(None, description="the warm-up config `run` runs first when its checkpoint is missing")
+    run_dir: str | None = Field(None, description="the run's folder (default: trl.output_dir)")
+
+
+class CodeRL(RL):
+    domain: Literal["code"]
+    dataset: CodeRows
+    evaluation: CodeRows | None = Field(None, description="held-out rows `run` scores after RL")
+
+
+class ToolcallRL(RL):
+    domain: Literal["toolcall"]
+    dataset: ToolcallRows
+    evaluation: ToolcallRows | None = Field(None, description="held-out rows `run` scores after RL")
+
+
+class AgentDojoRL(RL):
+    domain: Literal["agentdojo"]
+    dataset: Episodes = Episodes()
+    evaluation: Episodes | None = Field(None, description="held-out episodes `run` evaluates after RL")
+
+
+class Warmup(Common):
+    services: dict[str, Service] = {}
+
+
+class ToolcallWarmup(Warmup):
+    domain: Literal["toolcall"]
+    dataset: ToolcallDemonstrations
+
+
+class AgentDojoWarmup(Warmup):
+    domain: Literal["agentdojo"]
+    dataset: EpisodeDemonstrations = EpisodeDemonstrations()
+
+
+SHAPES: dict[Kind, dict[str, type[Common]]] = {
+    "rl": {"code": CodeRL, "toolcall": ToolcallRL, "agentdojo": AgentDojoRL},
+    "warmup": {"toolcall": ToolcallWarmup, "agentdojo": AgentDojoWarmup},
+}
+# trl keys set elsewhere in the config
+TRL_RESERVED = {"rl": {"reward_weights": "services.<name>.weights"}, "warmup": {}}
+# keys holding paths: always a path, or a path only when it names something on disk or starts like one
+OUTPUT_PATHS = {("trl", "output_dir"), ("run_dir",), ("warmup",)}
+INPUT_PATHS = {("model",), ("dataset", "path"), ("dataset", "exclude_prompts_of"), ("evaluation", "path")}
+
+
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"  # trainer/schemas, checked in
+
+
+def json_schema(kind: Kind) -> dict[str, Any]:
+    """The JSON Schema of a config kind: a union over `domain`."""
+    shapes = tuple(SHAPES[kind].values())
+    union = typing.Annotated[typing.Union[shapes], Field(discriminator="domain")]  # noqa: UP007 (a runtime tuple)
+    title = "RL config (train, run)" if kind == "rl" else "warm-up config (sft)"
+    return {"title": f"corrgrpo trainer {title}", **TypeAdapter(union).json_schema()}
+
+
+def schema_files() -> dict[str, str]:
+    """Each schema file's name and exact text."""
+    return {f"{kind}.schema.json": json.dumps(json_schema(kind), indent=2, sort_keys=True) + "\n" for kind in SHAPES}
+
+
+def write_schemas(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in schema_files().items():
+        (directory / name).write_text(text)
+    return [directory / name for name in schema_files()]
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_config(path: str | Path, kind: Kind = "rl", overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The config at `path` with `overrides` (`key.path=value`, the value read as YAML) applied, checked and with
+    its defaults filled in, as a plain dict; an InputError naming the first problem otherwise."""
+    source = Path(path)
     try:
-        config = yaml.safe_load(Path(path).read_text())
+        raw = yaml.safe_load(source.read_text())
     except OSError as error:
         raise InputError(f"cannot read the config {path}: {error.strerror or error}") from None
     except yaml.YAMLError as error:
         raise InputError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
-    if not isinstance(config, dict) or any(key not in config for key in required):
-        keys = " and ".join(f"`{key}`" for key in required)
-        raise InputError(f"{path}: expected a mapping with at least {keys} (see trainer/configs/)")
-    if overrides.model:
-        config["model"] = overrides.model
-    if getattr(overrides, "max_steps", None):
-        config.setdefault("trl", {})["max_steps"] = overrides.max_steps
-    if getattr(overrides, "output_dir", None):
-        config.setdefault("trl", {})["output_dir"] = overrides.output_dir
-    return config
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a mapping of keys (see trainer/configs/)")
+    if isinstance(raw.setdefault("trl", {}), dict):  # the default output folder is beside the file too
+        raw["trl"].setdefault("output_dir", f"trainer_out/{raw.get('domain')}{'_sft' if kind == 'warmup' else ''}")
+    resolve_paths(raw, source.resolve().parent)
+    sets = {}
+    for override in overrides:
+        key, value = parse_override(override)
+        assign(raw, key, value, override)
+        sets[key] = override
+    return check(raw, kind, str(path), sets)
+
+
+def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """`key.path=value` as the key's parts and the value read as YAML (a path resolved against the cwd)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key or "" in key.split("."):
+        raise InputError(f"--set {text}: expected KEY.PATH=VALUE, e.g. --set estimator=grpo")
+    try:
+        parsed = yaml.safe_load(value) if value else None
+    except yaml.YAMLError as error:
+        raise InputError(f"--set {text}: the value is not YAML: {str(error).splitlines()[0]}") from None
+    parts = tuple(key.split("."))
+    holder: dict[str, Any] = {}
+    assign(holder, parts, parsed, text)
+    resolve_paths(holder, Path.cwd())
+    return parts, functools.reduce(operator.getitem, parts, holder)
+
+
+def assign(raw: dict[str, Any], key: tuple[str, ...], value: Any, origin: str) -> None:
+    node = raw
+    for depth, part in enumerate(key[:-1]):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise InputError(f"--set {origin}: {'.'.join(key[: depth + 1])} is not a mapping")
+    node[key[-1]] = value
+
+
+def resolve_paths(raw: dict[str, Any], base: Path) -> None:
+    """Make the path keys of `raw` absolute against `base`, in place (hub ids, URLs and model names stay)."""
+    for key in OUTPUT_PATHS | INPUT_PATHS:
+        parent = raw
+        for part in key[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or key[-1] not in parent:
+            continue
+        value = parent[key[-1]]
+        always = key in OUTPUT_PATHS
+        if isinstance(value, str):
+            parent[key[-1]] = resolve_path(value, base, always)
+        elif isinstance(value, list):
+            parent[key[-1]] = [resolve_path(v, base, always) if isinstance(v, str) else v for v in value]
+
+
+def resolve_path(value: str, base: Path, always: bool) -> str:
+    if "://" in value:
+        return value
+    path = Path(value).expanduser()
+    if always or value.startswith(("/", "./", "../", "~")) or (base / path).exists():
+        return str((base / path).resolve())
+    return value
+
+
+# ---------------------------------------------------------------- checking
+
+
+def check(raw: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[str, ...], str]) -> dict[str, Any]:
+    """`raw` validated against its domain's shape and TRL's config class, defaults filled in, as a plain dict."""
+    shapes = SHAPES[kind]
+    domain = raw.get("domain")
+    if domain not in shapes:
+        where = origin(("domain",), source, sets)
+        got = "missing" if domain is None else f"{domain!r} is not one of {', '.join(shapes)}"
+        raise InputError(f"{where}: domain: {got}{suggestion(domain, list(shapes))}")
+    shape = shapes[domain]
+    try:
+        config = shape.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise InputError(problem(first, shape, source, sets)) from None
+    plain = config.model_dump(exclude_none=True)
+    plain["trl"] = check_trl(config.trl, kind, source, sets)
+    if kind == "rl":
+        plain.setdefault("run_dir", plain["trl"]["output_dir"])
+    return plain
+
+
+def trl_class(kind: Kind) -> type:
+    if kind == "rl":
+        from trl import GRPOConfig
+
+        return GRPOConfig
+    from trl import SFTConfig
+
+    return SFTConfig
+
+
+def check_trl(values: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[str, ...], str]) -> dict[str, Any]:
+    """The `trl` section with every key a field of TRL's config class and every value of the field's type."""
+    config_class = trl_class(kind)
+    hints = typing.get_type_hints(config_class)
+    fields = [f.name for f in dataclasses.fields(config_class) if f.init]
+    checked = {}
+    for key, value in values.items():
+        where = origin(("trl", key), source, sets)
+        if key in TRL_RESERVED[kind]:
+            raise InputError(f"{where}: trl.{key} is set by {TRL_RESERVED[kind][key]}")
+        if key not in fields:
+            hint = suggestion(key, fields, prefix="trl.")
+            raise InputError(f"{where}: unknown key 'trl.{key}' (not a trl.{config_class.__name__} field){hint}")
+        adapter = TypeAdapter(hints[key])
+        try:
+            checked[key] = adapter.dump_python(adapter.validate_python(value), mode="json")
+        except ValidationError as error:
+            first = error.errors()[0]
+            raise InputError(f"{where}: trl.{key}: {first['msg']} (got {value!r})") from None
+    return checked
+
+
+def problem(error: Any, shape: type[BaseModel], source: str, sets: dict[tuple[str, ...], str]) -> str:
+    """One pydantic error as the line the user reads."""
+    loc = tuple(str(part) for part in error["loc"])
+    where, key = origin(loc, source, sets), ".".join(loc)
+    if error["type"] == "extra_forbidden":
+        valid = keys_at(shape, loc[:-1])
+        parent = ".".join(loc[:-1])
+        return f"{where}: unknown key '{key}'{suggestion(loc[-1], valid, prefix=f'{parent}.' if parent else '')}"
+    if error["type"] == "missing":
+        return f"{where}: {key}: missing (required)"
+    if error["type"] == "literal_error":
+        expected = [value.strip("'") for value in error["ctx"]["expected"].replace(" or ", ", ").split(", ")]
+        return f"{where}: {key}: {error['input']!r} is not one of {', '.join(expected)}{suggestion(error['input'], expected)}"
+    return f"{where}: {key}: {error['msg']} (got {error['input']!r})"
+
+
+def keys_at(shape: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
+    """The keys the model accepts at `loc` (where an unknown key was found)."""
+    annotation: Any = shape
+    for part in loc:
+        annotation = model_or_container(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            annotation = annotation.model_fields[part].annotation
+        else:  # a dict's value or a list's item
+            annotation = typing.get_args(annotation)[-1]
+    found = model_or_container(annotation)
+    return list(found.model_fields) if isinstance(found, type) and issubclass(found, BaseModel) else []
+
+
+def model_or_container(annotation: Any) -> Any:
+    """The model, dict or list inside an optional or union annotation."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(candidate) in (dict, list):
+            return candidate
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return annotation
+
+
+def origin(loc: tuple[str, ...], source: str, sets: dict[tuple[str, ...], str]) -> str:
+    """Where the value at `loc` came from: the `--set` that wrote it (or a key above it), else the file."""
+    for key, text in sets.items():
+        if loc[: len(key)] == key or key[: len(loc)] == loc:
+            return f"--set {text}"
+    return source
+
+
+def suggestion(word: Any, valid: Sequence[str], prefix: str = "") -> str:
+    """'; did you mean ...?' with the closest valid names (two when they are about as close), or ''."""
+    if not isinstance(word, str):
+        return ""
+    ratios = sorted(((difflib.SequenceMatcher(None, word, name).ratio(), name) for name in valid), reverse=True)
+    close = [name for ratio, name in ratios[:2] if ratio >= max(0.6, ratios[0][0] - 0.05)]
+    return f"; did you mean {' or '.join(repr(prefix + name) for name in close)}?" if close else ""
+
+
+# ---------------------------------------------------------------- the services
 
 
 def check_services(config: dict[str, Any]) -> None:
-    """Every configured service answers `/healthz` at once, or ServicesDown naming each URL that did not (so a
-    missing service is said in one line before a model is loaded, not after retries as a traceback)."""
+    """Every configured service answers at once and serves the configured components, or one line: ServicesDown
+    naming each URL that did not answer (before a model is loaded, not after retries as a traceback), InputError
+    naming a component or weight it does not serve."""
     down = []
     for name, spec in config["services"].items():
         url = spec["url"]
         with RewardClient(url, retries=0, timeout=10) as client:
             try:
                 client.request("GET", "/healthz")
+                declared = [component.name for component in client.components().components]
             except RewardServiceUnavailable as error:
                 down.append(f"the {name} service at {url} ({error.reason})")
+                continue
             except RewardServiceError as error:
                 down.append(f"the {name} service at {url} (/healthz: HTTP {error.status}, not a corrgrpo service?)")
+                continue
+        for key, asked in (("components", spec.get("components") or []), ("weights", spec.get("weights") or {})):
+            if unknown := [component for component in asked if component not in declared]:
+                raise InputError(
+                    f"services.{name}.{key}: {unknown[0]!r} is not a component of the {name} service at {url}"
+                    f"{suggestion(unknown[0], declared)} (it has {', '.join(declared)})"
+                )
     if down:
         raise ServicesDown(" ".join(f"no answer from {', '.join(down)}; {START_SERVICES}".split()))

@@ -55,12 +55,11 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         advantage_estimator=config.get("estimator", "corrgrpo"),
         advantage_floor=config.get("advantage_floor"),
         reward_weights=weights,
-        bf16=bf16(name),
-        **trl_args,
+        **{"bf16": bf16(name), **trl_args},
     )
     names = [c.__name__ for c in columns]
     params = {"model/params": sum(p.numel() for p in model.parameters())}
-    line = (lambda state, logs: progress_line(state.global_step, state.max_steps, logs, names)) if progress else None
+    line = (lambda state, logs: step_lines(state.global_step, state.max_steps, logs, names)) if progress else None
     step_log = metrics_callback(Path(args.output_dir) / "metrics.jsonl", "reward", line, params)
     trainer = CorrGRPOTrainer(
         model=model,
@@ -78,3 +77,18 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         print(component_table(trainer.state.log_history, names))
         print(f"[train] metrics of every step: {args.output_dir}/metrics.jsonl")
     return trainer
+
+
+def step_lines(step: int, max_steps: int, logs: dict[str, float], names: list[str]) -> str:
+    """A step's progress line, and a warning when no group's rewards varied (every advantage is 0)."""
+    line = progress_line(step, max_steps, logs, names)
+    if logs.get("frac_reward_zero_std") == 1.0:
+        line += f"\n{nothing_learned(step)}"
+    return line
+
+
+def nothing_learned(step: int) -> str:
+    return (
+        f"[train] step {step}: every group had the same reward (zero variance): nothing is learned; warm up first "
+        "(`warmup:` in the config, run by `python -m corrgrpo_trainer run`) or raise trl.temperature / trl.num_generations"
+    )
