@@ -14,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CORRGRPO_SHARED_DATA", REPO.parent / "shared" / "data"))
+os.environ.setdefault("CORRGRPO_DATA_DIR", str(SHARED_DATA))  # the shipped configs' datasets: local copies (trainer/README.md)
 REDIS_URL = os.environ.get("CORRGRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 # A service given a Redis URL refuses to start without the secret that authenticates what it reads back
 os.environ.setdefault("CORRGRPO_STORE_SECRET", "corrgrpo-test-store-secret")
