@@ -21,6 +21,9 @@ docker compose version
 export CORRGRPO_PYTHON_IMAGE=${CORRGRPO_PYTHON_IMAGE:-corrgrpo-standin/python:bookworm}
 export CORRGRPO_REDIS_IMAGE=${CORRGRPO_REDIS_IMAGE:-corrgrpo-standin/redis:bookworm}
 export CORRGRPO_NGINX_IMAGE=${CORRGRPO_NGINX_IMAGE:-corrgrpo-standin/nginx:bookworm}
+# The stack's secrets (docker-compose.yml requires both): fresh for this run unless given.
+export CORRGRPO_REDIS_PASSWORD=${CORRGRPO_REDIS_PASSWORD:-$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(24))')}
+export CORRGRPO_STORE_SECRET=${CORRGRPO_STORE_SECRET:-$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(32))')}
 bash deploy/standin/build-base-images.sh
 .venv/bin/python -m pytest tests/deploy/compose_stack.py -p no:cacheprovider -s -q
 # The `docker` sandbox isolation, while an engine is up (no engine is a failure here).

@@ -30,6 +30,7 @@ K8S_KINDS = (
     "deployment-apps-v1",
     "horizontalpodautoscaler-autoscaling-v2",
     "namespace-v1",
+    "networkpolicy-networking-v1",
     "poddisruptionbudget-policy-v1",
     "service-v1",
 )

@@ -64,9 +64,9 @@ class Stack:
         found = self.engine.containers.list(filters={"label": labels, "status": "running"})
         return sorted(found, key=lambda c: c.name)
 
-    def address(self, container: Container) -> str:
+    def address(self, container: Container, network: str = "default") -> str:
         container.reload()
-        return container.attrs["NetworkSettings"]["Networks"][f"{self.project}_default"]["IPAddress"]
+        return container.attrs["NetworkSettings"]["Networks"][f"{self.project}_{network}"]["IPAddress"]
 
     def url(self, service: str) -> str:
         """The service's endpoint on nginx, reached on the project's bridge network (no host port)."""
@@ -179,7 +179,7 @@ def test_candidates_run_under_bwrap_inside_the_code_container(stack: Stack) -> N
     assert host["ReadonlyRootfs"] is True and code.attrs["Config"]["User"] == "10001"
     assert host["MaskedPaths"] == [], "systempaths=unconfined: bwrap mounts a fresh /proc"
     (redis,) = stack.containers("redis")
-    probe = PROBE.replace("REDIS_IP", stack.address(redis))
+    probe = PROBE.replace("REDIS_IP", stack.address(redis, "backend"))  # Redis is on the internal network only
     # Negative control: the same probe run by the service's own interpreter (outside the sandbox).
     outside = code.exec_run(["python", "-c", probe + "import json; print(json.dumps(probe()))"])
     assert outside.exit_code == 0, outside.output

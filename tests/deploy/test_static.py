@@ -365,3 +365,116 @@ def test_readme_commands_name_real_files() -> None:
         for word in shlex.split(command):
             if word.startswith(("deploy/", "./deploy/")):
                 assert (REPO / word).exists(), f"README names {word}"
+
+
+# ---------------------------------------------------------------- Redis, network and pod security (issue 37.8)
+
+
+def words_after(argv: list[str], flag: str) -> str:
+    assert flag in argv, f"{flag} missing from {argv}"
+    return argv[argv.index(flag) + 1]
+
+
+def test_compose_redis_needs_a_password_caps_its_memory_and_never_evicts() -> None:
+    stack = compose()
+    redis, common = stack["services"]["redis"], stack["x-common-env"]
+    required = "${CORRGRPO_REDIS_PASSWORD:?"  # compose refuses to start without it
+    assert words_after(redis["command"], "--requirepass").startswith(required)
+    assert redis["environment"]["REDISCLI_AUTH"].startswith(required)  # the healthcheck's redis-cli
+    assert words_after(redis["command"], "--maxmemory") == "${CORRGRPO_REDIS_MAXMEMORY:-1gb}"
+    assert words_after(redis["command"], "--maxmemory-policy") == "noeviction"
+    assert common["CORRGRPO_REDIS_PASSWORD"].startswith(required)
+    assert common["CORRGRPO_STORE_SECRET"].startswith("${CORRGRPO_STORE_SECRET:?")
+    assert "@" not in common["CORRGRPO_REDIS_URL"], "the password comes from its own variable"
+
+
+def test_compose_networks_let_only_the_services_reach_redis_and_only_nginx_publish() -> None:
+    stack = compose()
+    services, networks = stack["services"], stack["networks"]
+    assert networks["backend"]["internal"] is True
+    assert services["redis"]["networks"] == ["backend"] and "ports" not in services["redis"]
+    assert "networks" not in services["lb"], "nginx: the default network only, never the backend"
+    assert services["trainer"]["network_mode"] == "service:lb"
+    for name in SERVICES:
+        assert set(services[name]["networks"]) == {"default", "backend"}
+    assert stack["x-common-env"]["CORRGRPO_FORWARDED_ALLOW_IPS"] == "*"
+    conf = (REPO / "deploy" / "nginx" / "nginx.conf").read_text()
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in conf, "a client's own X-Forwarded-For is replaced"
+
+
+def test_kubernetes_redis_password_comes_from_the_secret_with_maxmemory_and_noeviction() -> None:
+    pod = by_kind(BASE, "Deployment")["redis"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert words_after(args, "--requirepass") == "$(REDISCLI_AUTH)"
+    (auth,) = [env for env in container["env"] if env["name"] == "REDISCLI_AUTH"]
+    secret = {"name": "corrgrpo-secrets", "key": "CORRGRPO_REDIS_PASSWORD"}
+    assert auth["valueFrom"]["secretKeyRef"] == secret
+    assert words_after(args, "--maxmemory-policy") == "noeviction"
+    maxmemory, limit = words_after(args, "--maxmemory"), container["resources"]["limits"]["memory"]
+    assert re.fullmatch(r"\d+gb", maxmemory) and re.fullmatch(r"\d+Gi", limit)
+    assert int(maxmemory[:-2]) < int(limit[:-2]), "room under the limit for the AOF rewrite's fork"
+    (config,) = by_kind(BASE, "ConfigMap").values()
+    assert "@" not in config["data"]["CORRGRPO_REDIS_URL"]
+    for name in SERVICES:
+        (service,) = by_kind(BASE, "Deployment")[name]["spec"]["template"]["spec"]["containers"]
+        assert {"secretRef": {"name": "corrgrpo-secrets"}} in service["envFrom"], "required, not optional"
+
+
+def test_kubernetes_network_policies_admit_only_the_services_to_redis_and_clients_to_the_services() -> None:
+    policies, deployments = by_kind(BASE, "NetworkPolicy"), by_kind(BASE, "Deployment")
+    deny = policies["default-deny-ingress"]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    redis = policies["redis"]["spec"]
+    assert redis["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "redis"}}
+    (rule,) = redis["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": deploy.SERVICE_COMPONENT}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": "redis"}]
+    carriers = {
+        name for name, d in deployments.items() if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+    }
+    assert carriers == set(SERVICES), "exactly the reward services' pods reach Redis"
+    for name in SERVICES:
+        spec = policies[name]["spec"]
+        assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
+        (rule,) = spec["ingress"]
+        client = {"namespaceSelector": {}, "podSelector": {"matchLabels": {deploy.CLIENT_LABEL: "true"}}}
+        assert rule["from"] == [client] and rule["ports"] == [{"protocol": "TCP", "port": "http"}]
+
+
+def restricted_violations(pod: dict[str, Any]) -> set[str]:
+    """What keeps a pod out of Pod Security `restricted`: the checks of the standard our manifests could fail."""
+    spec, found = pod["spec"], set()
+    if any(spec.get(key) for key in ("hostNetwork", "hostPID", "hostIPC")) or any("hostPath" in v for v in spec["volumes"]):
+        found.add("host")
+    for container in spec["containers"]:
+        own = container.get("securityContext", {})
+        merged = {**spec.get("securityContext", {}), **own}
+        capabilities = own.get("capabilities", {})
+        checks = {
+            "privileged": own.get("privileged", False) is False,
+            "allowPrivilegeEscalation": own.get("allowPrivilegeEscalation") is False,
+            "capabilities": capabilities.get("drop") == ["ALL"] and not capabilities.get("add"),
+            "runAsNonRoot": merged.get("runAsNonRoot") is True and merged.get("runAsUser") != 0,
+            "seccomp": merged.get("seccompProfile", {}).get("type") in ("RuntimeDefault", "Localhost"),
+            "appArmor": merged.get("appArmorProfile", {}).get("type") != "Unconfined",
+            "procMount": own.get("procMount", "Default") == "Default",
+        }
+        found |= {check for check, holds in checks.items() if not holds}
+    return found
+
+
+def test_pod_security_levels_are_the_least_each_pod_needs() -> None:
+    """Every pod meets `restricted` but the sandboxed code pod, which needs `privileged` (seccomp and AppArmor
+    unconfined, an unmasked /proc: baseline forbids all three); the namespace enforces that, no-bwrap `restricted`."""
+    sandbox_needs = {"seccomp", "appArmor", "procMount"}
+    for folder, enforced, code_needs in ((K8S / "base", "privileged", sandbox_needs), (OVERLAYS[0], "restricted", set())):
+        documents = k8s_documents(folder)
+        (namespace,) = by_kind(documents, "Namespace").values()
+        assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == enforced
+        assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/audit"] == "restricted"
+        for name, deployment in by_kind(documents, "Deployment").items():
+            expected = code_needs if name == "code" else set()
+            assert restricted_violations(deployment["spec"]["template"]) == expected, (folder.name, name)
+    readme = (REPO / "deploy" / "README.md").read_text()
+    assert "Pod Security" in readme and "`privileged`" in readme and "`restricted`" in readme

@@ -275,7 +275,8 @@ def compose_config(root: Path) -> dict[str, Any]:
             pytest.fail(message)
         pytest.skip(message)
     argv = [*binary, "-f", str(root / "docker-compose.yml"), "config", "--format", "json"]
-    return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, cwd=root).stdout)
+    secrets = {"CORRGRPO_REDIS_PASSWORD": "compose-config", "CORRGRPO_STORE_SECRET": "compose-config-secret"}  # required
+    return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, cwd=root, env=os.environ | secrets).stdout)
 
 
 def nginx_checked(folder: Path) -> str:

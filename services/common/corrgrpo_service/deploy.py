@@ -29,6 +29,8 @@ UPSTREAMS = "deploy/nginx/upstreams.conf"
 K8S_BASE = "deploy/k8s/base"
 DOCKERFILE = "deploy/docker/service.Dockerfile"
 K8S_SHARED = ("namespace.yaml", "configmap.yaml", "redis.yaml")  # hand-written, before the services
+SERVICE_COMPONENT = "reward-service"
+CLIENT_LABEL = "corrgrpo.io/client"  # pods that may call the services: the ingress controller, RL jobs
 
 
 def _cpu(cores: float) -> str:
@@ -117,7 +119,9 @@ def upstream_blocks(services: Iterable[ServiceDeclaration]) -> dict[str, list[st
 
 def k8s_manifest(service: ServiceDeclaration) -> str:
     name, port, deploy, resources = service.name, service.port, service.deploy, service.deploy.resources
-    labels = f"{{app.kubernetes.io/name: {name}, app.kubernetes.io/part-of: corrgrpo}}"
+    # `component` marks the pods Redis admits (deploy/k8s/base/redis.yaml's NetworkPolicy)
+    component = f"app.kubernetes.io/component: {SERVICE_COMPONENT}"
+    labels = f"{{app.kubernetes.io/name: {name}, {component}, app.kubernetes.io/part-of: corrgrpo}}"
     lines = [
         f"# Written by `{COMMAND}` from {service.module}/declaration.py: edit that, not this.",
         "apiVersion: apps/v1",
@@ -156,9 +160,9 @@ def k8s_manifest(service: ServiceDeclaration) -> str:
         f"            - {{name: http, containerPort: {port}}}",
         "          envFrom:",
         "            - configMapRef: {name: corrgrpo-config}",
-        "            # Optional: `kubectl -n corrgrpo create secret generic corrgrpo-secrets \\",
-        "            #   --from-literal=CORRGRPO_API_TOKEN=...`",
-        "            - secretRef: {name: corrgrpo-secrets, optional: true}",
+        "            # Required: CORRGRPO_REDIS_PASSWORD and CORRGRPO_STORE_SECRET (CORRGRPO_API_TOKEN if wanted);",
+        "            # deploy/README.md creates it.",
+        "            - secretRef: {name: corrgrpo-secrets}",
     ]
     if deploy.env:
         lines += ["          env:", *(f"            - {{name: {k}, value: {json.dumps(v)}}}" for k, v in deploy.env.items())]
@@ -207,6 +211,19 @@ def k8s_manifest(service: ServiceDeclaration) -> str:
         f"  selector: {{app.kubernetes.io/name: {name}}}",
         "  ports:",
         f"    - {{name: http, port: {port}, targetPort: http}}",
+        "---",
+        "apiVersion: networking.k8s.io/v1",
+        "kind: NetworkPolicy",
+        "metadata:",
+        f"  name: {name}",
+        f"  labels: {labels}",
+        "spec:",
+        f"  podSelector: {{matchLabels: {{app.kubernetes.io/name: {name}}}}}",
+        "  policyTypes: [Ingress]",
+        "  ingress:",
+        f'    # Only pods labelled {CLIENT_LABEL}: "true", in any namespace (the ingress controller, RL jobs).',
+        f'    - from: [{{namespaceSelector: {{}}, podSelector: {{matchLabels: {{{CLIENT_LABEL}: "true"}}}}}}]',
+        "      ports: [{protocol: TCP, port: http}]",
     ]
     if deploy.autoscale:
         low, high = deploy.autoscale
