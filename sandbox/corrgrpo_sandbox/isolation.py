@@ -105,6 +105,9 @@ def bwrap_head(bwrap: str, python: str) -> tuple[str, ...]:
     # IPC, mqueue, UTS names) that outlive its run, /proc/<worker>/oom_score_adj, and, for a service running as root,
     # host-wide ones under /proc/sys
     args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp"]
+    # the worker's /proc entry hidden (under an empty read-only tmpfs): its counters (page faults and CPU time of the
+    # runs it reaped, context switches, CPU time) grow with what each run did, and every later run could read them
+    args += ["--tmpfs", "/proc/1", "--remount-ro", "/proc/1"]
     args += ["--size", str(SHM_SIZE_BYTES), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue"]
     return (*args, "--remount-ro", "/dev")
 

@@ -45,6 +45,7 @@ REPLY_FIELDS = {
     "cpu_s": (float, int),
     "wall_s": (float, int),
     "peak_rss_kb": int,
+    "spent": bool,  # the worker serves no further run (its pid counter would tell the next one of this one)
     "anomaly": (str, type(None)),
 }
 
@@ -275,7 +276,7 @@ class Sandbox:
         except WorkerBroken as error:
             anomaly = str(error)
         finally:
-            self._release(worker, healthy=reply is not None and not reply["anomaly"])
+            self._release(worker, healthy=reply is not None and not reply["anomaly"] and not reply["spent"])
         if reply is None:
             return ExecResult(
                 None, None, b"", b"", b"", False, False, 0.0, time.monotonic() - started, 0, self.isolation, anomaly
@@ -344,7 +345,7 @@ class Sandbox:
 
     def _release(self, worker: Worker, healthy: bool) -> None:
         """Back to the pool (its replacement started in the background once it is `recycle_after` runs old), or closed
-        (fresh mode, anomaly, retired) and, unless already replaced, replaced."""
+        (fresh mode, anomaly, spent, retired) and, unless already replaced, replaced."""
         if self.mode == "pool" and healthy and not worker.retired and not self._closed:
             if worker.runs == self.recycle_after:
                 with contextlib.suppress(RuntimeError):  # the starter is shut down: closed meanwhile

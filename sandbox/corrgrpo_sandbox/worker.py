@@ -14,7 +14,8 @@ it reaps plus the live ones in /proc); the tree is killed when it reaches the CP
 when the child exits. A run ends only when every one of its processes is reaped. Then the writable mounts are
 wiped (whatever permissions the candidate set) and, in the sandbox's own IPC namespace, every SysV IPC object
 is removed, so nothing survives into the next run; a unix socket left in the network namespace (the only family the
-seccomp filter allows) makes the run an anomaly, and the worker and its namespaces are replaced.
+seccomp filter allows) makes the run an anomaly, and the worker and its namespaces are replaced. The pid counter is
+moved after every run to where any run would leave it (`PidCounter`).
 
 The candidate shares the sandbox with the worker, so the worker hides its pipes from it (moved to high fds,
 closed in the child, and the worker is non-dumpable so /proc/<worker>/fd and ptrace are refused); if the
@@ -55,9 +56,11 @@ IPC_RMID = 0
 PROTOCOL_FD_BASE = 200  # the worker's own pipes live here; the child closes every fd >= 4
 READ_CHUNK = 65536
 PAGE = 4096
-NUM_THREADS = 17  # in /proc/<pid>/stat after the command name (field 20 of proc(5))
 DOMAINNAME = "/proc/sys/kernel/domainname"
-UNIX_SOCKETS = "/proc/net/unix"  # this network namespace's unix sockets, one line each after a header
+LAST_PID = "/proc/sys/kernel/ns_last_pid"  # the pid namespace's counter: the last pid it gave out
+PID_ALLOWANCE = 1  # processes and threads a run may start besides its child and leave no trace (see PidCounter)
+RLIMITS = tuple(getattr(resource, name) for name in sorted(dir(resource)) if name.startswith("RLIMIT_"))
+UNIX_SOCKETS = "net/unix"  # in /proc/<pid>: the network namespace's unix sockets, one line each after a header
 DRAIN_READS = 32  # a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
 STRAGGLER_ROUNDS = 2000  # x 1 ms: how long killed processes may take to disappear before the worker gives up
 COALESCE_S = 0.002  # outputs are read at most this often while the child runs (see supervise)
@@ -261,25 +264,21 @@ class IpcObjects:
 
 class Invariants:
     """What a run must leave as it found it in the worker, checked after every run: the worker's limits, priority,
-    CPU affinity, scheduling, OOM score and threads, and the namespace's UTS names. The seccomp filter and the
-    read-only /proc should make each change impossible; a change seen anyway makes the run an anomaly and the worker
-    is replaced, so no later run (nor a reference timing) is measured in a worker the candidate reached."""
+    CPU affinity and scheduling, and the namespace's UTS names. The seccomp filter should make each change
+    impossible; a change seen anyway makes the run an anomaly and the worker is replaced, so no later run (nor a
+    reference timing) is measured in a worker the candidate reached. Read with system calls, not from /proc/self:
+    under bwrap the worker's /proc entry is hidden (`isolation.bwrap_head`), and with it its OOM score."""
 
     def __init__(self) -> None:
-        # every limit in one read (sixteen getrlimit calls before); the thread count from the stat line
-        self.files = {name: KernelFile(f"/proc/self/{name}") for name in ("limits", "stat", "oom_score_adj")}
         self.domainname = KernelFile(DOMAINNAME) if os.path.exists(DOMAINNAME) else None
         self.expected = self.read()
 
     def read(self) -> dict[str, object]:
-        stat_line = self.files["stat"].read_small()
         return {
-            "limits": self.files["limits"].read_small(),
+            "limits": [resource.getrlimit(limit) for limit in RLIMITS],
             "priority": os.getpriority(os.PRIO_PROCESS, 0),
             "affinity": os.sched_getaffinity(0),
             "scheduler": (os.sched_getscheduler(0), os.sched_getparam(0)),
-            "OOM score": self.files["oom_score_adj"].read_small(),
-            "threads": stat_line.rsplit(b")", 1)[1].split()[NUM_THREADS],
             "UTS names": (os.uname().nodename, self.domainname.read_small() if self.domainname else None),
         }
 
@@ -287,6 +286,46 @@ class Invariants:
         """Why the worker can no longer be trusted, or None."""
         changed = [name for name, value in self.read().items() if value != self.expected[name]]
         return f"the run changed the worker's {', '.join(changed)}" if changed else None
+
+
+class PidCounter:
+    """The pid namespace's counter, which every later run on the worker reads in its own pid: a run that started k
+    processes or threads would tell the next one k. After each run the worker spends pids (threads that exit at once)
+    until the counter stands where a run that started `PID_ALLOWANCE` of them leaves it; after a run that started
+    more the worker is spent, replaced before another run (a fork, a thread: forked judges, threaded programs)."""
+
+    def __init__(self) -> None:
+        self.last = KernelFile(LAST_PID)
+        # a thread that starts in pthread_exit(NULL) (the start routine's own signature) ends as it begins
+        self.start, self.thread = ctypes.cast(LIBC.pthread_exit, ctypes.c_void_p), ctypes.c_ulong()
+
+    def settle(self, child: int) -> bool:
+        """After the run whose child was `child`: True when the counter is where it always is after a run."""
+        extra = int(self.last.read_small()) - child
+        if not 0 <= extra <= PID_ALLOWANCE:  # negative: the counter wrapped
+            return False
+        for _ in range(PID_ALLOWANCE - extra):
+            if LIBC.pthread_create(ctypes.byref(self.thread), None, self.start, None) != 0:
+                return False
+            LIBC.pthread_join(self.thread, None)
+        return True
+
+
+def namespace_file(name: str) -> KernelFile:
+    """A file of /proc/<pid> that shows the namespaces, not the process, opened through a short-lived child: the
+    worker's own entry (/proc/self, /proc/net) is hidden under bwrap. The open file keeps reading the namespace."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(write_end)
+        os.read(read_end, 1)  # until the worker has opened the file
+        os._exit(0)
+    try:
+        return KernelFile(f"/proc/{pid}/{name}")
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+        os.waitpid(pid, 0)
 
 
 def load_sibling(name: str) -> types.ModuleType:
@@ -645,6 +684,7 @@ class Worker:
             clean &= self.unix_sockets.read().count(b"\n") <= 1
         if broken := self.invariants.broken():
             return {"anomaly": broken}, []
+        spent = self.pids is not None and not self.pids.settle(pid)
         if setup is None:
             return {"anomaly": "the child ended before it had its program"}, []
         status = self.tree.child_status
@@ -662,6 +702,7 @@ class Worker:
             "cpu_s": cpu,
             "wall_s": wall,
             "peak_rss_kb": self.tree.peak_rss_kb,
+            "spent": spent,
             "anomaly": None if clean else "processes, files, IPC objects or sockets left by the candidate could not be removed",
         }
         return reply, views
@@ -685,7 +726,8 @@ class Worker:
         self.ipc = IpcObjects() if self.namespaced else None
         # unix sockets are the only ones a run may create (`seccomp`); the kernel frees one that was sent over another
         # in a cycle only when its collector runs, meanwhile listed with the name the program chose
-        self.unix_sockets = KernelFile(UNIX_SOCKETS) if self.namespaced else None
+        self.unix_sockets = namespace_file(UNIX_SOCKETS) if self.namespaced else None
+        self.pids = PidCounter() if self.namespaced else None  # unsandboxed, the counter is the host's
         while (header := read_message(self.request_fd)) is not None:
             views: list[memoryview] = []
             try:
@@ -696,7 +738,7 @@ class Worker:
             write_all(self.reply_fd, [HEADER.pack(len(body)), body, *views])
             del views
             self.streams.zero()
-            if reply.get("anomaly"):
+            if reply.get("anomaly") or reply.get("spent"):
                 return
 
 

@@ -24,14 +24,15 @@ from corrgrpo_sandbox.isolation import IsolationUnavailable
 ISOLATIONS = ["bwrap"] + (["docker"] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else [])
 NETWORK_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix", "snmp", "snmp6", "netstat", "dev", "sockstat")
 
-# What a later run can read of its network namespace. sockstat's `alloc` and `mem` count the whole host's sockets.
+# What a later run can read of its network namespace. sockstat's `alloc` and `mem` count the whole host's sockets;
+# its `used` drops to 0 only an RCU grace period after bwrap's netlink socket (it brings up lo) is closed.
 READER = f"""
 import json, re
 seen = {{}}
 for name in {NETWORK_TABLES!r}:
     try:
         with open("/proc/net/" + name) as table:
-            seen[name] = re.sub(r" (alloc|mem) \\d+", "", table.read())
+            seen[name] = re.sub(r" (alloc|mem|used) \\d+", "", table.read())
     except OSError as error:
         seen[name] = type(error).__name__
 print(json.dumps(seen))
@@ -137,3 +138,70 @@ print(right.recv(), named.recv(16).decode(), asyncio.run(asyncio.sleep(0, "loop"
 """
     result = one_worker.run(source)
     assert (result.exit_code, result.anomaly, result.stdout) == (0, None, b"pipe named loop\n"), result
+
+
+# What a later run can read of its worker (pid 1, its namespace's init) and of the pid counter.
+WORKER_READER = """
+import json, os
+seen = {"pid": os.getpid(), "last pid": open("/proc/loadavg").read().split()[-1]}
+for directory in ("/proc/1", "/proc/1/task/1"):
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        try:
+            with open(f"{directory}/{name}", "rb") as entry:
+                seen[f"{directory}/{name}"] = entry.read(4096).decode(errors="replace")
+        except OSError as error:
+            seen[f"{directory}/{name}"] = type(error).__name__
+print(json.dumps(seen))
+"""
+# A writer that makes its worker's counters grow by what it wants to tell: page faults (counted to the worker when it
+# reaps the run), CPU time, wake-ups of the worker (outputs spread over time).
+COUNTER_WRITER = """
+import mmap, time
+memory = mmap.mmap(-1, 42 << 20)
+memory.write(b"x" * (42 << 20))
+for _ in range(5):
+    print("x", flush=True)
+    time.sleep(0.03)
+"""
+# Writers that start `k` processes or threads: the pid counter would tell the next run k.
+FORKS = "import os\nfor _ in range({k}):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\n"
+THREAD = "import threading\nthread = threading.Thread(target=print)\nthread.start()\nthread.join()\n"
+
+
+def read_worker(sandbox: Sandbox) -> dict[str, object]:
+    result = sandbox.run(WORKER_READER, limits=Limits(output_bytes=1 << 20))
+    assert result.exit_code == 0 and result.anomaly is None, result
+    return json.loads(result.stdout)
+
+
+def test_the_workers_counters_do_not_tell_of_earlier_runs(one_worker: Sandbox) -> None:
+    """The worker's /proc entry (stat, status, schedstat, its children) grew with each run it served."""
+    if one_worker.isolation == "docker":
+        pytest.xfail("docker mounts /proc itself: the worker's entry cannot be hidden (see sandbox/README.md)")
+    before = read_worker(one_worker)
+    assert one_worker.run(COUNTER_WRITER).exit_code == 0
+    after = read_worker(one_worker)
+    changed = {name for name, value in after.items() if value != before.get(name)}
+    assert changed == {"pid", "last pid"}, sorted(changed)
+
+
+@pytest.mark.parametrize("writer", ["", FORKS.format(k=1), THREAD], ids=["nothing", "one fork", "one thread"])
+def test_the_pid_counter_does_not_tell_what_a_run_started(one_worker: Sandbox, writer: str) -> None:
+    """The next run's pid is the same whether the run before it started nothing, a process or a thread."""
+    first = read_worker(one_worker)
+    assert one_worker.run(writer + "print('done')").stdout.endswith(b"done\n")
+    second = read_worker(one_worker)
+    reference = one_worker.run("")
+    assert reference.exit_code == 0
+    third = read_worker(one_worker)
+    assert (second["pid"] - first["pid"], second["last pid"]) == (third["pid"] - second["pid"], str(second["pid"]))
+
+
+def test_a_run_that_started_more_leaves_a_fresh_worker(one_worker: Sandbox) -> None:
+    """Past the allowance the worker is replaced: the next run sees a new worker's counter, not the run's count."""
+    with Sandbox("pool", workers=1, isolation=one_worker.isolation) as new:
+        fresh = read_worker(new)["pid"]
+    read_worker(one_worker)  # the worker has served runs: its counter is past a fresh one's
+    result = one_worker.run(FORKS.format(k=5) + "print('done')")
+    assert (result.exit_code, result.stdout, result.anomaly) == (0, b"done\n", None)
+    assert read_worker(one_worker)["pid"] == fresh
