@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from corrgrpo_proto import ItemError
@@ -38,6 +38,7 @@ from corrgrpo_sandbox import Limits, RunCancelled, Sandbox
 from corrgrpo_sandbox.harness import HarnessResult, IOTest, parse_solution, run_assert, run_io, syntax_error
 from corrgrpo_service import Scored, Store, StoreUnavailable
 
+from .efficiency import Calibration, EfficiencyMode, TimingRunFailed, efficiency, time_pairs
 from .extract import Extracted, extract, marker_of
 from .kinds import ProblemError, call_tests, mbpp_check
 from .problems import problem_hash
@@ -73,6 +74,8 @@ class ScoringConfig:
     reference_ttl_s: float = 7 * 24 * 3600.0  # every t_ref key expires
     reference_failure_ttl_s: float = 30.0  # a failed measurement is shared briefly, never kept as final
     efficiency: bool = True  # False: never measure t_ref; the component is 0
+    efficiency_mode: EfficiencyMode = "paper"  # `efficiency.py`: the authors' single run, or calibrated paired runs
+    calibration: Calibration = field(default_factory=Calibration)
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
     case_s: float = 6.0  # CPU seconds per stdin case (LiveCodeBench's 6 s), and the most a problem's own limit may ask
     run_ttl_s: float = 3600.0  # a run's verdict is shared through the store this long (`runs`); 0: within a batch only
@@ -171,7 +174,7 @@ def components(fmt: float, syntax: bool, similarity: float, result: HarnessResul
     """The dependency chain: syntax (the code parses, here) → compile (prelude + code compiled in the sandbox's child,
     `HarnessResult.compiled`) → runtime (no error but a failed assertion) → correct (every test passed). An anomaly
     the solution caused counts as not compiling: nothing of an untrustworthy run is trusted. Efficiency is added
-    later, for correct items only (`CodeScorer._add_efficiency`)."""
+    later, for correct items only (`CodeScorer._add_paper`, `_add_calibrated`)."""
     compiled = syntax and result.compiled is True and result.stage != "anomaly"
     runtime = compiled and (result.stage in ("assertion", "passed") or _raised_assertion(result))
     correct = compiled and result.stage == "passed"
@@ -187,14 +190,6 @@ def components(fmt: float, syntax: bool, similarity: float, result: HarnessResul
     }
 
 
-def efficiency(t: float, t_ref: float | None) -> float:
-    """The authors' `clip(1 - t / t_ref, 0, 1)` of a correct run; 0 unless both times are known and positive (their
-    `applied`): as fast as the reference or slower earns 0."""
-    if t_ref is None or t_ref <= 0 or t <= 0:
-        return 0.0
-    return min(1.0, max(0.0, 1.0 - t / t_ref))
-
-
 def _noisy(times: list[float]) -> bool:
     """A run far off the others (a neighbour's burst): worth measuring again."""
     middle = statistics.median(times)
@@ -206,6 +201,10 @@ class _Outcome:
     scored: Scored
     timed: PreparedProblem | None = None  # set when correct: efficiency needs this problem's t_ref
     cpu_s: float = 0.0
+    code: str = ""  # the program run (calibrated efficiency times it again)
+
+
+_Timed = tuple[int, _Outcome, PreparedProblem]  # a correct item: its index in the batch, outcome, problem
 
 
 def _content(problem: AnyProblem) -> tuple[str, ...]:
@@ -255,7 +254,8 @@ class CodeScorer:
 
     async def score(self, items: Sequence[CodeItem]) -> list[Scored | ItemError]:
         """Evaluate every item in `lanes` threads that take the next item as they finish one (one hand-off to the
-        event loop per lane, not per item), then add efficiency with one t_ref lookup per distinct problem."""
+        event loop per lane, not per item), then add efficiency: `paper`, one t_ref lookup per distinct problem;
+        `calibrated`, one paired timing per distinct correct program."""
         answers: list[_Outcome | ItemError | None] = [None] * len(items)
         pending = queue.SimpleQueue[int]()
         for index in sorted(range(len(items)), key=lambda i: -self._expected_seconds(items[i])):
@@ -267,10 +267,20 @@ class CodeScorer:
         lanes = (loop.run_in_executor(self.pool, lane) for _ in items[: self.lanes])
         try:
             await asyncio.gather(*lanes)
+            timed = [(i, a, a.timed) for i, a in enumerate(answers) if isinstance(a, _Outcome) and a.timed is not None]
+            if self.config.efficiency_mode == "calibrated":
+                await self._add_calibrated(timed, answers, cancelled)
+            else:
+                await self._add_paper(timed, answers)
         except asyncio.CancelledError:  # the client went away: end the batch's sandbox runs now, not at their wall limit
             cancelled.set()
             raise
-        timed = [(i, a, a.timed) for i, a in enumerate(answers) if isinstance(a, _Outcome) and a.timed is not None]
+        done = [a.scored if isinstance(a, _Outcome) else a for a in answers if a is not None]
+        assert len(done) == len(items), "lanes end early only when the batch is cancelled"
+        return done
+
+    async def _add_paper(self, timed: list[_Timed], answers: list[_Outcome | ItemError | None]) -> None:
+        """The authors' efficiency: each item's one run against its problem's shared t_ref."""
         problems = {prepared.key: prepared for _, _, prepared in timed}
         known = {key: reference for key, p in problems.items() if (reference := _remembered(p)) is not None}
         asked = [prepared for key, prepared in problems.items() if key not in known]
@@ -281,10 +291,47 @@ class CodeScorer:
             if isinstance(reference, BaseException):
                 answers[index] = _item_error(reference, prepared.problem.task_id)
             else:
-                self._add_efficiency(outcome, reference)
-        done = [a.scored if isinstance(a, _Outcome) else a for a in answers if a is not None]
-        assert len(done) == len(items), "lanes end early only when the batch is cancelled"
-        return done
+                info = outcome.scored.info
+                info.update(t_ref=reference["t_ref"], t_ref_source=reference["source"], t_ref_error=reference.get("error"))
+                outcome.scored.components["efficiency"] = efficiency(outcome.cpu_s, reference["t_ref"])
+
+    async def _add_calibrated(
+        self, timed: list[_Timed], answers: list[_Outcome | ItemError | None], cancelled: threading.Event
+    ) -> None:
+        """Efficiency from paired runs (`efficiency.time_pairs`), once per distinct program of a problem: copies in a
+        batch share one timing, as they share one verdict run."""
+        programs = {(prepared.key, outcome.code): prepared for _, outcome, prepared in timed}
+        loop = asyncio.get_running_loop()
+        timings = (loop.run_in_executor(self.pool, self.calibrate, p, code, cancelled) for (_, code), p in programs.items())
+        measured = dict(zip(programs, await asyncio.gather(*timings, return_exceptions=True), strict=True))
+        for index, outcome, prepared in timed:
+            timing = measured[prepared.key, outcome.code]
+            if isinstance(timing, BaseException):
+                answers[index] = _item_error(timing, prepared.problem.task_id)
+            else:
+                value, shown = timing
+                outcome.scored.components["efficiency"] = value
+                outcome.scored.info.update(shown)
+
+    def calibrate(
+        self, prepared: PreparedProblem, code: str, cancelled: threading.Event | None = None
+    ) -> tuple[float, dict[str, Any]]:
+        """`code`'s calibrated efficiency against the reference, and what `info` shows of the pairs (blocking)."""
+        calibration, cases = self.config.calibration, (self.cases, cancelled)
+        run = functools.partial(run_tests, self.sandbox, prepared, limits=self.config.limits, cases=cases)
+        with self.sandbox.cancellable(cancelled or threading.Event()):
+            try:
+                times = time_pairs(run, code, prepared.reference.code, calibration)
+            except TimingRunFailed as failed:
+                error = {"reference": "t_ref_error", "candidate": "timing_error"}[failed.side]
+                return 0.0, {"t_ref": None, "t_ref_source": "paired", error: str(failed)}
+        return times.efficiency(calibration), {
+            "t_ref": statistics.median(times.reference),
+            "t_ref_source": "paired",
+            "t_ratio": times.ratio(),
+            "t_ratio_bound": times.bound(calibration),
+            "timing_pairs": times.pairs,
+        }
 
     def _lane(
         self,
@@ -401,13 +448,8 @@ class CodeScorer:
             if not prepared.reference.code:
                 info["t_ref_error"] = "no reference solution"
                 return _Outcome(scored)
-            return _Outcome(scored, prepared, result.exec.cpu_s)
+            return _Outcome(scored, prepared, result.exec.cpu_s, extracted.code)
         return _Outcome(scored)
-
-    def _add_efficiency(self, outcome: _Outcome, reference: dict[str, Any]) -> None:
-        info = outcome.scored.info
-        info.update({"t_ref": reference["t_ref"], "t_ref_source": reference["source"], "t_ref_error": reference.get("error")})
-        outcome.scored.components["efficiency"] = efficiency(outcome.cpu_s, reference["t_ref"])
 
     def measure_reference(self, prepared: PreparedProblem) -> dict[str, Any]:
         """Mean child CPU time of `reference_runs` runs of the reference through the same harness. A failed

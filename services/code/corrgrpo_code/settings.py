@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from corrgrpo_sandbox import Limits
 from corrgrpo_service import ServiceSettings
 from corrgrpo_service.settings import cpu_count
 
+from .efficiency import FEWEST_PAIRS, EfficiencyMode
 from .scoring import HARNESS_LIMITS, ScoringConfig
 
 DEFAULT = ScoringConfig()
@@ -47,6 +48,24 @@ class CodeSettings(ServiceSettings):
     code_reference_runs: int = Field(DEFAULT.reference_runs, ge=1, description="Runs of the reference averaged into t_ref")
     code_efficiency: bool = Field(
         DEFAULT.efficiency, description="Measure efficiency (false: t_ref is never measured; the component is 0)"
+    )
+    code_efficiency_mode: EfficiencyMode = Field(
+        DEFAULT.efficiency_mode,
+        description="`paper` (the authors': one run against a shared t_ref; on millisecond tasks mostly noise) or "
+        "`calibrated` (candidate and reference in interleaved pairs; only a speed-up beyond their spread is paid)",
+    )
+    code_timing_min_pairs: int = Field(
+        DEFAULT.calibration.min_pairs, ge=FEWEST_PAIRS, description="`calibrated`: fewest timing pairs (within the budget)"
+    )
+    code_timing_max_pairs: int = Field(
+        DEFAULT.calibration.max_pairs,
+        ge=FEWEST_PAIRS,
+        description="`calibrated`: most timing pairs, taken while the median ratio is neither precise nor settled at 0",
+    )
+    code_timing_budget_s: float = Field(
+        DEFAULT.calibration.budget_s,
+        gt=0,
+        description="`calibrated`: CPU seconds of one program's timing runs (both sides); past it no new pair",
     )
     code_max_chars: int = Field(
         DEFAULT.max_code_chars,
@@ -83,6 +102,12 @@ class CodeSettings(ServiceSettings):
     )
     code_max_reference_chars: int = Field(100_000, gt=0, description="Longest inline `problem.reference` (413)")
 
+    @model_validator(mode="after")
+    def _pairs_in_order(self) -> CodeSettings:
+        if self.code_timing_max_pairs < self.code_timing_min_pairs:
+            raise ValueError("CORRGRPO_CODE_TIMING_MAX_PAIRS must be at least CORRGRPO_CODE_TIMING_MIN_PAIRS")
+        return self
+
     def limits(self) -> Limits:
         return replace(HARNESS_LIMITS, cpu_s=self.code_cpu_s, wall_s=self.code_wall_s, memory_mb=self.code_memory_mb)
 
@@ -93,6 +118,13 @@ class CodeSettings(ServiceSettings):
             cache_prefix=self.code_cache_prefix,
             reference_runs=self.code_reference_runs,
             efficiency=self.code_efficiency,
+            efficiency_mode=self.code_efficiency_mode,
+            calibration=replace(
+                DEFAULT.calibration,
+                min_pairs=self.code_timing_min_pairs,
+                max_pairs=self.code_timing_max_pairs,
+                budget_s=self.code_timing_budget_s,
+            ),
             max_code_chars=self.code_max_chars,
             reference_attempts=self.code_reference_attempts,
             reference_ttl_s=self.code_reference_ttl_s,
