@@ -29,7 +29,6 @@ ISOLATIONS = ("auto", "bwrap", "docker", "unsafe-none")
 AUTO_ORDER = ("bwrap", "docker")
 PACKAGE_DIR = Path(__file__).resolve().parent
 INSIDE_PACKAGE_DIR = "/opt/corrgrpo_sandbox"
-INSIDE_CPU_COUNTER = "/opt/corrgrpo_cpuacct.usage"
 TMP_SIZE_BYTES = 256 * 1024 * 1024  # the sandbox's /tmp is a tmpfs (RAM): cap it
 SHM_SIZE_BYTES = 64 * 1024 * 1024  # /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -50,12 +49,10 @@ class Launcher:
 
     isolation: str  # "bwrap", "docker", "unsafe-none"
     head: tuple[str, ...]  # the isolating wrapper and its options; () for none
-    # then the mounts `read_only` makes, then `seal` (e.g. making the root read-only), then:
+    # then `seal` (e.g. making the root read-only), then:
     command: tuple[str, ...]  # the worker interpreter; the worker's arguments follow it
-    namespaced: bool  # alone in its own PID and IPC namespaces: kill(-1) and removing every IPC object are safe
+    namespaced: bool  # alone in its own PID and network namespaces: kill(-1) is safe, their state the sandbox's
     scratch: tuple[str, ...]  # writable mounts the worker wipes after every run ("" = a fresh host temp dir)
-    # options that show a host file read-only at a path inside; None when the worker sees the host's paths
-    read_only: Callable[[str, str], tuple[str, ...]] | None = None
     cgroups: bool = True  # the worker's processes descend from the launched one (a cgroup entered before exec holds them)
     seal: tuple[str, ...] = ()
     stdio: bool = False  # the protocol runs over the worker's stdin/stdout instead of passed fds (e.g. `docker run -i`)
@@ -140,7 +137,6 @@ def bwrap_launcher(python: str) -> Launcher:
         command,
         namespaced=True,
         scratch=("/tmp", "/dev/shm", "/dev/mqueue"),
-        read_only=lambda source, target: ("--ro-bind", source, target),
         seal=BWRAP_SEAL,
     )
 

@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from corrgrpo_sandbox.execution import ExecResult, Limits
-from corrgrpo_sandbox.isolation import INSIDE_CPU_COUNTER, Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
+from corrgrpo_sandbox.isolation import Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
 from corrgrpo_sandbox.worker import HEADER, PIPE_DEFAULT, STREAMS, write_all
 
 DEFAULT_LIMITS = Limits()
@@ -82,23 +82,21 @@ class Worker:
         scratch = [path for path in launcher.scratch if path] + self.host_scratch
         parents = cgroup_parents() if launcher.cgroups else {}
         self.cgroup = WorkerCgroup(parents) if parents else None
-        mounts: tuple[str, ...] = ()
-        counter = "-"
-        if self.cgroup is not None:
-            counter = self.cgroup.cpu_counter
-            if launcher.read_only is not None:
-                mounts, counter = launcher.read_only(counter, INSIDE_CPU_COUNTER), INSIDE_CPU_COUNTER
+        counter_fds: tuple[int, ...] = ()
+        if self.cgroup is not None:  # an open file, not a path: a path the worker can read, every run could (past CPU)
+            counter_fds = (os.open(self.cgroup.cpu_counter, os.O_RDONLY | os.O_CLOEXEC),)
         if launcher.stdio:
-            pass_fds: tuple[int, ...] = ()
+            pass_fds: tuple[int, ...] = counter_fds
             protocol = ("0", "1")
         else:
             request_read, self.request_fd = os.pipe()
             self.reply_fd, reply_write = os.pipe()
-            pass_fds, protocol = (request_read, reply_write), (str(request_read), str(reply_write))
+            pass_fds, protocol = (request_read, reply_write, *counter_fds), (str(request_read), str(reply_write))
+        counter = str(counter_fds[0]) if counter_fds else "-"
         arguments = [*protocol, "1" if launcher.namespaced else "0", counter, str(pipe_bytes), *scratch]
         try:
             self.process = subprocess.Popen(
-                [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments],
+                [*launcher.head, *launcher.seal, *launcher.command, *arguments],
                 stdin=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

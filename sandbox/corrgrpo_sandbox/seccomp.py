@@ -14,8 +14,9 @@ process or leave state behind the run are refused with EPERM:
   of another family): the network namespace is the worker's for its whole life, and a closed TCP connection stays in
   `/proc/net/tcp` (TIME_WAIT) for a minute with addresses and ports the program chose, as do the namespace's packet
   counters. Unix sockets (multiprocessing and asyncio need them) end with their processes, but for a cycle of them in
-  flight, which the worker treats as a leftover. SysV IPC and files are removed by the worker after each run;
-  namespaced sysctls are behind the read-only `/proc` (see `isolation.bwrap_head`);
+  flight, which the worker treats as a leftover. No SysV IPC objects (`shmget`, `semget`, `msgget`): the namespace
+  numbers each one after all it made before. Files are removed by the worker after each run; namespaced sysctls are
+  behind the read-only `/proc` (see `isolation.bwrap_head`);
 * ways around the filter or the mounts: `io_uring_*` (its operations bypass seccomp), `bpf`, `perf_event_open`,
   `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI.
 
@@ -83,6 +84,9 @@ SYSCALLS = {
     "ioprio_set": (251, 30),
     "migrate_pages": (256, 238),
     "move_pages": (279, 239),
+    "shmget": (29, 194),
+    "semget": (64, 190),
+    "msgget": (68, 186),
     "socket": (41, 198),
     "socketpair": (53, 199),
 }

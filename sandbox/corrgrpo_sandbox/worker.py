@@ -12,10 +12,10 @@ pipes). The worker is a child subreaper: every process the candidate starts is i
 that of the whole process tree (the worker's cgroup counter where it has one, else the rusage of every process
 it reaps plus the live ones in /proc); the tree is killed when it reaches the CPU limit or the wall limit, and
 when the child exits. A run ends only when every one of its processes is reaped. Then the writable mounts are
-wiped (whatever permissions the candidate set) and, in the sandbox's own IPC namespace, every SysV IPC object
-is removed, so nothing survives into the next run; a unix socket left in the network namespace (the only family the
-seccomp filter allows) makes the run an anomaly, and the worker and its namespaces are replaced. The pid counter is
-moved after every run to where any run would leave it (`PidCounter`).
+wiped (whatever permissions the candidate set), so nothing survives into the next run; a unix socket left in the
+network namespace (the only family the seccomp filter allows, which refuses SysV IPC too) makes the run an anomaly,
+and the worker and its namespaces are replaced. The pid and inode counters are moved after every run to where any
+run would leave them (`PidCounter`, `InodeCounters`).
 
 The candidate shares the sandbox with the worker, so the worker hides its pipes from it (moved to high fds,
 closed in the child, and the worker is non-dumpable so /proc/<worker>/fd and ptrace are refused); if the
@@ -45,20 +45,20 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Iterable
 
 HEADER = struct.Struct(">I")
 SETUP = struct.Struct(">dd")  # the child's set-up report: its CPU, and when its program began (monotonic)
 STREAMS = ("stdout", "stderr", "channel")
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-IPC_RMID = 0
 PROTOCOL_FD_BASE = 200  # the worker's own pipes live here; the child closes every fd >= 4
 READ_CHUNK = 65536
 PAGE = 4096
 DOMAINNAME = "/proc/sys/kernel/domainname"
 LAST_PID = "/proc/sys/kernel/ns_last_pid"  # the pid namespace's counter: the last pid it gave out
 PID_ALLOWANCE = 1  # processes and threads a run may start besides its child and leave no trace (see PidCounter)
+INODE_STRIDE = 4  # inode numbers of each writable mount a run may take (cwd, files, the worker's check: InodeCounters)
 RLIMITS = tuple(getattr(resource, name) for name in sorted(dir(resource)) if name.startswith("RLIMIT_"))
 UNIX_SOCKETS = "net/unix"  # in /proc/<pid>: the network namespace's unix sockets, one line each after a header
 DRAIN_READS = 32  # a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
@@ -218,11 +218,15 @@ class KernelFile:
     system call per read, where `open().read()` made eight (the kernel writes the text anew at each read). The fd is
     the worker's alone: the child closes every fd above 3 before the program runs."""
 
-    def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def open(cls, path: str) -> KernelFile:
+        return cls(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
 
     def read(self) -> bytes:
-        """The whole text (a file of many records, such as /proc/sysvipc/*, may take several reads)."""
+        """The whole text (a file of many records, such as /proc/net/unix, may take several reads)."""
         chunks, offset = [], 0
         while chunk := os.pread(self.fd, READ_CHUNK, offset):
             chunks.append(chunk)
@@ -234,34 +238,6 @@ class KernelFile:
         return os.pread(self.fd, PAGE, 0)
 
 
-class IpcObjects:
-    """The SysV shared memory segments, semaphore sets and message queues of this IPC namespace (the sandbox's own,
-    see Launcher.namespaced), listed in /proc/sysvipc. POSIX IPC lives in the wiped mounts."""
-
-    def __init__(self) -> None:
-        removers: dict[str, Callable[[int], int]] = {
-            "shm": lambda ident: LIBC.shmctl(ident, IPC_RMID, None),
-            "sem": lambda ident: LIBC.semctl(ident, 0, IPC_RMID),
-            "msg": lambda ident: LIBC.msgctl(ident, IPC_RMID, None),
-        }
-        self.tables = {
-            kind: (KernelFile(path), remove)
-            for kind, remove in removers.items()
-            if os.path.exists(path := f"/proc/sysvipc/{kind}")
-        }
-
-    def remove(self) -> bool:
-        """Remove every one; True when none is left."""
-        clean = True
-        for table, remove in self.tables.values():
-            rows = table.read().splitlines()[1:]
-            for row in rows:
-                remove(int(row.split()[1]))
-            if rows:
-                clean &= len(table.read().splitlines()) <= 1
-        return clean
-
-
 class Invariants:
     """What a run must leave as it found it in the worker, checked after every run: the worker's limits, priority,
     CPU affinity and scheduling, and the namespace's UTS names. The seccomp filter should make each change
@@ -270,7 +246,7 @@ class Invariants:
     under bwrap the worker's /proc entry is hidden (`isolation.bwrap_head`), and with it its OOM score."""
 
     def __init__(self) -> None:
-        self.domainname = KernelFile(DOMAINNAME) if os.path.exists(DOMAINNAME) else None
+        self.domainname = KernelFile.open(DOMAINNAME) if os.path.exists(DOMAINNAME) else None
         self.expected = self.read()
 
     def read(self) -> dict[str, object]:
@@ -295,7 +271,7 @@ class PidCounter:
     more the worker is spent, replaced before another run (a fork, a thread: forked judges, threaded programs)."""
 
     def __init__(self) -> None:
-        self.last = KernelFile(LAST_PID)
+        self.last = KernelFile.open(LAST_PID)
         # a thread that starts in pthread_exit(NULL) (the start routine's own signature) ends as it begins
         self.start, self.thread = ctypes.cast(LIBC.pthread_exit, ctypes.c_void_p), ctypes.c_ulong()
 
@@ -311,6 +287,40 @@ class PidCounter:
         return True
 
 
+class InodeCounters:
+    """The inode numbers of the writable tmpfs mounts: each new file or directory takes the next one, so a later run
+    would read in its own files' numbers how many an earlier one made. After each run the worker spends numbers
+    (files that vanish when closed, O_TMPFILE) until each counter stands `INODE_STRIDE` past where it stood before;
+    a run that made more (its cwd and the request's files included) leaves the worker spent, like `PidCounter`.
+    /dev/mqueue numbers its files from the host's one counter (pipes, sockets): out of any run's control."""
+
+    def __init__(self, directories: Iterable[str]) -> None:
+        self.last = {directory: number for directory in directories if (number := self.take(directory)) is not None}
+
+    @staticmethod
+    def take(directory: str) -> int | None:
+        """The next inode number of `directory`'s file system, spent; None where it has no anonymous files."""
+        try:
+            fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o600)
+        except OSError:
+            return None
+        try:
+            return os.fstat(fd).st_ino
+        finally:
+            os.close(fd)
+
+    def settle(self) -> bool:
+        """After a run: True when every counter is where it always is after a run."""
+        for directory, last in self.last.items():
+            now = self.take(directory)
+            if now is None or not 0 < now - last <= INODE_STRIDE:
+                return False
+            for _ in range(INODE_STRIDE - (now - last)):
+                self.take(directory)
+            self.last[directory] = last + INODE_STRIDE
+        return True
+
+
 def namespace_file(name: str) -> KernelFile:
     """A file of /proc/<pid> that shows the namespaces, not the process, opened through a short-lived child: the
     worker's own entry (/proc/self, /proc/net) is hidden under bwrap. The open file keeps reading the namespace."""
@@ -321,7 +331,7 @@ def namespace_file(name: str) -> KernelFile:
         os.read(read_end, 1)  # until the worker has opened the file
         os._exit(0)
     try:
-        return KernelFile(f"/proc/{pid}/{name}")
+        return KernelFile.open(f"/proc/{pid}/{name}")
     finally:
         os.close(write_end)
         os.close(read_end)
@@ -471,10 +481,10 @@ def become_candidate(
 class ProcessTree:
     """The processes of one run: every descendant of the worker (a subreaper, so orphans stay descendants)."""
 
-    def __init__(self, namespaced: bool, usage_path: str | None) -> None:
+    def __init__(self, namespaced: bool, usage: KernelFile | None) -> None:
         self.namespaced = namespaced  # alone in a PID namespace: every process but init and the worker is the run's
         # the worker's cgroup CPU counter (ns), counting even processes nobody waited for
-        self.usage = KernelFile(usage_path) if usage_path is not None else None
+        self.usage = usage
         self.me = os.getpid()
         self.reaped_cpu = 0.0
         self.peak_rss_kb = 0
@@ -634,14 +644,13 @@ class Worker:
     """State that lives across runs: the protocol, the scratch mounts, the output buffers."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.request_fd, self.reply_fd = (
-            os.dup2(int(fd), PROTOCOL_FD_BASE + i, inheritable=False) for i, fd in enumerate(argv[1:3])
-        )
-        for original in argv[1:3]:
-            if int(original) not in (self.request_fd, self.reply_fd):
-                os.close(int(original))
+        passed = [int(fd) for fd in (*argv[1:3], argv[4]) if fd != "-"]  # the pipes, the CPU counter if any
+        moved = [os.dup2(fd, PROTOCOL_FD_BASE + i, inheritable=False) for i, fd in enumerate(passed)]
+        for original in set(passed) - set(moved):
+            os.close(original)
+        self.request_fd, self.reply_fd = moved[:2]
         self.namespaced = argv[3] == "1"
-        self.tree = ProcessTree(self.namespaced, None if argv[4] == "-" else argv[4])
+        self.tree = ProcessTree(self.namespaced, KernelFile(moved[2]) if len(moved) > 2 else None)
         self.pipe_bytes = int(argv[5])  # the most each output pipe may hold (`output_pipe`)
         self.scratch = argv[6:]  # writable mounts wiped after every run; the first one holds the child's cwd
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
@@ -678,13 +687,11 @@ class Worker:
             os.close(fd)
         for directory, mode in self.modes.items():
             clean &= wipe(directory, mode)
-        if self.ipc is not None:
-            clean &= self.ipc.remove()
         if self.unix_sockets is not None:  # a socket that outlives its processes: one in flight in a cycle of them
             clean &= self.unix_sockets.read().count(b"\n") <= 1
         if broken := self.invariants.broken():
             return {"anomaly": broken}, []
-        spent = self.pids is not None and not self.pids.settle(pid)
+        spent = self.pids is not None and not (self.pids.settle(pid) and self.inodes.settle())
         if setup is None:
             return {"anomaly": "the child ended before it had its program"}, []
         status = self.tree.child_status
@@ -703,7 +710,7 @@ class Worker:
             "wall_s": wall,
             "peak_rss_kb": self.tree.peak_rss_kb,
             "spent": spent,
-            "anomaly": None if clean else "processes, files, IPC objects or sockets left by the candidate could not be removed",
+            "anomaly": None if clean else "processes, files or sockets left by the candidate could not be removed",
         }
         return reply, views
 
@@ -723,11 +730,11 @@ class Worker:
         atexit._clear()  # what site and the imports registered is the worker's: a child runs only its own (see above)
         gc.freeze()  # the worker's objects out of the collector's reach: a child's collections never copy their pages
         self.invariants = Invariants()
-        self.ipc = IpcObjects() if self.namespaced else None
         # unix sockets are the only ones a run may create (`seccomp`); the kernel frees one that was sent over another
         # in a cycle only when its collector runs, meanwhile listed with the name the program chose
         self.unix_sockets = namespace_file(UNIX_SOCKETS) if self.namespaced else None
-        self.pids = PidCounter() if self.namespaced else None  # unsandboxed, the counter is the host's
+        self.pids = PidCounter() if self.namespaced else None  # unsandboxed, the counters are the host's
+        self.inodes = InodeCounters(self.modes if self.namespaced else ())
         while (header := read_message(self.request_fd)) is not None:
             views: list[memoryview] = []
             try:

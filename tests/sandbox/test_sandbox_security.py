@@ -153,25 +153,14 @@ print(json.dumps(found))
 
 
 def test_ipc_objects_do_not_outlive_their_run(one_worker: Sandbox) -> None:
+    """SysV IPC is refused (seccomp: its ids counted every object the namespace made, and segments outlived their
+    run and the memory limit); a POSIX message queue is wiped with /dev/mqueue."""
     created = one_worker.run("CREATE = True\n" + SYSV_AND_POSIX_IPC)
     assert created.exit_code == 0, created.stderr
-    assert json.loads(created.stdout) == {
-        "shm": True, "shm_text": "secret-in-shm", "sem": True, "msg": True, "mq": True, "tables": [1, 1, 1],
-    }  # fmt: skip
+    assert json.loads(created.stdout) == {"shm": False, "sem": False, "msg": False, "mq": True, "tables": [0, 0, 0]}
     later = one_worker.run("CREATE = False\n" + SYSV_AND_POSIX_IPC)
     assert later.exit_code == 0, later.stderr
     assert json.loads(later.stdout) == {"shm": False, "sem": False, "msg": False, "mq": False, "tables": [0, 0, 0]}
-
-
-def test_big_shared_memory_segments_are_freed(one_worker: Sandbox) -> None:
-    """3 x 512 MB segments outlived their run (and the memory limit, which does not cover SysV shm)."""
-    source = (
-        "import ctypes\nlibc = ctypes.CDLL(None)\n"
-        "print([libc.shmget(0x5EC0 + i, 512 << 20, 0o1600) >= 0 for i in range(3)])"  # created, never touched
-    )
-    assert one_worker.run(source).stdout == b"[True, True, True]\n"
-    after = one_worker.run("print(open('/proc/sysvipc/shm').read().count('\\n'))")
-    assert after.stdout == b"1\n"  # the header line only
 
 
 def test_locked_directories_are_wiped(one_worker: Sandbox) -> None:

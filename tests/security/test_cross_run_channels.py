@@ -205,3 +205,54 @@ def test_a_run_that_started_more_leaves_a_fresh_worker(one_worker: Sandbox) -> N
     result = one_worker.run(FORKS.format(k=5) + "print('done')")
     assert (result.exit_code, result.stdout, result.anomaly) == (0, b"done\n", None)
     assert read_worker(one_worker)["pid"] == fresh
+
+
+# What a later run can read in its own new files and IPC objects, and in the files of the sandbox.
+NUMBERS_READER = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {"cwd": os.stat(".").st_ino, "sandbox files": sorted(os.listdir("/opt"))}
+for directory in ("/tmp", "/dev/shm"):
+    with open(f"{directory}/probe", "w") as probe:
+        seen[directory] = os.fstat(probe.fileno()).st_ino
+seen["SysV ids"] = [libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600)]  # IPC_PRIVATE
+print(json.dumps(seen))
+"""
+NUMBERS_WRITERS = {
+    # two files: within what any run may take; every later number is where it would be had the run made none
+    "two files": "open('/tmp/a', 'w').close()\nopen('/dev/shm/b', 'w').close()\n",
+    "SysV objects": "import ctypes\nlibc = ctypes.CDLL(None)\nfor _ in range(7):\n    libc.shmget(0, 4096, 0o1600)\n",
+    # the worker's cgroup CPU counter used to be a file in the sandbox (/opt/corrgrpo_cpuacct.usage)
+    "CPU time": "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.2:\n    pass\n",
+}
+
+
+def read_numbers(sandbox: Sandbox) -> dict[str, object]:
+    result = sandbox.run(NUMBERS_READER)
+    assert result.exit_code == 0 and result.anomaly is None, result
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("writer", list(NUMBERS_WRITERS))
+def test_numbers_a_run_is_given_do_not_tell_of_earlier_runs(one_worker: Sandbox, writer: str) -> None:
+    """Inode numbers of the scratch mounts and SysV IPC ids count what the namespace ever made."""
+    first = read_numbers(one_worker)
+    assert one_worker.run(NUMBERS_WRITERS[writer]).exit_code == 0
+    second = read_numbers(one_worker)
+    assert one_worker.run("").exit_code == 0  # a run that makes nothing
+    third = read_numbers(one_worker)
+    steps = [
+        {name: value - before[name] for name, value in after.items() if isinstance(value, int)}
+        for before, after in ((first, second), (second, third))
+    ]
+    assert steps[0] == steps[1]
+    assert first["SysV ids"] == [-1, -1, -1] and first["sandbox files"] == ["corrgrpo_sandbox"]
+
+
+def test_a_run_that_made_many_files_leaves_a_fresh_worker(one_worker: Sandbox) -> None:
+    with Sandbox("pool", workers=1, isolation=one_worker.isolation) as new:
+        fresh = read_numbers(new)
+    read_numbers(one_worker)
+    result = one_worker.run("for i in range(50):\n    open(f'/tmp/{i}', 'w').close()\nprint('done')")
+    assert (result.exit_code, result.stdout, result.anomaly) == (0, b"done\n", None)
+    assert read_numbers(one_worker) == fresh
