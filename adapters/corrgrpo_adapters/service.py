@@ -33,10 +33,6 @@ class ServiceInfo:
         return [spec.name for spec in self.components]
 
     @property
-    def weights(self) -> dict[str, float]:
-        return {spec.name: spec.weight for spec in self.components}
-
-    @property
     def episodic(self) -> bool:
         """AgentDojo: scored by episodes (create, step, finish), not by single completions."""
         return {"suite", "user_task"} <= self.shape.fields
@@ -96,9 +92,10 @@ class Episodes:
         answer = await self.steps.request("POST", f"/v1/episodes/{episode_id}/step", {"tool_calls": calls})
         return StepResponse.model_validate(answer)
 
-    async def finish(self, episode_id: str, completion: str) -> FinishResponse:
-        """Close the episode; the service reads the final answer out of the last turn's text."""
-        answer = await self.client.request("POST", f"/v1/episodes/{episode_id}/finish", {"completion": completion})
+    async def finish(self, episode_id: str, completion: str, weights: dict[str, float] | None = None) -> FinishResponse:
+        """Close the episode; the service reads the final answer out of the last turn's text; `total` under `weights`."""
+        body = {"completion": completion, "weights": weights}
+        answer = await self.client.request("POST", f"/v1/episodes/{episode_id}/finish", body)
         return FinishResponse.model_validate(answer)
 
 

@@ -11,11 +11,14 @@
   of the service's suites (`suites`), optionally under every injection task (`injections`).
 
 The rubric has one reward function per declared component, named after it, weighted by the declared default
-weight (`weights` overrides some), so verifiers logs every component as a metric and its reward is the
-service's weighted total. The functions are group functions: the first one scores a whole group of rollouts
-in ONE `POST /v1/score` (AgentDojo: one finish per episode, concurrently); the others read that result. An item
-the service could not score gets 0 for every component and `corrgrpo_error` 1 (a metric of weight 0), with the
-reason in the log; a service that cannot be reached fails the group as verifiers does for any reward function.
+weight (`weights` overrides some; `resolve_weights`), so verifiers logs every component as a metric and its
+reward is the service's weighted total under the same weights, sent with each request. The functions are group
+functions: the first one scores a whole group of rollouts in ONE `POST /v1/score` (AgentDojo: one finish per
+episode, concurrently); the others read that result. A rollout the service could not score is missing (the rule
+of `corrgrpo_proto.common`): its `state["error"]` is a `vf.InfraError` with the reason, `corrgrpo_error` is 1 (a
+metric of weight 0), and its reward is the mean of its group's scored rollouts, so its advantage is 0 and the
+others' are as if it had not been there (all failed: reward 0, advantage 0). A service that cannot be reached
+fails the group as verifiers does for any reward function.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from corrgrpo_adapters.service import (
     finished,
     parse_arguments,
 )
-from corrgrpo_proto import AsyncRewardClient, ItemResult, RewardClient, RewardServiceError
+from corrgrpo_proto import AsyncRewardClient, ItemResult, RewardClient, RewardServiceError, resolve_weights
 
 RESULT_KEY = "corrgrpo_result"
 ERROR_METRIC = "corrgrpo_error"
@@ -95,8 +98,21 @@ class ServiceRubric(vf.Rubric):
         super().__init__()
         self._score = score
         for spec in info.components:
-            self.add_reward_func(self._component(spec.name), weight=weights.get(spec.name, spec.weight))
+            self.add_reward_func(self._component(spec.name), weight=weights[spec.name])
         self.add_metric(self._component(ERROR_METRIC))
+
+    async def score_group(self, states: list[vf.State]) -> None:
+        """verifiers' scoring, then each unscored rollout made missing: its group's mean reward, advantage 0."""
+        await super().score_group(states)
+        scored = [state["reward"] for state in states if state[RESULT_KEY].error is None]
+        mean = sum(scored) / len(scored) if scored else 0.0
+        for state in states:
+            if (error := state[RESULT_KEY].error) is not None:
+                state["error"] = vf.InfraError(f"corrgrpo could not score this rollout: {error.code}: {error.message}")
+                state["reward"] = mean
+            state["advantage"] = state["reward"] - mean
+            for step in state["trajectory"]:  # verifiers copied the state's values into the steps
+                step["reward"], step["advantage"] = state["reward"], state["advantage"]
 
     async def results(self, states: list[vf.State]) -> list[ItemResult]:
         missing = [state for state in states if RESULT_KEY not in state]
@@ -189,12 +205,16 @@ def load_environment(
                 {"question": "", "info": json.dumps(spec)} for spec in episode_specs(client, suites, injections, attack)[1]
             ]
         rows = _rows(dataset)
-    weights = dict(weights or {})
+    try:
+        weights = resolve_weights(info.components, weights)
+    except KeyError as unknown:
+        raise ValueError(f"weights: the {info.name} service has no component {unknown} (it has {info.names})") from None
     if info.episodic:
         episodes = PerLoop(lambda: Episodes(service_url, token=token, timeout=timeout_s))
 
         async def finish(states: list[vf.State]) -> list[ItemResult]:
-            done = await asyncio.gather(*(episodes.get().finish(s["episode_id"], last_turn(s["completion"])) for s in states))
+            finishing = (episodes.get().finish(s["episode_id"], last_turn(s["completion"]), weights) for s in states)
+            done = await asyncio.gather(*finishing)
             return [finished(response) for response in done]
 
         rubric = ServiceRubric(info, finish, weights)
@@ -204,7 +224,7 @@ def load_environment(
 
     async def score(states: list[vf.State]) -> list[ItemResult]:
         items = [info.item(last_turn(s["completion"]), dict(s.get("info") or {}), s.get("answer")) for s in states]
-        return await clients.get().score(items, weights or None)
+        return await clients.get().score(items, weights)
 
     rubric = ServiceRubric(info, score, weights)
     return vf.SingleTurnEnv(dataset=rows, eval_dataset=rows, system_prompt=system_prompt, rubric=rubric)

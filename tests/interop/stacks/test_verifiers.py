@@ -19,9 +19,11 @@ from interop.stacks.common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_in
 from interop.stacks.scripted_policy import Reply, ScriptedPolicy, Turn
 from verifiers.types import ClientConfig
 
-from corrgrpo_proto import RewardClient
+from corrgrpo_adapters.service import describe
+from corrgrpo_proto import ItemError, ItemResult, RewardClient, resolve_weights
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess
+from corrgrpo_verifiers import ServiceRubric
 
 
 @pytest.fixture
@@ -97,6 +99,30 @@ def test_unscorable_item_is_flagged_not_silently_zero(services: dict[str, Servic
     outputs = {output["info"]["task_id"]: output for output in evaluate(env, cycling(CODE), api_key, rollouts=1)}
     assert outputs["HumanEval/0"]["metrics"]["corrgrpo_error"] == 0.0 and outputs["HumanEval/0"]["metrics"]["correct"] == 1.0
     assert outputs["NoSuch/1"]["metrics"]["corrgrpo_error"] == 1.0 and outputs["NoSuch/1"]["reward"] == 0.0
+    assert outputs["HumanEval/0"].get("error") is None and outputs["NoSuch/1"]["error"]["error"] == "InfraError"
+    assert "unknown_task" in outputs["NoSuch/1"]["error"]["message"]
+
+
+async def test_an_unscored_rollout_takes_its_groups_mean_reward(services: dict[str, ServiceProcess]) -> None:
+    """The rule of corrgrpo_proto.common: a rollout the service could not score (here a fault of its own, next to two
+    it scored) is missing: its group's mean reward, advantage 0, the others' advantages as without it."""
+    url = services["code"].url
+    with RewardClient(url) as client:
+        info = describe(client)
+        scored = client.score([{"task_id": "HumanEval/0", "completion": text} for text in (CODE, WRONG_CODE)])
+    failed = ItemResult(error=ItemError(code="internal", message="a fault of the service"))
+
+    async def score(states: list[vf.State]) -> list[ItemResult]:
+        return [*scored, failed]
+
+    rubric = ServiceRubric(info, score, resolve_weights(info.components))
+    states = [vf.State(prompt=[], completion=[], trajectory=[{"reward": None, "advantage": None}]) for _ in range(3)]
+    await rubric.score_group(states)
+    right, wrong = (result.total for result in scored)
+    assert [state["reward"] for state in states] == pytest.approx([right, wrong, (right + wrong) / 2])
+    assert [state["advantage"] for state in states] == pytest.approx([(right - wrong) / 2, (wrong - right) / 2, 0.0])
+    assert states[2]["metrics"]["corrgrpo_error"] == 1.0 and isinstance(states[2]["error"], vf.InfraError)
+    assert states[2]["trajectory"][0]["advantage"] == 0.0 and "error" not in states[0]
 
 
 def agentdojo_script(turn: Turn) -> Reply:
