@@ -18,16 +18,16 @@ class AgentDojoSettings(ServiceSettings):
         600, gt=0, description="Idle TTL: an episode not stepped this long expires (404) and frees its client's quota"
     )
     agentdojo_max_live_episodes_per_client: int = Field(
-        512,
+        1024,
         gt=0,
         description="Unfinished episodes one client (its address, `CORRGRPO_FORWARDED_ALLOW_IPS`) may hold; one more "
         "gets 429 with `Retry-After` until it finishes one or one idles out",
     )
     agentdojo_max_live_episodes: int = Field(
-        2048,
+        4096,
         gt=0,
-        description="Unfinished episodes of all clients together (workspace: ~90 KB each); one more gets 503 with "
-        "`Retry-After`. Four clients at their share fit",
+        description="Unfinished episodes of all clients together (workspace: ~90 KB each, ~370 MB); one more gets 503 "
+        "with `Retry-After`. Four clients at their share fit; the in-memory store's own cap may refuse first",
     )
     agentdojo_max_tool_calls: int = Field(100, description="Tool calls allowed per episode or trajectory")
     agentdojo_env_cache_size: int = Field(256, description="Injected start environments kept per process")
