@@ -10,6 +10,8 @@ eval        --config trainer/configs/agentdojo.yaml [--output F]   AgentDojo's p
 rollout     --config trainer/configs/agentdojo.yaml [--episodes N]   a look at a few AgentDojo episodes
 advantages  --input rewards.json [--estimator corrgrpo|grpo|gdpo|all] [--output out.json]   for other stacks
 schema      [--output-dir D]   the configs' JSON Schemas (trainer/schemas/)
+report      RUN_DIR [--output-dir D]   the kept rollouts as PNGs                                           report.py
+rescore     RUN_DIR [--url NAME=URL]   the kept rollouts scored again: which values changed              rescore.py
 """
 
 from __future__ import annotations
@@ -153,6 +155,39 @@ def advantages_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", help="write the JSON to this file (default: stdout); undefined numbers are null")
 
 
+def report_command(args: argparse.Namespace) -> int:
+    from .report import report
+
+    for path in report(args.run_dir, args.output_dir):
+        print(path)
+    return 0
+
+
+def rescore_command(args: argparse.Namespace) -> int:
+    from .rescore import rescore, summary_table
+
+    urls = dict(move.partition("=")[::2] for move in args.url)
+    summary = rescore(args.run_dir, urls)
+    print(summary_table(summary))
+    return 1 if any(summary["changed"].values()) else 0
+
+
+def run_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of train or run (the config's run_dir)")
+
+
+def report_options(parser: argparse.ArgumentParser) -> None:
+    run_dir_option(parser)
+    parser.add_argument("--output-dir", help="write the PNGs here (default: RUN_DIR)")
+
+
+def rescore_options(parser: argparse.ArgumentParser) -> None:
+    run_dir_option(parser)
+    parser.add_argument(
+        "--url", action="append", default=[], metavar="NAME=URL", help="score service NAME at URL instead; repeatable"
+    )
+
+
 def schema_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default=str(SCHEMA_DIR), help="write the schemas here (default: %(default)s)")
 
@@ -185,6 +220,16 @@ COMMANDS = {
         advantages_options,
     ),
     "schema": Command("write the JSON Schemas of the RL and warm-up configs", schema_command, schema_options),
+    "report": Command(
+        "PNGs of a run's kept rollouts: reward curves, CorrGRPO's scale, correlations, zero variance",
+        report_command,
+        report_options,
+    ),
+    "rescore": Command(
+        "send a run's kept rollouts to the services again; per component, how many values changed (exit 1 if any)",
+        rescore_command,
+        rescore_options,
+    ),
 }
 
 

@@ -7,12 +7,18 @@ TRL computes advantages inline in `_generate_and_score_completions`; there is no
    replaces `out["advantages"]` — the slice TRL takes: process_index · n_local … (process_index + 1) · n_local.
 TRL's own reward metrics (`rewards/<name>/mean`, `reward`, `reward_std`) are left as TRL logs them: they
 describe the rewards, not the advantages. The estimator's diagnostics go to `self._metrics[mode]`.
+
+The main process also keeps every training rollout in the run directory (rundir.py: rollouts with their components,
+total, advantage and `info.stage`) and shows each step's phases in place of TRL's progress bar (progress.StepPhases).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,19 +27,24 @@ from packaging.version import Version
 
 try:
     import trl
+    from accelerate.utils import gather_object
+    from transformers import ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.utils import is_async_callable
 except ImportError as error:  # TRL is an extra: advantages.py and the verl plugin need torch only
     raise ImportError(f"corrgrpo_trainer.trl_trainer needs TRL: pip install 'corrgrpo-trainer[trl]' ({error})") from error
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics
+from corrgrpo_trainer.progress import ABS_ADVANTAGE, StepPhases
+from corrgrpo_trainer.rundir import RolloutWriter
 
 SUPPORTED_TRL = (Version("1.14"), Version("1.17"))  # the pyproject pin; tested with 1.16
-ABS_ADVANTAGE = "advantages/abs_mean"  # mean |advantage| of the step's rollouts, logged beside TRL's metrics
 
 # The private methods this subclass relies on, with the parameters it passes through.
 _HOOKS = {
     "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
     "_generate_and_score_completions": ["self", "inputs"],
+    "_generate": ["self", "prompts"],
 }
 
 
@@ -64,6 +75,9 @@ class CorrGRPOConfig(GRPOConfig):
     advantage_floor: float | None = field(
         default=None, metadata={"help": "CorrGRPO only: lower bound on sqrt(Σρ) (off by default, as in the paper)"}
     )
+    keep_rollouts: bool = field(default=True, metadata={"help": "write every training rollout to the run directory"})
+    run_dir: str | None = field(default=None, metadata={"help": "where rollouts.jsonl goes (default: output_dir)"})
+    show_phases: bool = field(default=True, metadata={"help": "print each step's phases and times instead of TRL's progress bar"})
 
     def __post_init__(self) -> None:
         if self.activation_checkpointing is None:  # TRL sets the deprecated alias; pass it on under its new name (no warning)
@@ -85,9 +99,33 @@ class CorrGRPOTrainer(GRPOTrainer):
 
     args: CorrGRPOConfig
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        main = self.accelerator.is_main_process
+        self.phases = StepPhases() if self.args.show_phases and main else None
+        if self.phases is not None:
+            self.remove_callback(ProgressCallback)  # the phase lines say the step and more
+            self.add_callback(PhaseCallback(self.phases))
+            self.reward_funcs = [timed(func, self.phases) for func in self.reward_funcs]
+        self.rollouts = None
+        if self.args.keep_rollouts and main:
+            names, weights = self.reward_func_names, self.reward_weights.tolist()
+            run_dir = self.args.run_dir or self.args.output_dir
+            self.rollouts = RolloutWriter(run_dir, names, weights, self.args.advantage_estimator, self.num_generations)
+
+    def _generate(self, prompts: list[Any]) -> Any:
+        if self.phases is not None:
+            self.phases.begin("generating", f"{len(prompts)} completions")
+        out = super()._generate(prompts)
+        if self.phases is not None:
+            self.phases.begin("log-probs")  # TRL's old and reference log-probabilities of the completions
+        return out
+
     def _calculate_rewards(
         self, inputs: list[dict[str, Any]], prompts: list[Any], completions: list[Any], completion_ids_list: list[Any]
     ) -> torch.Tensor:
+        if self.phases is not None:
+            self.phases.begin("scoring")
         self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         return self._gathered_rewards
 
@@ -117,4 +155,71 @@ class CorrGRPOTrainer(GRPOTrainer):
         grouped = rewards.view(-1, num_generations, rewards.shape[1])
         for name, value in diagnostics(grouped, self.reward_weights.to(rewards.device), names=self.reward_func_names).items():
             self._metrics[mode][name].append(value)
+        if mode == "train" and self.args.keep_rollouts:
+            self._keep_rollouts(gather_object(inputs), rewards, advantages)
+        if self.phases is not None:
+            self.phases.begin("updating")
         return out
+
+    def _keep_rollouts(self, rows: list[dict[str, Any]], rewards: torch.Tensor, advantages: torch.Tensor) -> None:
+        """The generation's rollouts into the run directory; completions and extra columns as TRL logged them."""
+        if self.rollouts is None:  # not the main process: it only took part in the gather
+            return
+        count = len(rows)
+        self.rollouts.write(
+            self.state.global_step + 1,  # the step these rollouts are trained in, as metrics.jsonl counts steps
+            rows,
+            list(self._logs["completion"])[-count:],
+            rewards.tolist(),
+            advantages.tolist(),
+            {name: list(values)[-count:] for name, values in self._logs["extra"].items()},
+        )
+
+
+class PhaseCallback(TrainerCallback):
+    """Starts and ends each step's phase display."""
+
+    def __init__(self, phases: StepPhases) -> None:
+        self.phases = phases
+
+    def on_step_begin(self, _args: Any, state: Any, _control: Any, **_: Any) -> None:
+        self.phases.start_step(state.global_step + 1, state.max_steps)
+
+    def on_step_end(self, _args: Any, _state: Any, _control: Any, **_: Any) -> None:
+        self.phases.end_step()
+
+    def on_train_end(self, _args: Any, _state: Any, _control: Any, **_: Any) -> None:
+        self.phases.close()
+
+
+def timed(func: Callable[..., Any], phases: StepPhases) -> Callable[..., Any]:
+    """A reward function that tells `phases` how long it took for how many items, under its service's name (a
+    column's `service` attribute, rewards.py) or its own; other reward models (nn.Module) are left as they are."""
+    if isinstance(func, torch.nn.Module):
+        return func
+    service = getattr(func, "service", getattr(func, "__name__", type(func).__name__))
+
+    def report(kwargs: dict[str, Any], start: float) -> None:
+        phases.scored(service, len(kwargs.get("completions", ())), time.monotonic() - start)
+
+    if is_async_callable(func):
+
+        @functools.wraps(func)
+        async def timed_async(*args: Any, **kwargs: Any) -> Any:
+            start = time.monotonic()
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                report(kwargs, start)
+
+        return timed_async
+
+    @functools.wraps(func)
+    def timed_sync(*args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            report(kwargs, start)
+
+    return timed_sync
