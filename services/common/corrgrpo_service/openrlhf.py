@@ -13,7 +13,8 @@ special tokens kept, and reads `{"rewards": [...], "scores": [...], "extra_logs"
   `corrgrpo_error`;
 - an item the service could not score fails the request (422 `unscored_items`, each item's reason at
   `labels.<index>`, as for a label that makes no valid item): OpenRLHF's rewards have no missing value, and a 0
-  would be learned as the policy's (the rule of `corrgrpo_proto.common`); OpenRLHF retries, then stops the run.
+  would be learned as the policy's (the rule of `corrgrpo_proto.common`); OpenRLHF 0.11 retries 5 times, then
+  logs "Failed to fetch reward" and the sample has no reward.
   `?on_error=zero` opts into a reward, score and components of 0 with `corrgrpo_error` 1 instead;
 - `scores` (what OpenRLHF's dynamic filtering compares with its range, (0, 1) by default) are the totals too,
   or with `?scores=normalized` the totals mapped onto [0, 1] by the components' declared ranges and default

@@ -83,3 +83,13 @@ async def test_empty_shards_are_answered(openrlhf: ModuleType, toolcall_urls: li
     answers = await executor._fetch_rewards_via_http([GT], [""], [GT])
     assert answers[0]["rewards"] == [pytest.approx(4.0)]
     assert all(answer["rewards"] == [] for answer in answers[1:])  # 0.11.0 sends two empty shards; 0.11.2 none
+
+
+async def test_an_unscored_sample_gets_no_reward_rather_than_0(openrlhf: ModuleType) -> None:
+    """The rule of corrgrpo_proto.common: the service refuses a batch holding an item it could not score (422
+    `unscored_items`); OpenRLHF retries it, then leaves the sample without a reward, never with a 0."""
+    with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as code:
+        unscored = await execute(openrlhf, [f"{code.url}/v1/openrlhf"], "```python\nx = 1\n```", "NoSuch/1")
+        scored = await execute(openrlhf, [f"{code.url}/v1/openrlhf"], "```python\nx = 1\n```", "HumanEval/0")
+    assert unscored["reward"] is None and unscored["extra_logs"] == {}
+    assert scored["reward"] is not None and scored["extra_logs"]["corrgrpo_error"] == [0.0]
