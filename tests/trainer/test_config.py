@@ -145,3 +145,21 @@ def test_checked_in_schemas_match_the_config_models() -> None:
         assert (SCHEMA_DIR / name).read_text() == text, f"run `python -m corrgrpo_trainer schema` and commit {name}"
     rl = yaml.safe_load(files["rl.schema.json"])
     assert set(rl["$defs"]["ToolcallRL"]["properties"]) >= {"estimator", "warmup", "run_dir", "evaluation", "trl"}
+
+
+def test_a_missing_local_dataset_is_one_line_before_the_services_are_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "rl.yaml"
+    down = {"toolcall": {"url": "http://127.0.0.1:9"}}  # asked first, it would be the error
+    config.write_text(yaml.safe_dump({"domain": "toolcall", "dataset": {"path": "rows.parquet"}, "services": down}))
+    for sets, message in [
+        ([], f"{config}: dataset.path: no such file or folder: {tmp_path / 'rows.parquet'}"),
+        (
+            ["--set", "dataset.path=./rows.parquet"],
+            f"--set dataset.path=./rows.parquet: dataset.path: no such file or folder: {Path.cwd() / 'rows.parquet'}",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["train", "--config", str(config), *sets])
+        assert exit_.value.code == 2 and capsys.readouterr().err == PREFIX.format("train") + message + "\n"

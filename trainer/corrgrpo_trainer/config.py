@@ -166,6 +166,7 @@ TRL_RESERVED = {"rl": {"reward_weights": "services.<name>.weights"}, "warmup": {
 # keys holding paths: always a path, or a path only when it names something on disk or starts like one
 OUTPUT_PATHS = {("trl", "output_dir"), ("run_dir",), ("warmup",)}
 INPUT_PATHS = {("model",), ("dataset", "path"), ("dataset", "exclude_prompts_of"), ("evaluation", "path")}
+DATA_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".gz")  # a file, never a hub id
 
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"  # trainer/schemas, checked in
@@ -259,10 +260,11 @@ def resolve_paths(raw: dict[str, Any], base: Path) -> None:
 
 
 def resolve_path(value: str, base: Path, always: bool) -> str:
-    if "://" in value:
+    if "://" in value or value in (EMBEDDED, TINY):  # a URL or a model name, even beside a folder of that name
         return value
     path = Path(value).expanduser()
-    if always or value.startswith(("/", "./", "../", "~")) or (base / path).exists():
+    local = value.startswith(("/", "./", "../", "~")) or value.endswith(DATA_FILE_SUFFIXES) or (base / path).exists()
+    if always or local:
         return str((base / path).resolve())
     return value
 
@@ -274,7 +276,7 @@ def check(raw: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[str, ..
     """`raw` validated against its domain's shape and TRL's config class, defaults filled in, as a plain dict."""
     shapes = SHAPES[kind]
     domain = raw.get("domain")
-    if domain not in shapes:
+    if not isinstance(domain, str) or domain not in shapes:
         where = origin(("domain",), source, sets)
         got = "missing" if domain is None else f"{domain!r} is not one of {', '.join(shapes)}"
         raise InputError(f"{where}: domain: {got}{suggestion(domain, list(shapes))}")
@@ -285,10 +287,21 @@ def check(raw: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[str, ..
         first = error.errors()[0]
         raise InputError(problem(first, shape, source, sets)) from None
     plain = config.model_dump(exclude_none=True)
+    check_local_sources(plain, source, sets)
     plain["trl"] = check_trl(config.trl, kind, source, sets)
     if kind == "rl":
         plain.setdefault("run_dir", plain["trl"]["output_dir"])
     return plain
+
+
+def check_local_sources(config: dict[str, Any], source: str, sets: dict[tuple[str, ...], str]) -> None:
+    """Every dataset given as a local path exists (hub ids and URLs are read later, by data.py)."""
+    for key in sorted(INPUT_PATHS - {("model",)}):
+        section = config.get(key[0]) or {}
+        values = section.get(key[1]) or []
+        for value in [values] if isinstance(values, str) else values:
+            if value.startswith("/") and not Path(value).exists():
+                raise InputError(f"{origin(key, source, sets)}: {'.'.join(key)}: no such file or folder: {value}")
 
 
 def trl_class(kind: Kind) -> type:
