@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import time
 import warnings
@@ -181,6 +182,7 @@ def resolve_launcher(python: str, isolation: str) -> Launcher:
 
 
 CGROUP_CONTROLLERS = ("cpuacct", "cpu", "pids")  # pids is optional
+CGROUP_REMOVE_ROUNDS = 2000  # x 1 ms: killed processes leave a cgroup asynchronously (usually within ~10 ms)
 
 
 @functools.cache
@@ -270,12 +272,38 @@ class WorkerCgroup:
                 os.close(fd)
 
     def remove(self) -> None:
+        """Remove the cgroups once their processes are gone. The worker's sandboxed processes die after it, each
+        asynchronously (bwrap --die-with-parent, then its PID namespace); any still there are killed here."""
         for path in self.paths:
-            for _ in range(1000):  # the killed processes leave the cgroup asynchronously (usually within ~10 ms)
+            for _ in range(CGROUP_REMOVE_ROUNDS):
                 try:
                     os.rmdir(path)
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
+                    kill_members(path)
                     time.sleep(0.001)
+            else:
+                log.warning("cgroup %s still holds processes after the worker was closed: left behind", path)
+
+
+def members(cgroup: str) -> set[int]:
+    with contextlib.suppress(OSError), open(os.path.join(cgroup, "cgroup.procs")) as procs:
+        return {int(line) for line in procs}
+    return set()
+
+
+def kill_members(cgroup: str) -> None:
+    """SIGKILL every process in `cgroup`, each through a pidfd taken while it was listed (never a reused pid)."""
+    listed = members(cgroup)
+    handles = {}
+    for pid in listed:
+        with contextlib.suppress(OSError):
+            handles[pid] = os.pidfd_open(pid)
+    still = members(cgroup)
+    for pid, handle in handles.items():
+        with contextlib.suppress(OSError):
+            if pid in still:
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+        os.close(handle)

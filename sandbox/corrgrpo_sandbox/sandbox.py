@@ -163,9 +163,12 @@ class Worker:
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("run cancelled")
             wait = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
-            if not select.select([self.reply_fd], [], [], wait)[0]:
-                continue
-            chunk = os.read(self.reply_fd, min(max(size - len(self.unread), READ_AHEAD), 1 << 20))
+            try:
+                if not select.select([self.reply_fd], [], [], wait)[0]:
+                    continue
+                chunk = os.read(self.reply_fd, min(max(size - len(self.unread), READ_AHEAD), 1 << 20))
+            except OSError as error:  # closed meanwhile (`Sandbox.close` during the run)
+                raise WorkerBroken(f"worker closed: {error!r}") from error
             if not chunk:
                 raise WorkerBroken(f"worker died (exit status {self.process.poll()})")
             self.unread += chunk

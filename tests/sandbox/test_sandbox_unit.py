@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 import warnings
@@ -10,6 +11,7 @@ import warnings
 import pytest
 
 from corrgrpo_sandbox import ExecResult, Limits, RunCancelled, Sandbox
+from corrgrpo_sandbox.isolation import WorkerCgroup, cgroup_parents
 from corrgrpo_sandbox.sandbox import PIPE_MAX, PIPE_SOFT_LIMIT, output_pipe_bytes
 from corrgrpo_sandbox.worker import PIPE_DEFAULT
 
@@ -218,3 +220,33 @@ def test_a_cancelled_run_ends_at_once_and_its_worker_is_replaced(pool_sandbox: S
     with pool_sandbox.cancellable(cancel), pytest.raises(RunCancelled):  # still set: a run under it never begins
         pool_sandbox.run("print(1)")
     assert pool_sandbox.run("print(2)").stdout == b"2\n"  # outside the block, runs go on as before
+
+
+def cgroup_directories(sandbox: Sandbox) -> set[str]:
+    return {path for worker in sandbox._live if worker.cgroup is not None for path in worker.cgroup.paths}
+
+
+def test_a_clean_close_leaves_no_cgroup_directory() -> None:
+    """Idle and busy workers alike (issue 38): every `corrgrpo-<pid>-<n>` directory is gone when close returns."""
+    sandbox = Sandbox("pool", workers=2, isolation="bwrap")
+    directories = cgroup_directories(sandbox)
+    if not directories:
+        pytest.skip("no writable cgroup v1 here: the workers get no cgroups")
+    busy = threading.Thread(target=sandbox.run, args=("import time\ntime.sleep(30)",), daemon=True)
+    busy.start()
+    time.sleep(0.5)
+    sandbox.close()
+    assert {path for path in directories if os.path.exists(path)} == set()
+
+
+def test_a_cgroup_is_removed_even_with_a_process_left_in_it() -> None:
+    """A process that outlived its worker (it dies asynchronously after bwrap) is killed, not waited on for ever."""
+    parents = cgroup_parents()
+    if not parents:
+        pytest.skip("no writable cgroup v1 here")
+    cgroup = WorkerCgroup(parents)
+    straggler = subprocess.Popen(["sleep", "60"], preexec_fn=cgroup.enter)
+    started = time.monotonic()
+    cgroup.remove()
+    assert (straggler.wait(5), [os.path.exists(path) for path in cgroup.paths]) == (-9, [False] * len(cgroup.paths))
+    assert time.monotonic() - started < 1
