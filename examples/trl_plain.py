@@ -1,0 +1,42 @@
+"""Plain TRL against a running reward service: its components as TRL reward functions, its weights as TRL's.
+
+    python -m corrgrpo_service up toolcall        # in another terminal
+    python examples/trl_plain.py [URL] [MODEL] [OUTPUT_DIR]
+
+The dataset's columns are named like the service's item fields (the tool-call service's: `ground_truth`); each
+reward function sends them with the completion, one request per service per step. README.md shows the same lines.
+"""
+
+import sys
+
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from corrgrpo_trainer.rewards import trl_rewards
+
+DEFAULTS = ["http://127.0.0.1:8102", "HuggingFaceTB/SmolLM2-135M-Instruct", "trainer_out/trl_plain"]
+url, model, output_dir = [*sys.argv[1:4], *DEFAULTS[len(sys.argv[1:4]) :]]
+
+reward_funcs, reward_weights = trl_rewards(url)  # one async function per component (format, name, ...)
+call = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+prompt = [{"role": "user", "content": "What is the weather in Paris? Answer with a <tool_call>."}]
+dataset = Dataset.from_list([{"prompt": prompt, "ground_truth": call}] * 8)
+
+gpu = torch.cuda.is_available()
+args = GRPOConfig(
+    output_dir=output_dir,
+    reward_weights=reward_weights,
+    max_steps=2,
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=32,
+    logging_steps=1,
+    report_to="none",
+    bf16=gpu,
+    use_cpu=not gpu,
+)
+trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset)
+trainer.train()
+for step in trainer.state.log_history[:-1]:  # the last entry is the run's summary
+    print({key: value for key, value in step.items() if key.startswith("rewards/") and key.endswith("/mean")})
