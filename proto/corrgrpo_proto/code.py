@@ -28,7 +28,7 @@ OPTIONAL_REFERENCE = Field(None, description="Reference solution: AST similarity
 
 class StdinCase(WireModel):
     input: str = Field(description="Bytes fed to the program's stdin (UTF-8)")
-    output: str = Field(description="Expected stdout: compared by lines and tokens, numbers within 1e-6")
+    output: str = Field(description="Expected stdout by lines and tokens: an integer exactly, a fraction or exponent within 1e-6")
 
 
 class StdinProblem(WireModel):
