@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 PYTEST_ARGS ?=
 
-.PHONY: install test demo serve lint format docs schemas manifests bench clean compose-test interop
+.PHONY: install test demo serve lint format docs schemas manifests bench clean compose-test interop ray-test
 
 install: $(STAMP)
 
@@ -49,9 +49,10 @@ docs: install
 	$(PY) -m corrgrpo_service.docs
 
 # Each declared service's part of docker-compose.yml, deploy/nginx/ and deploy/k8s/base/, from its declaration.py
-# (tests/deploy/test_static.py checks them).
+# (tests/deploy/test_static.py checks them), and deploy/ray/serve.yaml (tests/deploy/test_ray_config.py).
 manifests: install
 	$(PY) -m corrgrpo_service.deploy
+	$(PY) -m corrgrpo_service.ray_config
 
 # docker compose up for real (engine, stand-in base images, scaling, faults): deploy/compose-test.sh.
 compose-test: install
@@ -69,8 +70,22 @@ interop: install
 	$(INTEROP_ENV) .venv-openenv/bin/python -m pytest tests/interop/stacks/test_openenv.py $(PYTEST_ARGS)
 	$(INTEROP_ENV) .venv-nemo-gym/bin/python -m pytest tests/interop/stacks/test_nemo_gym.py $(PYTEST_ARGS)
 
+# The services as Ray Serve deployments on a two-node Ray cluster of this machine (tests/ray_serve), from .venv-ray:
+# the parts with the `ray` extra, which .venv and the images leave out; deploy/ray/constraints.txt pins what Ray adds.
+RAY_VENV  := .venv-ray
+RAY_PARTS := $(patsubst services/common,services/common[ray],$(filter-out trainer,$(PARTS)))
+$(RAY_VENV)/.installed: constraints.txt deploy/ray/constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
+	test -x $(RAY_VENV)/bin/python || python3 -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/pip install -q --upgrade pip
+	$(EDITABLE_QUIET) $(RAY_VENV)/bin/pip install -q -c constraints.txt -c deploy/ray/constraints.txt \
+	  pytest pytest-asyncio $(foreach p,$(RAY_PARTS),-e '$(p)')
+	touch $@
+
+ray-test: $(RAY_VENV)/.installed
+	CORRGRPO_RAY_TEST=1 bash tests/with_redis.sh $(RAY_VENV)/bin/python -m pytest tests/ray_serve $(PYTEST_ARGS)
+
 bench: install
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache bench/out
+	rm -rf $(VENV) $(RAY_VENV) .pytest_cache bench/out

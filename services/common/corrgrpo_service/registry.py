@@ -57,7 +57,11 @@ class Deploy:
     build_args: Mapping[str, str] = field(default_factory=dict)  # extra args of deploy/docker/service.Dockerfile
     bubblewrap: bool = False  # runs candidates under bwrap: namespaces, unconfined seccomp/AppArmor, an unmasked /proc
     shared_data: bool = False  # mounts the shared data folder read-only (compose's x-shared-data)
-    autoscale: tuple[int, int] | None = None  # Kubernetes min/max replicas on CPU, with a disruption budget
+    # min/max replicas: Kubernetes scales on CPU, with a disruption budget; Ray Serve on ongoing requests
+    autoscale: tuple[int, int] | None = None
+    # The settings field of the replica's worker count, set from its CPUs where the engine grants them (Ray Serve:
+    # ray_actor_options.num_cpus, rounded up) unless its variable is set; the CPU count of the whole node otherwise.
+    workers_setting: str | None = None
 
 
 @dataclass(frozen=True)

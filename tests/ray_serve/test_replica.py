@@ -1,0 +1,46 @@
+"""What a replica does before it builds its app, and the Serve config as Serve itself reads it (no cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REDIS_URL
+from ray.serve.schema import ServeDeploySchema
+
+from corrgrpo_service import declared
+from corrgrpo_service.ray_config import SERVE_CONFIG
+from corrgrpo_service.ray_serve import application, replica_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_serve_reads_the_generated_config() -> None:
+    schema = ServeDeploySchema.model_validate(yaml.safe_load((REPO / SERVE_CONFIG).read_text()))
+    assert [app.name for app in schema.applications] == list(declared())
+
+
+@pytest.mark.parametrize(("cpus", "workers"), [(0.25, 1), (1.0, 1), (1.5, 2), (4.0, 4)])
+def test_code_workers_follow_the_replica_cpus(monkeypatch: pytest.MonkeyPatch, cpus: float, workers: int) -> None:
+    monkeypatch.setenv("CORRGRPO_REDIS_URL", REDIS_URL)
+    monkeypatch.delenv("CORRGRPO_CODE_WORKERS", raising=False)
+    assert replica_settings(declared()["code"], cpus).code_workers == workers
+
+
+def test_a_workers_variable_set_on_the_node_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRGRPO_REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("CORRGRPO_CODE_WORKERS", "3")
+    assert replica_settings(declared()["code"], 0.5).code_workers == 3
+
+
+@pytest.mark.parametrize("name", list(declared()))
+def test_a_replica_without_redis_refuses_to_start(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.delenv("CORRGRPO_REDIS_URL", raising=False)
+    with pytest.raises(RuntimeError, match="CORRGRPO_REDIS_URL is not set"):
+        replica_settings(declared()[name], 1.0)
+
+
+def test_an_unknown_service_is_refused_before_anything_is_deployed() -> None:
+    with pytest.raises(ValueError, match="unknown service 'nope'"):
+        application({"service": "nope"})
