@@ -104,9 +104,11 @@ def report(run_dir: str | Path, output_dir: str | Path | None = None) -> list[Pa
 
 
 def figure(columns: int = 1, rows: int = 1, width: float = 4.2, height: float = 3.2) -> tuple[Any, Any]:
-    from matplotlib import pyplot
+    from matplotlib import pyplot, ticker
 
     fig, axes = pyplot.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False, layout="constrained")
+    for axis in axes.flat:
+        axis.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))  # steps
     return fig, axes.flatten()
 
 
@@ -189,7 +191,8 @@ def plot_zero_variance(run: Run, steps: list[Step]) -> Any:
     x = [s.step for s in steps]
     axis.plot(x, [s.constant.double().mean().item() for s in steps], color="black", linewidth=2.5, label="total R (advantage 0)")
     for k, name in enumerate(run.components):
-        axis.plot(x, [(~s.varying[:, k]).double().mean().item() for s in steps], linewidth=1, alpha=0.8, label=name)
+        shares = [(~s.varying[:, k]).double().mean().item() for s in steps]
+        axis.plot(x, shares, linewidth=1, alpha=0.8, marker="o", markersize=7 - k % 4, label=name)  # sizes tell overlaps
     axis.set_ylim(-0.03, 1.03)
     axis.set_xlabel("step")
     axis.set_ylabel("share of groups with zero variance")
