@@ -126,7 +126,6 @@ def run_configs(tmp_path: Path, url: str) -> Path:
     rl["trl"] |= {"output_dir": "../run", "per_device_train_batch_size": 2, "num_generations": 2, "max_steps": 1}
     rl["trl"] |= {"max_completion_length": 8, "gradient_checkpointing": False, "use_cpu": True}
     warmup = yaml.safe_load((CONFIGS / "toolcall_sft.yaml").read_text())
-    warmup["dataset"]["limit"] = 2
     warmup["trl"] |= {"output_dir": "../warm", "max_length": 8192, "gradient_accumulation_steps": 2, "use_cpu": True}
     (folder / "toolcall.yaml").write_text(yaml.safe_dump(rl))
     (folder / "toolcall_sft.yaml").write_text(yaml.safe_dump(warmup))
@@ -144,7 +143,7 @@ def test_run_warms_up_trains_and_evaluates_into_the_run_directory_and_skips_an_e
     monkeypatch.chdir(elsewhere)  # paths are the config's, not the working directory's
     with start_service("toolcall") as service:
         config = run_configs(tmp_path, service.url)
-        assert main(["run", "--config", str(config), "--model", "tiny"]) == 0
+        assert main(["run", "--config", str(config), "--model", "tiny", "--warmup-set", "dataset.limit=2"]) == 0
         first = capsys.readouterr().out
         assert main(["run", "--config", str(config), "--model", "tiny", "--set", "estimator=grpo"]) == 0
         second = capsys.readouterr().out
@@ -228,7 +227,7 @@ def test_help_describes_every_command_and_every_option_with_its_default(capsys: 
     for name, sub in commands.choices.items():
         assert (name in top and COMMANDS[name].help in top.replace("\n", " ").replace("  ", " ")) or name in top
         for action in sub._actions:
-            if action.dest == "help":
+            if action.dest == "help" or not action.option_strings:  # a positional is required by itself
                 continue
             assert action.help, f"{name} {action.option_strings} has no help"
             assert "default" in action.help or "required" in action.help, f"{name} {action.option_strings}: {action.help}"

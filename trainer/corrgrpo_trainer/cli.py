@@ -3,7 +3,7 @@
 Every command that reads a config takes `--config FILE`, `--set key.path=value` (repeatable) and `--model M`;
 COMMANDS lists them, with the function that adds a command's own options.
 
-run         --config trainer/configs/toolcall.yaml     warm-up (when missing), RL, held-out evaluation   pipeline.py
+run         --config trainer/configs/toolcall.yaml [--warmup-set K=V]   warm-up (when missing), RL, evaluation  pipeline.py
 train       --config trainer/configs/<domain>.yaml [--max-steps N] [--output-dir D]    RL only            train.py
 sft         --config trainer/configs/<domain>_sft.yaml [--max-steps N] [--output-dir D]  the warm-up only  sft.py
 eval        --config trainer/configs/agentdojo.yaml [--output F]   AgentDojo's paper metrics (agentdojo/)
@@ -50,7 +50,9 @@ def run_command(args: argparse.Namespace) -> int:
     from .pipeline import run
 
     config = config_of(args)
-    warmup = read_config(config["warmup"], "warmup", [f"model={json.dumps(config['model'])}"]) if "warmup" in config else None
+    warmup = None
+    if "warmup" in config:  # it warms up the RL config's model
+        warmup = read_config(config["warmup"], "warmup", [*args.warmup_set, f"model={json.dumps(config['model'])}"])
     run(config, warmup)
     return 0
 
@@ -133,6 +135,17 @@ def training_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir)")
 
 
+def run_options(parser: argparse.ArgumentParser) -> None:
+    training_options(parser)
+    parser.add_argument(
+        "--warmup-set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a key of the warm-up config, as --set does for the RL config; repeatable (default: none)",
+    )
+
+
 def eval_options(parser: argparse.ArgumentParser) -> None:
     config_options(parser)
     parser.add_argument(
@@ -196,7 +209,7 @@ COMMANDS = {
     "run": Command(
         "warm-up (when its checkpoint is missing), RL and the held-out evaluation into one run directory",
         run_command,
-        training_options,
+        run_options,
     ),
     "train": Command(
         "train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)", train_command, training_options
