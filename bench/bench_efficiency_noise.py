@@ -5,7 +5,7 @@
 2. Copies: each canonical solution, with a comment of its own (no run is shared), scored as the candidate. Nothing is
    faster than the reference, so every efficiency above 0 is noise paid as speed.
 3. Twice as fast: bench-only, each problem's reference is the canonical solution plus a loop at its top level doing
-   as much work as the canonical run's median CPU time (step 1) buys at this interpreter's loop rate (`loop_rate`),
+   as much work as the canonical run's median CPU time (step 1) buys at the loop's rate in the sandbox (`loop_rate`),
    so the reference takes about twice the CPU of the unchanged canonical solution, which is scored as the candidate.
    A loop of fixed work, not a spin until a CPU deadline: its time grows with the host's load as real work does.
 Both modes score every item through `CodeScorer.score` (2 sandbox workers, bwrap, `CORRGRPO_CODE_RUN_TTL_S=0`), in
@@ -48,20 +48,23 @@ def spread(sandbox: Sandbox, problem: CodeProblem) -> list[float]:
     return times
 
 
-def loop_rate(iterations: int = 2_000_000) -> float:
-    """Iterations per CPU second of `for _ in range(n): pass` here (the best of three)."""
-    seconds = []
-    for _ in range(3):
-        start = time.process_time()
-        for _ in range(iterations):
-            pass
-        seconds.append(time.process_time() - start)
-    return iterations / min(seconds)
+def top_level_loop(iterations: int) -> str:
+    return f"for _ in range({iterations}):\n    pass\n"
+
+
+def loop_rate(sandbox: Sandbox, iterations: int = 500_000) -> float:
+    """Iterations per CPU second of `top_level_loop` in the sandbox: the medians of nine runs with and without it,
+    alternating (the host's load slows it as it slows the runs of step 1)."""
+    seconds: dict[str, list[float]] = {"loop": [], "empty": []}
+    for _ in range(9):
+        for name, source in (("loop", top_level_loop(iterations)), ("empty", "pass\n")):
+            seconds[name].append(sandbox.run(source).cpu_s)
+    return iterations / (statistics.median(seconds["loop"]) - statistics.median(seconds["empty"]))
 
 
 def slowed(problem: CodeProblem, iterations: int) -> CodeProblem:
     """The problem with a reference that loops `iterations` times before defining the solution."""
-    return problem.model_copy(update={"reference": f"for _ in range({iterations}):\n    pass\n{problem.reference}"})
+    return problem.model_copy(update={"reference": top_level_loop(iterations) + problem.reference})
 
 
 @dataclass
@@ -111,7 +114,7 @@ def main() -> None:
     with Sandbox(workers=WORKERS) as sandbox:
         with ThreadPoolExecutor(WORKERS) as threads:
             times = list(threads.map(lambda p: spread(sandbox, p), problems))
-        rate = loop_rate()
+        rate = loop_rate(sandbox)
         doubled = [slowed(p, round(statistics.median(t) * rate)) for p, t in zip(problems, times, strict=True)]
         canonical = [p.reference for p in problems]
         passes = [score(sandbox, mode, "copies", problems, canonical) for mode in MODES]

@@ -262,7 +262,8 @@ def test_efficiency_of_faster_equal_and_slower_programs(sandbox: Sandbox) -> Non
     )
     slower = f"def square(x):\n{SLOW * 3}    return x * x\n"
     wrong_fast = "def square(x):\n    return 0\n"
-    faster, equal, slow, wrong = run(sandbox, problem, [f"```python\n{c}\n```" for c in (plain, reference, slower, wrong_fast)])
+    completions = [f"```python\n{c}\n```" for c in (plain, reference, slower, wrong_fast)]
+    faster, equal, slow, wrong = run(sandbox, problem, completions, efficiency_mode="paper")  # the authors' single run
     for result in (faster, equal, slow):
         t, t_ref = result.info["t"], result.info["t_ref"]
         assert result.components["correct"] == 1 and t > 0 and t_ref > 0

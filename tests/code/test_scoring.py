@@ -45,7 +45,7 @@ def score(scorer: CodeScorer, items: list[CodeItem]) -> list[Scored | ItemError]
 def test_every_humaneval_canonical_solution_is_correct_and_identical(sandbox: Sandbox) -> None:
     problems = {p.task_id: p for p in humaneval_problems()}
     items = [CodeItem(task_id=task_id, completion=fenced(p.reference)) for task_id, p in problems.items()]
-    results = score(scorer_for(sandbox, problems), items)
+    results = score(scorer_for(sandbox, problems, efficiency_mode="paper"), items)  # the authors' formula, one run each
     pairs = zip(items, results, strict=True)
     wrong = [i.task_id for i, r in pairs if not (isinstance(r, Scored) and r.components["correct"] == 1)]
     assert not wrong
@@ -209,7 +209,7 @@ def test_a_batch_runs_its_longest_known_items_first(sandbox: Sandbox) -> None:
     """Ordered by the t_ref this replica knows (a heavy item last would leave the other workers idle at the end)."""
     slow = SQUARE.model_copy(update={"reference": "def square(x):\n    sum(range(3_000_000))\n    return x * x\n"})
     items = [CodeItem(problem=problem, completion=fenced("def square(x): return x * x")) for problem in (SQUARE, slow)]
-    scorer = scorer_for(sandbox, {})
+    scorer = scorer_for(sandbox, {}, efficiency_mode="paper")  # the t_ref it knows: measured once per problem
     score(scorer, items)  # measures both references
     scorer.lanes, evaluated, evaluate = 1, [], scorer.evaluate
     scorer.evaluate = lambda problem, completion, runs: evaluated.append(problem.reference) or evaluate(problem, completion, runs)  # type: ignore[method-assign]

@@ -18,6 +18,7 @@ CORRECT = "```python\ndef square(n):\n    return n * n\n```"
 
 def test_two_replicas_share_the_reference_time_and_score_in_order(redis_url: str, key_prefix: str) -> None:
     env = {"CORRGRPO_REDIS_URL": redis_url, "CORRGRPO_CODE_CACHE_PREFIX": key_prefix, "CORRGRPO_CODE_WORKERS": "1"}
+    env["CORRGRPO_CODE_EFFICIENCY_MODE"] = "paper"  # its t_ref is what replicas share
     with start_service("code", env=env) as first, start_service("code", env=env) as second:
         items = [
             {"id": f"{key_prefix}a", "completion": CORRECT, "problem": SQUARE},  # unique: the kit remembers ids

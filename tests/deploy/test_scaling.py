@@ -92,6 +92,7 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
     tmp_path = tmp_path_factory.mktemp("lb")
     prefix = f"corrgrpo-test:{uuid.uuid4().hex}:"
     env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_CODE_WORKERS": "1"}
+    env["CORRGRPO_CODE_EFFICIENCY_MODE"] = "paper"  # the replicas share the paper mode's t_ref
     with ExitStack() as stack:
         stack.callback(delete_keys, prefix)
         replicas = start_replicas(stack, REPLICAS, env, str(tmp_path))

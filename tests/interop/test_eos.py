@@ -41,7 +41,8 @@ CASES = {
         {"suite": "banking", "user_task": "user_task_0", "completion": "<response>I paid it.</response>"},
     ],
 }
-ENV = {"code": {"CORRGRPO_CODE_DATASETS": "humaneval"}}
+# paper: each efficiency is the formula of its item's t and t_ref (`exact`)
+ENV = {"code": {"CORRGRPO_CODE_DATASETS": "humaneval", "CORRGRPO_CODE_EFFICIENCY_MODE": "paper"}}
 
 
 def exact(result: dict) -> dict[str, float]:

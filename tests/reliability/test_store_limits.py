@@ -18,6 +18,7 @@ STEP = {"tool_calls": [{"function": "get_most_recent_transactions", "args": {"n"
 
 def test_every_key_the_services_write_has_a_ttl(throwaway_redis: ThrowawayRedis, http: httpx.Client) -> None:
     env = {"CORRGRPO_REDIS_URL": throwaway_redis.url, "CORRGRPO_CODE_WORKERS": "2"}
+    env["CORRGRPO_CODE_EFFICIENCY_MODE"] = "paper"  # its t_ref goes through Redis
     with ExitStack() as stack:
         toolcall, code, agentdojo = (
             stack.enter_context(start_service(name, env=env, timeout_s=120)) for name in ("toolcall", "code", "agentdojo")

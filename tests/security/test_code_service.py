@@ -46,6 +46,7 @@ def prefix() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def service(prefix: str) -> Iterator[ServiceProcess]:
     env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_CODE_WORKERS": "2"}
+    env["CORRGRPO_CODE_EFFICIENCY_MODE"] = "paper"  # t_ref poisoning (14.3) is the paper mode's shared t_ref
     with start_service("code", env=env) as running:
         ready = httpx.get(f"{running.url}/readyz", timeout=30).json()
         if ready["checks"].get("sandbox") != "bwrap":  # these are containment tests: meaningless without bwrap

@@ -29,7 +29,13 @@ COMPONENTS = (
         weight=0.30,
         description="SequenceMatcher ratio of the node-type sequences of code and reference (0 without a reference)",
     ),
-    ComponentSpec(name="efficiency", min=0, max=1, weight=0.20, description="correct only: clip(1 - t / t_ref, 0, 1)"),
+    ComponentSpec(
+        name="efficiency",
+        min=0,
+        max=1,
+        weight=0.20,
+        description="correct only: clip(1 - t / t_ref, 0, 1); `calibrated`: t / t_ref an upper bound from paired runs",
+    ),
     ComponentSpec(name="pass_rate", min=0, max=1, weight=0.0, description="requires compile; share of the tests/cases passed"),
 )
 
@@ -71,5 +77,6 @@ SERVICE = ServiceDeclaration(
         bubblewrap=True,
         shared_data=True,
         autoscale=(2, 16),
+        workers_setting="code_workers",
     ),
 )

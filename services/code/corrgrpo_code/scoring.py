@@ -74,7 +74,7 @@ class ScoringConfig:
     reference_ttl_s: float = 7 * 24 * 3600.0  # every t_ref key expires
     reference_failure_ttl_s: float = 30.0  # a failed measurement is shared briefly, never kept as final
     efficiency: bool = True  # False: never measure t_ref; the component is 0
-    efficiency_mode: EfficiencyMode = "paper"  # `efficiency.py`: the authors' single run, or calibrated paired runs
+    efficiency_mode: EfficiencyMode = "calibrated"  # `efficiency.py`: paired runs, or the authors' single run (`paper`)
     calibration: Calibration = field(default_factory=Calibration)
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
     case_s: float = 6.0  # CPU seconds per stdin case (LiveCodeBench's 6 s), and the most a problem's own limit may ask
