@@ -62,7 +62,7 @@ class ServiceRewards:
     the columns to expose (a subset of the service's, in the order wanted); `prefix` is put before each
     column's name (use it when two services share a component name, e.g. `format`). `client_options` go to
     `AsyncRewardClient` (timeout, retries, backoff, chunk_size, chunk_bytes, max_concurrency, token). `weights`
-    (every component's, `resolve_weights`) go with each request; `trl_rewards` builds one from the service.
+    (every component's, `resolve_weights`) go with each request; `of_service` reads them from the service.
     """
 
     def __init__(
