@@ -55,12 +55,15 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         advantage_estimator=config.get("estimator", "corrgrpo"),
         advantage_floor=config.get("advantage_floor"),
         reward_weights=weights,
+        run_dir=config.get("run_dir"),  # rollouts.jsonl beside config.resolved.yaml (default: output_dir)
+        show_phases=progress,
         **{"bf16": bf16(name), **trl_args},
     )
     names = [c.__name__ for c in columns]
     params = {"model/params": sum(p.numel() for p in model.parameters())}
     line = (lambda state, logs: step_lines(state.global_step, state.max_steps, logs, names)) if progress else None
-    step_log = metrics_callback(Path(args.output_dir) / "metrics.jsonl", "reward", line, params)
+    metrics = Path(args.run_dir or args.output_dir) / "metrics.jsonl"
+    step_log = metrics_callback(metrics, "reward", line, params)
     trainer = CorrGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -75,7 +78,7 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
     trainer.train()
     if progress:
         print(component_table(trainer.state.log_history, names))
-        print(f"[train] metrics of every step: {args.output_dir}/metrics.jsonl")
+        print(f"[train] metrics of every step: {metrics}; every rollout: {metrics.parent}/rollouts.jsonl")
     return trainer
 
 
