@@ -68,12 +68,11 @@ class StepPhases:
     while a phase lasts; each step ends with a summary line of its phases. Thread-safe: scoring runs on TRL's
     event-loop thread."""
 
-    def __init__(self, stream: TextIO | None = None, live: bool | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stdout
-        self.live = self.stream.isatty() if live is None else live
-        self.clock = clock
+        self.live = self.stream.isatty()
         self.step = self.max_steps = 0
-        self.run_start = self.step_start = clock()
+        self.run_start = self.step_start = time.monotonic()
         self.current: tuple[str, str, float] | None = None  # phase, detail, start
         self.done: list[tuple[str, str, float]] = []  # phase, detail, seconds
         self.services: dict[str, tuple[int, float]] = {}  # service -> items, seconds (its slowest column)
@@ -83,7 +82,7 @@ class StepPhases:
 
     def start_step(self, step: int, max_steps: int) -> None:
         with self._lock:
-            self.step, self.max_steps, self.step_start = step, max_steps, self.clock()
+            self.step, self.max_steps, self.step_start = step, max_steps, time.monotonic()
             self.current, self.done, self.services = None, [], {}
         if self._ticker is None:
             self._ticker = threading.Thread(target=self._tick, name="step-phases", daemon=True)
@@ -93,7 +92,7 @@ class StepPhases:
         """End the current phase (if any) and start `phase`."""
         with self._lock:
             self._finish()
-            self.current = (phase, detail, self.clock())
+            self.current = (phase, detail, time.monotonic())
 
     def scored(self, service: str, items: int, seconds: float) -> None:
         """One reward column of `service` returned `items` values after `seconds`."""
@@ -116,7 +115,7 @@ class StepPhases:
             phase, detail, start = self.current
             if phase == "scoring" and self.services:
                 detail = ", ".join(rate(name, items, seconds) for name, (items, seconds) in self.services.items())
-            self.done.append((phase, detail, self.clock() - start))
+            self.done.append((phase, detail, time.monotonic() - start))
             self.current = None
 
     def summary_line(self) -> str:
@@ -125,11 +124,11 @@ class StepPhases:
             for phase, detail, seconds in self.done
             if seconds >= SHOWN_S
         )
-        return f"[train] step {self.step}/{self.max_steps} took {self.clock() - self.step_start:.1f} s: {phases}"
+        return f"[train] step {self.step}/{self.max_steps} took {time.monotonic() - self.step_start:.1f} s: {phases}"
 
     def status_line(self) -> str:
         """The running phase with its elapsed time, the step's and the run's."""
-        now = self.clock()
+        now = time.monotonic()
         if self.current is None:
             doing = "starting"
         else:
