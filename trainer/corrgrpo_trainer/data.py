@@ -36,6 +36,7 @@ def local_copy(source: str, split: str) -> str | None:
     copy = Path(data_dir).expanduser().resolve() / relative
     if not copy.is_file():
         raise InputError(f"{source} ({split}): no local copy {copy} (${DATA_DIR_ENV}={data_dir})")
+    print(f"[data] {source} ({split}): the local copy {copy}", flush=True)
     return str(copy)
 
 

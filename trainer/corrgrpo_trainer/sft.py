@@ -11,8 +11,8 @@ learned (docs/policy_experiment.md). A short SFT (TRL's `SFTTrainer`) on demonst
   conversation TRL's environment loop produces; loss on the assistant turns only (not the tool results).
 
 Rows longer than `trl.max_length` tokens are dropped, not truncated (a cut demonstration teaches no answer).
-The checkpoint (model and tokenizer, its tool-calling template included) goes to `trl.output_dir`, which an RL
-config names as its `model`; every logged step is appended to `<output_dir>/metrics.jsonl`.
+The checkpoint (model and tokenizer, its tool-calling template included) goes to `trl.output_dir`, where `run` finds it
+(an RL config names this config as its `warmup`); every logged step is appended to `<output_dir>/metrics.jsonl`.
 
 `python -m corrgrpo_trainer.sft generate` writes greedy completions of RLLA-4K or API-Bank prompts as the JSONL
 that `python -m corrgrpo_toolcall.evaluate` scores.
@@ -134,7 +134,7 @@ def sft(config: dict[str, Any], progress: bool = True) -> Any:
     trainer.train()
     trainer.save_model(args.output_dir)  # model and tokenizer: `model: <output_dir>` in an RL config loads it
     if progress:
-        print(f"[sft] checkpoint: {args.output_dir} (name it as `model` in the RL config); metrics: {metrics_path}")
+        print(f"[sft] checkpoint: {args.output_dir} (`run` starts RL from it); metrics: {metrics_path}")
     return trainer
 
 
