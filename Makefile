@@ -43,6 +43,7 @@ format: install
 
 schemas: install
 	$(PY) -m corrgrpo_proto.schemas write proto/schemas
+	$(PY) -m corrgrpo_trainer schema --output-dir trainer/schemas
 
 # The READMEs' configuration lists, from the settings' Field descriptions (tests/service/test_settings.py checks them).
 docs: install
