@@ -268,23 +268,26 @@ class PidCounter:
     """The pid namespace's counter, which every later run on the worker reads in its own pid: a run that started k
     processes or threads would tell the next one k. After each run the worker spends pids (threads that exit at once)
     until the counter stands where a run that started `PID_ALLOWANCE` of them leaves it; after a run that started
-    more the worker is spent, replaced before another run (a fork, a thread: forked judges, threaded programs)."""
+    more the worker is spent, replaced before another run (a fork, a thread: forked judges, threaded programs).
+    The pids are spent after the reply (`settle`): a thread waits to be scheduled, and so would the caller."""
 
     def __init__(self) -> None:
         self.last = KernelFile.open(LAST_PID)
         # a thread that starts in pthread_exit(NULL) (the start routine's own signature) ends as it begins
         self.start, self.thread = ctypes.cast(LIBC.pthread_exit, ctypes.c_void_p), ctypes.c_ulong()
+        self.owed = 0
 
-    def settle(self, child: int) -> bool:
-        """After the run whose child was `child`: True when the counter is where it always is after a run."""
+    def check(self, child: int) -> bool:
+        """After the run whose child was `child`: True when `settle` can put the counter where it is after any run."""
         extra = int(self.last.read_small()) - child
-        if not 0 <= extra <= PID_ALLOWANCE:  # negative: the counter wrapped
-            return False
-        for _ in range(PID_ALLOWANCE - extra):
+        self.owed = PID_ALLOWANCE - extra
+        return 0 <= extra <= PID_ALLOWANCE  # negative: the counter wrapped
+
+    def settle(self) -> None:
+        for _ in range(self.owed):
             if LIBC.pthread_create(ctypes.byref(self.thread), None, self.start, None) != 0:
-                return False
+                raise OSError(ctypes.get_errno(), "no thread to spend a pid on")
             LIBC.pthread_join(self.thread, None)
-        return True
 
 
 class InodeCounters:
@@ -691,7 +694,7 @@ class Worker:
             clean &= self.unix_sockets.read().count(b"\n") <= 1
         if broken := self.invariants.broken():
             return {"anomaly": broken}, []
-        spent = self.pids is not None and not (self.pids.settle(pid) and self.inodes.settle())
+        spent = self.pids is not None and not (self.pids.check(pid) and self.inodes.settle())
         if setup is None:
             return {"anomaly": "the child ended before it had its program"}, []
         status = self.tree.child_status
@@ -747,6 +750,8 @@ class Worker:
             self.streams.zero()
             if reply.get("anomaly") or reply.get("spent"):
                 return
+            if self.pids is not None:
+                self.pids.settle()  # an error ends the worker, which the next run finds dead (an anomaly)
 
 
 def preload() -> None:
