@@ -7,11 +7,15 @@ with the code: ports, environment variable names, health paths.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.metadata
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -386,6 +390,51 @@ def test_compose_redis_needs_a_password_caps_its_memory_and_never_evicts() -> No
     assert common["CORRGRPO_REDIS_PASSWORD"].startswith(required)
     assert common["CORRGRPO_STORE_SECRET"].startswith("${CORRGRPO_STORE_SECRET:?")
     assert "@" not in common["CORRGRPO_REDIS_URL"], "the password comes from its own variable"
+
+
+def compose_redis_argv(variables: dict[str, str]) -> list[str]:
+    """compose's Redis command with `${NAME:-default}` / `${NAME:?message}` interpolated from `variables`."""
+    interpolate = lambda word: re.sub(r"\$\{(\w+):[-?]([^}]*)\}", lambda m: variables.get(m[1], m[2]), word)  # noqa: E731
+    return [interpolate(word) for word in compose()["services"]["redis"]["command"]]
+
+
+async def test_compose_redis_command_runs_and_admits_only_the_password(tmp_path: Path) -> None:
+    """The compose file's own Redis command on a real redis-server: the services' store gets in with
+    CORRGRPO_REDIS_PASSWORD, a client without it is refused, the healthcheck's redis-cli answers with REDISCLI_AUTH."""
+    from corrgrpo_service.store import RedisStore, StoreUnavailable
+
+    if shutil.which("redis-server") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("redis-server is not installed")
+        pytest.skip("redis-server is not installed")
+    password, port = "compose-test-password", servers.free_port()
+    argv = compose_redis_argv({"CORRGRPO_REDIS_PASSWORD": password})
+    argv += ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--appendonly", "no"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url, secret = f"redis://127.0.0.1:{port}/0", "s" * 16
+    store, anonymous = RedisStore(url, secret=secret, password=password), RedisStore(url, secret=secret)
+    try:
+        for _ in range(200):
+            try:
+                await store.ping()
+                break
+            except StoreUnavailable:
+                await asyncio.sleep(0.05)
+        await store.set("k", b"v")
+        assert await store.get("k") == b"v"
+        with pytest.raises(StoreUnavailable, match=r"(?i)auth"):
+            await anonymous.get("k")
+        auth = {**os.environ, "REDISCLI_AUTH": password}
+        cli = lambda *words: subprocess.run(["redis-cli", "-p", str(port), *words], capture_output=True, text=True, env=auth)  # noqa: E731
+        assert cli("ping").stdout.strip() == "PONG"
+        settings = cli("config", "get", "maxmemory*").stdout.split()
+        assert settings[settings.index("maxmemory") + 1] == str(1 << 30)
+        assert settings[settings.index("maxmemory-policy") + 1] == "noeviction"
+    finally:
+        await store.close()
+        await anonymous.close()
+        server.kill()
+        server.wait(10)
 
 
 def test_compose_networks_let_only_the_services_reach_redis_and_only_nginx_publish() -> None:
