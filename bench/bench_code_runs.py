@@ -7,7 +7,8 @@ it. Counted from `info.run`: `run` items started a sandbox run; `batch` items re
 batch; `store` items a stored verdict of an earlier batch. Items whose code does not parse need no run and count in
 neither.
 
-Run: `.venv/bin/python bench/bench_code_runs.py [--prompts 16] [--temperature 1.0]` (a few minutes on a CPU).
+Run: `.venv/bin/python bench/bench_code_runs.py [--prompts 16] [--temperature 1.0]` (a few minutes on a CPU); the
+dataset is the config's (the hub, or the copies under $CORRGRPO_DATA_DIR, by default ../shared/data when present).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import sys
 from pathlib import Path
 
 import httpx
-import yaml
 from bench_reward_correlations import generate
 
 from corrgrpo_testing.servers import start_service
-from corrgrpo_trainer.data import load_rows
+from corrgrpo_trainer.config import read_config
+from corrgrpo_trainer.data import DATA_DIR_ENV, load_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +38,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     args = parser.parse_args()
-    config = yaml.safe_load(Path(args.config).read_text())
-    os.chdir(ROOT)  # the config's dataset path is relative to the repository
+    if (ROOT.parent / "shared" / "data").is_dir():
+        os.environ.setdefault(DATA_DIR_ENV, str(ROOT.parent / "shared" / "data"))
+    config = read_config(args.config)
     rows = load_rows(config)[: args.prompts]
     trl = config["trl"]
     group, batch = trl["num_generations"], trl["per_device_train_batch_size"]
