@@ -41,6 +41,7 @@ def cluster() -> Iterator[Cluster]:
         "CORRGRPO_REDIS_URL": REDIS_URL,
         "CORRGRPO_STORE_SECRET": os.environ["CORRGRPO_STORE_SECRET"],  # tests/conftest.py's
         "CORRGRPO_CODE_CACHE_PREFIX": f"corrgrpo-ray-test:{uuid.uuid4().hex}:",
+        "CORRGRPO_CODE_EFFICIENCY": "false",  # one run per item, no timing runs: these tests are about the replicas
     }
     saved = {name: os.environ.get(name) for name in node_env}
     os.environ.update(node_env)  # the nodes' processes inherit it, and so the replicas

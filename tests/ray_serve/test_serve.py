@@ -104,6 +104,18 @@ def test_every_declared_service_scores_through_serve(deployed: Deployed, name: s
         assert set(result.components or {}) == {spec.name for spec in client.components().components}
 
 
+def test_openrlhf_reaches_a_service_under_its_serve_prefix(deployed: Deployed) -> None:
+    """OpenRLHF's `--reward.remote_url http://<node>:8000/toolcall/v1/openrlhf`: the same totals as `/v1/score`."""
+    url, tool_call = f"{deployed.url}/toolcall", declared()["toolcall"].example(None)["completion"]
+    body = {"query": [f"prompt{tool_call}", "prompt<think>x</think>"], "prompts": ["prompt"] * 2, "labels": [tool_call] * 2}
+    answer = httpx.post(f"{url}/v1/openrlhf", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    with RewardClient(url) as client:
+        scored = client.score([{"completion": query, "ground_truth": tool_call} for query in (tool_call, "<think>x</think>")])
+    assert answer.json()["rewards"] == [result.total for result in scored]
+    assert scored[0].total != scored[1].total
+
+
 def test_a_batch_is_scored_by_replicas_on_both_nodes(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
     report(capsys, f"deployed the three services in {deployed.deploy_s:.1f} s ({load()})")
     replicas = deployed.replicas("code")
@@ -115,7 +127,7 @@ def test_a_batch_is_scored_by_replicas_on_both_nodes(deployed: Deployed, capsys:
         results = client.score(items)
     assert [correct(result) for result in results] == [index % 2 == 0 for index in range(32)]
     assert {node for node, _ in recorder.answered} == deployed.nodes, recorder.answered
-    assert {replica for _, replica in recorder.answered} == {replica["replica_id"] for replica in replicas}
+    assert len({replica for _, replica in recorder.answered}) >= 2  # (a third may have joined: the test's target is 1)
 
 
 def test_a_replica_killed_mid_batch_loses_nothing(deployed: Deployed, capsys: pytest.CaptureFixture[str]) -> None:
