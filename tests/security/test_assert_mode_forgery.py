@@ -7,32 +7,16 @@ expected values from its memory) unless its docstring says otherwise. All run in
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
 from corrgrpo_sandbox import Limits, Sandbox
 from corrgrpo_sandbox.harness import HarnessResult, run_assert
-from corrgrpo_sandbox.isolation import IsolationUnavailable
 
 LIMITS = Limits(cpu_s=3, wall_s=6, output_bytes=1 << 20)
 SECRET = 918273645  # the expected answer for 4; nothing in the candidate's process can compute it
 TEST = f"def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(4) == {SECRET}\n"
 RIGHT = f"def f(x):\n    return {SECRET} if x == 4 else x * x\n"
 FORGED = b'{"compiled": true}\\n{"toplevel": "ok"}\\n{"done": true}\\n'
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    try:
-        box = Sandbox(workers=2, limits=LIMITS, isolation="bwrap")
-    except IsolationUnavailable as error:  # these are containment tests: meaningless without bwrap
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
-    with box:
-        yield box
 
 
 def judged(sandbox: Sandbox, solution: str, prelude: str = "", test: str = TEST) -> HarnessResult:

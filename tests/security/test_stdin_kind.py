@@ -4,33 +4,17 @@ or exits with is a verdict: only its stdout, compared in the service, passes a c
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
 from corrgrpo_code.stdio import CasePool, run_stdin
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import Limits, Sandbox
 from corrgrpo_sandbox.harness import HarnessResult
-from corrgrpo_sandbox.isolation import IsolationUnavailable
 
 LIMITS = Limits(cpu_s=3, wall_s=6, output_bytes=1 << 20)
 SECRET = "918273645"  # the expected output; nothing the candidate is given lets it compute this
 CASES = [StdinCase(input="123456789\n", output=f"{SECRET}\n")]
 FORGED = '{"compiled": true}\\n{"toplevel": "ok"}\\n{"done": true}\\n{"i": 0, "ok": true}\\n'
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    try:
-        box = Sandbox(workers=2, limits=LIMITS, isolation="bwrap")
-    except IsolationUnavailable as error:  # containment tests: meaningless without bwrap
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
-    with box:
-        yield box
 
 
 def judged(sandbox: Sandbox, solution: str, cases: list[StdinCase] = CASES) -> HarnessResult:

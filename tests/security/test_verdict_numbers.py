@@ -12,9 +12,7 @@ child's JSON raise: a right answer scored test_error).
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,7 +22,6 @@ from corrgrpo_code.stdio import run_stdin
 from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, StdinCase, StdinProblem
 from corrgrpo_sandbox import Limits, Sandbox
 from corrgrpo_sandbox.harness import IOTest, encode, run_assert, run_io
-from corrgrpo_sandbox.isolation import IsolationUnavailable
 from corrgrpo_service import MemoryStore, Scored
 
 LIMITS = Limits(cpu_s=3, wall_s=6, output_bytes=1 << 20)
@@ -32,18 +29,6 @@ A, B = 1_000_000_007, 999_999_937  # their product needs 60 bits: a float keeps 
 PRODUCT = A * B
 BIG = "9" * 5000  # over int()'s 4,300 digits
 BIG_PLUS_ONE = "1" + "0" * 5000
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    try:
-        box = Sandbox(workers=2, limits=LIMITS, isolation="bwrap")
-    except IsolationUnavailable as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
-    with box:
-        yield box
 
 
 @pytest.mark.parametrize(

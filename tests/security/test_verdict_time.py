@@ -8,15 +8,11 @@ own path (`run_tests`), one variant per kind: check function in I/O mode, in ass
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
 from corrgrpo_code.scoring import PreparedProblem, components, run_tests
 from corrgrpo_proto.code import AnyProblem, CallCase, CallProblem, CodeProblem, MbppProblem, StdinCase, StdinProblem
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
 
 LIMITS = Limits(cpu_s=1, wall_s=20, output_bytes=1 << 20)  # RLIMIT_CPU: SIGXCPU at 1 s, SIGKILL at 2 s
 BURNER = (
@@ -63,18 +59,6 @@ KINDS: dict[str, tuple[AnyProblem, float]] = {  # the problem and its CPU limit
         0.5,
     ),
 }
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    try:
-        box = Sandbox(workers=2, limits=LIMITS, isolation="bwrap")
-    except IsolationUnavailable as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
-    with box:
-        yield box
 
 
 def judged(sandbox: Sandbox, problem: AnyProblem, seconds: float) -> dict[str, float | str | bool]:
