@@ -76,3 +76,21 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     for key in client.scan_iter(f"{prefix}*"):
         client.delete(key)
     client.close()
+
+
+# The docker isolation needs an engine and the stand-in image: `make compose-test` sets CORRGRPO_TEST_DOCKER=1.
+ISOLATIONS = ["bwrap"] + (["docker"] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else [])
+
+
+@pytest.fixture(scope="module", params=ISOLATIONS)
+def one_worker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One warm sandbox worker per isolation, so a test's second run lands where its first ran."""
+    from corrgrpo_sandbox import Sandbox
+    from corrgrpo_sandbox.isolation import IsolationUnavailable
+
+    try:
+        sandbox = Sandbox("pool", workers=1, isolation=request.param)
+    except IsolationUnavailable as error:
+        pytest.fail(f"{request.param} is required here: {error}")
+    with sandbox:
+        yield sandbox

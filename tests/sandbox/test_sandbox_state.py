@@ -9,17 +9,12 @@ Runs under bwrap here, and under docker too where `make compose-test` sets CORRG
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
-
-ISOLATIONS = ["bwrap"] + (["docker"] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else [])
 
 # What a later run can observe of the worker and the namespace. /proc/1 is the worker (its namespace's init);
 # the old layout had bwrap's init there and the worker as the candidate's parent: both are read.
@@ -125,17 +120,6 @@ for path in ("kernel/msgmax", "kernel/shmmax", "fs/mqueue/msg_max", "net/ipv4/ip
     attempt(path, write)
 """,
 }
-
-
-@pytest.fixture(scope="module", params=ISOLATIONS)
-def one_worker(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """One warm worker, so the probe runs where the attack ran."""
-    try:
-        sandbox = Sandbox("pool", workers=1, isolation=request.param)
-    except IsolationUnavailable as error:
-        pytest.fail(f"{request.param} is required here: {error}")
-    with sandbox:
-        yield sandbox
 
 
 def probe(sandbox: Sandbox) -> dict[str, object]:

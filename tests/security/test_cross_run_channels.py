@@ -13,15 +13,11 @@ Runs under bwrap here, and under docker too where `make compose-test` sets CORRG
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 
 import pytest
 
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
 
-ISOLATIONS = ["bwrap"] + (["docker"] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else [])
 NETWORK_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix", "snmp", "snmp6", "netstat", "dev", "sockstat")
 
 # What a later run can read of its network namespace. sockstat's `alloc` and `mem` count the whole host's sockets;
@@ -94,17 +90,6 @@ fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [first.fileno(), 
 first.sendmsg([b"x"], fds, 0, b"\\0secret-17"); second.sendmsg([b"x"], fds, 0, b"\\0secret-42")
 """,
 }
-
-
-@pytest.fixture(scope="module", params=ISOLATIONS)
-def one_worker(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """One warm worker, so the reader runs where the writer ran."""
-    try:
-        sandbox = Sandbox("pool", workers=1, isolation=request.param)
-    except IsolationUnavailable as error:
-        pytest.fail(f"{request.param} is required here: {error}")
-    with sandbox:
-        yield sandbox
 
 
 def read(sandbox: Sandbox) -> dict[str, str]:
