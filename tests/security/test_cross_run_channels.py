@@ -13,6 +13,7 @@ Runs under bwrap here, and under docker too where `make compose-test` sets CORRG
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -92,17 +93,18 @@ first.sendmsg([b"x"], fds, 0, b"\\0secret-17"); second.sendmsg([b"x"], fds, 0, b
 }
 
 
-def read(sandbox: Sandbox) -> dict[str, str]:
-    result = sandbox.run(READER)
+def observe(sandbox: Sandbox, reader: str) -> dict[str, Any]:
+    """What a clean run of `reader` sees, printed as JSON."""
+    result = sandbox.run(reader, limits=Limits(output_bytes=1 << 20))
     assert result.exit_code == 0 and result.anomaly is None, result
     return json.loads(result.stdout)
 
 
 @pytest.mark.parametrize("writer", list(WRITERS))
 def test_a_run_leaves_nothing_in_the_network_namespace(one_worker: Sandbox, writer: str) -> None:
-    before = read(one_worker)
+    before = observe(one_worker, READER)
     result = one_worker.run(PRELUDE + WRITERS[writer] + "print(json.dumps(made))", limits=Limits(wall_s=5))
-    after = read(one_worker)
+    after = observe(one_worker, READER)
     assert {name: text for name, text in after.items() if text != before[name]} == {}
     # the writer may be an anomaly (its worker then replaced): what matters is what the next run saw
     if result.anomaly is None:
@@ -153,19 +155,13 @@ FORKS = "import os\nfor _ in range({k}):\n    if os.fork() == 0:\n        os._ex
 THREAD = "import threading\nthread = threading.Thread(target=print)\nthread.start()\nthread.join()\n"
 
 
-def read_worker(sandbox: Sandbox) -> dict[str, object]:
-    result = sandbox.run(WORKER_READER, limits=Limits(output_bytes=1 << 20))
-    assert result.exit_code == 0 and result.anomaly is None, result
-    return json.loads(result.stdout)
-
-
 def test_the_workers_counters_do_not_tell_of_earlier_runs(one_worker: Sandbox) -> None:
     """The worker's /proc entry (stat, status, schedstat, its children) grew with each run it served."""
     if one_worker.isolation == "docker":
         pytest.xfail("docker mounts /proc itself: the worker's entry cannot be hidden (see sandbox/README.md)")
-    before = read_worker(one_worker)
+    before = observe(one_worker, WORKER_READER)
     assert one_worker.run(COUNTER_WRITER).exit_code == 0
-    after = read_worker(one_worker)
+    after = observe(one_worker, WORKER_READER)
     changed = {name for name, value in after.items() if value != before.get(name)}
     assert changed == {"pid", "last pid"}, sorted(changed)
 
@@ -173,23 +169,23 @@ def test_the_workers_counters_do_not_tell_of_earlier_runs(one_worker: Sandbox) -
 @pytest.mark.parametrize("writer", ["", FORKS.format(k=1), THREAD], ids=["nothing", "one fork", "one thread"])
 def test_the_pid_counter_does_not_tell_what_a_run_started(one_worker: Sandbox, writer: str) -> None:
     """The next run's pid is the same whether the run before it started nothing, a process or a thread."""
-    first = read_worker(one_worker)
+    first = observe(one_worker, WORKER_READER)
     assert one_worker.run(writer + "print('done')").stdout.endswith(b"done\n")
-    second = read_worker(one_worker)
+    second = observe(one_worker, WORKER_READER)
     reference = one_worker.run("")
     assert reference.exit_code == 0
-    third = read_worker(one_worker)
+    third = observe(one_worker, WORKER_READER)
     assert (second["pid"] - first["pid"], second["last pid"]) == (third["pid"] - second["pid"], str(second["pid"]))
 
 
 def test_a_run_that_started_more_leaves_a_fresh_worker(one_worker: Sandbox) -> None:
     """Past the allowance the worker is replaced: the next run sees a new worker's counter, not the run's count."""
     with Sandbox("pool", workers=1, isolation=one_worker.isolation) as new:
-        fresh = read_worker(new)["pid"]
-    read_worker(one_worker)  # the worker has served runs: its counter is past a fresh one's
+        fresh = observe(new, WORKER_READER)["pid"]
+    observe(one_worker, WORKER_READER)  # the worker has served runs: its counter is past a fresh one's
     result = one_worker.run(FORKS.format(k=5) + "print('done')")
     assert (result.exit_code, result.stdout, result.anomaly) == (0, b"done\n", None)
-    assert read_worker(one_worker)["pid"] == fresh
+    assert observe(one_worker, WORKER_READER)["pid"] == fresh
 
 
 # What a later run can read in its own new files and IPC objects, and in the files of the sandbox.
@@ -212,20 +208,14 @@ NUMBERS_WRITERS = {
 }
 
 
-def read_numbers(sandbox: Sandbox) -> dict[str, object]:
-    result = sandbox.run(NUMBERS_READER)
-    assert result.exit_code == 0 and result.anomaly is None, result
-    return json.loads(result.stdout)
-
-
 @pytest.mark.parametrize("writer", list(NUMBERS_WRITERS))
 def test_numbers_a_run_is_given_do_not_tell_of_earlier_runs(one_worker: Sandbox, writer: str) -> None:
     """Inode numbers of the scratch mounts and SysV IPC ids count what the namespace ever made."""
-    first = read_numbers(one_worker)
+    first = observe(one_worker, NUMBERS_READER)
     assert one_worker.run(NUMBERS_WRITERS[writer]).exit_code == 0
-    second = read_numbers(one_worker)
+    second = observe(one_worker, NUMBERS_READER)
     assert one_worker.run("").exit_code == 0  # a run that makes nothing
-    third = read_numbers(one_worker)
+    third = observe(one_worker, NUMBERS_READER)
     steps = [
         {name: value - before[name] for name, value in after.items() if isinstance(value, int)}
         for before, after in ((first, second), (second, third))
@@ -236,8 +226,8 @@ def test_numbers_a_run_is_given_do_not_tell_of_earlier_runs(one_worker: Sandbox,
 
 def test_a_run_that_made_many_files_leaves_a_fresh_worker(one_worker: Sandbox) -> None:
     with Sandbox("pool", workers=1, isolation=one_worker.isolation) as new:
-        fresh = read_numbers(new)
-    read_numbers(one_worker)
+        fresh = observe(new, NUMBERS_READER)
+    observe(one_worker, NUMBERS_READER)
     result = one_worker.run("for i in range(50):\n    open(f'/tmp/{i}', 'w').close()\nprint('done')")
     assert (result.exit_code, result.stdout, result.anomaly) == (0, b"done\n", None)
-    assert read_numbers(one_worker) == fresh
+    assert observe(one_worker, NUMBERS_READER) == fresh
