@@ -12,6 +12,7 @@ import yaml
 from corrgrpo_proto import RewardClient
 from corrgrpo_testing.servers import ServiceProcess, start_service
 from corrgrpo_trainer.cli import main
+from corrgrpo_trainer.rescore import changed
 from corrgrpo_trainer.rundir import RESOLVED_CONFIG, ROLLOUTS, RolloutWriter
 
 COMPONENTS = ["format", "name", "param_names", "param_values"]
@@ -82,3 +83,9 @@ def test_agentdojo_runs_are_refused_in_one_line(run_dir: Path, capsys: pytest.Ca
     with pytest.raises(SystemExit):
         main(["rescore", str(run_dir)])
     assert "AgentDojo rollouts are multi-turn episodes" in capsys.readouterr().err
+
+
+def test_values_are_compared_at_the_float32_precision_they_were_kept_in() -> None:
+    served = 0.32642487046632124  # an ast_similarity a real run kept as 0.32642486691474915 (TRL's float32 tensor)
+    assert not changed(0.32642486691474915, served)
+    assert changed(0.3264249, served) and changed(None, served) and changed("runtime", "format")

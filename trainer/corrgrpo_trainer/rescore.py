@@ -3,8 +3,9 @@
 A reward change (a new grader, a fixed bug, another deployment) checked against real past rollouts before it trains
 anything: the rollouts go through the run's own reward columns (rewards.py, the services of its
 `config.resolved.yaml`; `--url NAME=URL` points a service elsewhere), one request per service per step as in
-training. A value changed when it moved by more than TOLERANCE or became missing or scored; a stage when the
-service's `info.stage` differs. The counts are printed and every change is written to `<run_dir>/rescore.json`.
+training. A value changed when it differs at float32 precision (the kept values went through TRL's float32 reward
+tensor) or became missing or scored; a stage when the service's `info.stage` differs. The counts are printed and
+every change is written to `<run_dir>/rescore.json`.
 AgentDojo rollouts are multi-turn episodes whose tool results came from the service: they cannot be sent again.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -24,7 +26,6 @@ from .config import InputError, check_services
 from .rewards import STAGE_COLUMN, RewardColumn, service_rewards
 from .rundir import RESOLVED_CONFIG, Run, read_run
 
-TOLERANCE = 1e-9
 RESCORED = "rescore.json"
 
 
@@ -69,7 +70,11 @@ async def score_step(
 def changed(before: Any, after: Any) -> bool:
     if before is None or after is None or isinstance(before, str) or isinstance(after, str):
         return before != after
-    return abs(before - after) > TOLERANCE
+    return float32(before) != float32(after)
+
+
+def float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 async def compare(columns: Sequence[RewardColumn], run: Run) -> list[Change]:
