@@ -153,7 +153,8 @@ def plot_scale(_run: Run, steps: list[Step]) -> Any:
             values = getattr(s, attribute)
             kept = values[~torch.isnan(values)]
             axis.scatter([s.step] * kept.numel(), kept.tolist(), s=9, alpha=0.35, color=color)
-        axis.plot([s.step for s in steps], [torch.nanmean(getattr(s, attribute)).item() for s in steps], color=color, label=label)
+        means = [torch.nanmean(getattr(s, attribute)).item() for s in steps]  # NaN (a gap): no group varied
+        axis.plot([s.step for s in steps], means, color=color, marker="o", label=label)
     axis.set_yscale("log")
     axis.set_xlabel("step")
     axis.set_ylabel("advantage scale per group (log)")
