@@ -133,5 +133,6 @@ def test_a_bare_ground_truth_over_its_cap_is_413_as_on_score(services: Services,
     long = "<tool_call>\n" + "x" * 40_000 + "\n</tool_call>"
     refused(openrlhf(http, service.url, ["plain", long]), 413, "field_too_long", "labels.1.ground_truth")
     refused(openrlhf(http, service.url, [json.dumps({"ground_truth": long})]), 413, "field_too_long", "labels.0.ground_truth")
-    fine = openrlhf(http, service.url, ["plain", "<tool_call>\n" + "x" * 100 + "\n</tool_call>"])
+    call = json.dumps({"name": "f", "parameters": {"x": "x" * 100}})  # a scorable ground truth under the cap
+    fine = openrlhf(http, service.url, ["plain", f"<tool_call>\n{call}\n</tool_call>"])
     assert fine.status_code == 200 and len(fine.json()["rewards"]) == 2
