@@ -59,4 +59,6 @@ def agentdojo_config(service: ServiceProcess, output_dir: Path, model: str, **tr
     config["services"]["agentdojo"]["url"] = service.url
     config["trl"] |= {"output_dir": str(output_dir), "max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2}
     config["trl"] |= {"gradient_checkpointing": False, **trl}  # no use_cpu: the commands must run the shipped config
+    # The steering's sequence_bias has tuple keys, which TensorBoard's record of the arguments (JSON) cannot hold.
+    config["trl"]["report_to"] = "none"
     return config
