@@ -65,10 +65,8 @@ def test_the_shipped_sources_read_their_local_copies_under_the_data_dir(monkeypa
     monkeypatch.setenv(DATA_DIR_ENV, str(data_dir / "rlla_4k"))
     with pytest.raises(InputError) as missing:
         load_source("newfacade/LeetCodeDataset", "train")
-    assert str(missing.value) == (
-        f"newfacade/LeetCodeDataset (train): no local copy {data_dir}/rlla_4k/leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz "
-        f"(${DATA_DIR_ENV}={data_dir}/rlla_4k)"
-    )
+    copy = data_dir.resolve() / "rlla_4k/leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz"  # resolved, as the message says
+    assert str(missing.value) == (f"newfacade/LeetCodeDataset (train): no local copy {copy} (${DATA_DIR_ENV}={data_dir}/rlla_4k)")
 
 
 def test_a_missing_local_file_or_an_unreachable_url_is_one_line(tmp_path: Path) -> None:

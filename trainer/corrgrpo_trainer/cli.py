@@ -197,7 +197,11 @@ def report_options(parser: argparse.ArgumentParser) -> None:
 def rescore_options(parser: argparse.ArgumentParser) -> None:
     run_dir_option(parser)
     parser.add_argument(
-        "--url", action="append", default=[], metavar="NAME=URL", help="score service NAME at URL instead; repeatable"
+        "--url",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="score service NAME at URL instead; repeatable (default: the urls of the run's config.resolved.yaml)",
     )
 
 
