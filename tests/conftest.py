@@ -94,3 +94,12 @@ def one_worker(request: pytest.FixtureRequest) -> Iterator[Any]:
         pytest.fail(f"{request.param} is required here: {error}")
     with sandbox:
         yield sandbox
+
+
+@pytest.fixture(scope="module")
+def humaneval_code_url() -> Iterator[str]:
+    """A code service process serving HumanEval by task_id."""
+    from corrgrpo_testing.servers import start_service
+
+    with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
+        yield service.url

@@ -168,22 +168,16 @@ CODE_ANSWERS = [  # HumanEval/0: correct, wrong, not code, a syntax error
 ]
 
 
-@pytest.fixture(scope="module")
-def code_url() -> str:
-    with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
-        yield service.url
-
-
-def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(code_url: str) -> None:
+def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(humaneval_code_url: str) -> None:
     """A verl user who sets no corrgrpo_reward_weights trains on the service's declared weights, not 1 each, and the
     `score` verl logs is the sum the estimator weighs; `corrgrpo_weights` overrides reach both."""
-    declared = {spec.name: spec.weight for spec in RewardClient(code_url).components().components}
+    declared = {spec.name: spec.weight for spec in RewardClient(humaneval_code_url).components().components}
     assert len(set(declared.values())) > 1  # not all equal: all-1 weights would give other advantages
     for overrides, weights in ((None, declared), ({"code": {"efficiency": 0.0, "correct": 2.0}}, None)):
         weights = weights or {**declared, "efficiency": 0.0, "correct": 2.0}
         outputs = scores(
             [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS],
-            corrgrpo_services={"code": code_url},
+            corrgrpo_services={"code": humaneval_code_url},
             corrgrpo_weights=overrides,
         )
         for output in outputs:
@@ -196,19 +190,19 @@ def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(c
         assert not torch.allclose(advantages[:, 0], corrgrpo(components.unsqueeze(0))[0], atol=1e-3)
 
 
-def test_an_unscored_rollout_is_missing_not_zero(code_url: str) -> None:
+def test_an_unscored_rollout_is_missing_not_zero(humaneval_code_url: str) -> None:
     """`corrgrpo_on_error=zero` gives verl a score of 0, but the estimator leaves the rollout out of its group:
     advantage 0, and the others' as if it had not been there (the rule of corrgrpo_proto.common)."""
     samples = [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS[:3]] + [("code", CODE_ANSWERS[0], "NoSuch/1")]
-    outputs = scores(samples, corrgrpo_services={"code": code_url}, corrgrpo_on_error="zero")
+    outputs = scores(samples, corrgrpo_services={"code": humaneval_code_url}, corrgrpo_on_error="zero")
     assert "unknown_task" in outputs[3]["corrgrpo_error"] and outputs[3]["score"] == 0.0
     advantages, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
     alone, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs[:3], ["g"] * 3), config={})
     assert advantages[3, 0] == 0.0 and torch.allclose(advantages[:3], alone, atol=1e-6)
 
 
-def test_reward_weights_must_agree_with_the_scored_ones_and_exist(code_url: str) -> None:
-    outputs = scores([("code", answer, "HumanEval/0") for answer in CODE_ANSWERS], corrgrpo_services={"code": code_url})
+def test_reward_weights_must_agree_with_the_scored_ones_and_exist(humaneval_code_url: str) -> None:
+    outputs = scores([("code", answer, "HumanEval/0") for answer in CODE_ANSWERS], corrgrpo_services={"code": humaneval_code_url})
     batch = verl_batch(outputs, ["g"] * 4)
     keys = ["correct", "format"]
     with pytest.warns(UserWarning, match="weigh in the score but are not in corrgrpo_reward_keys"):

@@ -132,18 +132,12 @@ HUMANEVAL_0 = [  # correct, wrong, not code
 ]
 
 
-@pytest.fixture(scope="module")
-def code_url() -> str:
-    with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
-        yield service.url
-
-
-def test_plain_trl_gets_the_declared_weights_in_one_line(code_url: str) -> None:
+def test_plain_trl_gets_the_declared_weights_in_one_line(humaneval_code_url: str) -> None:
     """TRL weighs every reward function 1 unless told: `trl_rewards` gives the columns and the matching weights."""
     from trl import GRPOConfig
 
-    declared = RewardClient(code_url).components().components
-    reward_funcs, reward_weights = trl_rewards(code_url)
+    declared = RewardClient(humaneval_code_url).components().components
+    reward_funcs, reward_weights = trl_rewards(humaneval_code_url)
     assert [f.__name__ for f in reward_funcs] == [spec.name for spec in declared]
     assert reward_weights == [spec.weight for spec in declared] and len(set(reward_weights)) > 1
     assert (
@@ -151,13 +145,13 @@ def test_plain_trl_gets_the_declared_weights_in_one_line(code_url: str) -> None:
         == reward_weights
     )
     with pytest.raises(ValueError, match=r"component 'nope' is not served"):
-        trl_rewards(code_url, weights={"nope": 1.0})
+        trl_rewards(humaneval_code_url, weights={"nope": 1.0})
 
 
-async def test_the_services_total_is_the_trained_sum(code_url: str) -> None:
+async def test_the_services_total_is_the_trained_sum(humaneval_code_url: str) -> None:
     """The trainer sends its weights (overrides applied, the components it leaves out at 0): `total` is what it optimises."""
     trained = ["format", "correct", "efficiency"]
-    rewards = ServiceRewards.of_service(code_url, trained, weights={"correct": 2.0})
+    rewards = ServiceRewards.of_service(humaneval_code_url, trained, weights={"correct": 2.0})
     columns = await call_columns(rewards.columns(), HUMANEVAL_0, task_id=["HumanEval/0"] * 3)
     results = await rewards.results(await rewards.items(HUMANEVAL_0, [{"task_id": "HumanEval/0"}] * 3))
     for row, result in enumerate(results):
@@ -166,10 +160,10 @@ async def test_the_services_total_is_the_trained_sum(code_url: str) -> None:
     assert results[0].total != pytest.approx(sum(results[0].components.values()))  # not the service's default total
 
 
-async def test_a_failed_item_is_missing_in_every_column_and_out_of_its_group(code_url: str) -> None:
+async def test_a_failed_item_is_missing_in_every_column_and_out_of_its_group(humaneval_code_url: str) -> None:
     """The rule of corrgrpo_proto.common on the TRL path: None in every column (TRL 1.16 then leaves the rollout out of
     its group's statistics, advantage 0, as the estimators here do), never a 0 the policy would learn."""
-    reward_funcs, reward_weights = trl_rewards(code_url)
+    reward_funcs, reward_weights = trl_rewards(humaneval_code_url)
     completions = [*HUMANEVAL_0, HUMANEVAL_0[0]]
     columns = await call_columns(reward_funcs, completions, task_id=["HumanEval/0"] * 3 + ["NoSuch/1"])
     assert all(column[3] is None for column in columns) and all(column[0] is not None for column in columns)
