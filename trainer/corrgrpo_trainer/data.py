@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import InputError
+from .models import first_line
 
 DATA_DIR_ENV = "CORRGRPO_DATA_DIR"
 TOOLRL = "https://raw.githubusercontent.com/qiancheng0/ToolRL/main/dataset"
@@ -61,9 +62,8 @@ def load_source(source: str, split: str = "train") -> Any:
                 return load_dataset(builder, data_files=path, split="train")
             return load_dataset(path, split=split)
     except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(
-            f"cannot load the dataset {source} (split {split}): {reason}; without a hub, set ${DATA_DIR_ENV} to a "
+            f"cannot load the dataset {source} (split {split}): {first_line(error)}; without a hub, set ${DATA_DIR_ENV} to a "
             "folder of local copies (trainer/README.md) or dataset.path to a local file"
         ) from None
 

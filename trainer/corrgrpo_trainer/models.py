@@ -30,6 +30,12 @@ class PolicyLoadError(RuntimeError):
     """A policy that cannot be resolved or loaded; the message is one actionable line."""
 
 
+def first_line(error: BaseException) -> str:
+    """An error's message for a one-line report: its first line, or its type when it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def cache_root() -> Path:
     """Where converted checkpoints live: $CORRGRPO_MODEL_CACHE, else ~/.cache/corrgrpo/models."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "corrgrpo" / "models").expanduser()
@@ -103,9 +109,8 @@ def load_pretrained(spec: str, dtype: Any) -> tuple[Any, Any]:
             tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PolicyLoadError(
-            f"cannot load the policy {spec!r} ({reason}); use {EMBEDDED!r} (embedded), {TINY!r}, a local "
+            f"cannot load the policy {spec!r} ({first_line(error)}); use {EMBEDDED!r} (embedded), {TINY!r}, a local "
             "save_pretrained directory, or a hub id this machine can reach"
         ) from error
     if tokenizer.pad_token is None:
