@@ -16,8 +16,8 @@ import time
 from corrgrpo_agentdojo.environments import StartCache
 from corrgrpo_agentdojo.episode_service import EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
+from corrgrpo_common import MemoryStore
 from corrgrpo_proto.agentdojo import EpisodeSpec, FinishRequest, StepRequest, ToolCall, TrajectoryItem
-from corrgrpo_service import MemoryStore
 
 ROUNDS = 5
 

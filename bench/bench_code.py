@@ -30,9 +30,9 @@ from bench_sandbox import fork_floor
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_code.similarity import ast_similarity
+from corrgrpo_common import MemoryStore
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Sandbox
-from corrgrpo_service import MemoryStore
 from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
 
 WORKERS = os.cpu_count() or 1

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import HARNESS_LIMITS, CodeScorer, PreparedProblem, ScoringConfig, run_tests
+from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Sandbox
-from corrgrpo_service import MemoryStore, Scored
 
 WORKERS = os.cpu_count() or 1
 SPREAD_RUNS = 12

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from fastapi import FastAPI
 from pydantic import Field
 
+from corrgrpo_common.cli import serve
+from corrgrpo_common.registry import ServiceDeclaration
+from corrgrpo_common.scoring import Scored, add_score_route
+from corrgrpo_common.settings import ServiceSettings, cpu_count
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
-from corrgrpo_service.cli import serve
-from corrgrpo_service.registry import ServiceDeclaration
-from corrgrpo_service.scoring import Scored, add_score_route
-from corrgrpo_service.settings import ServiceSettings, cpu_count
 
 COMPONENTS = (
     ComponentSpec(name="length", min=0, max=None, weight=0.001, description="characters in `text`"),

@@ -3,7 +3,7 @@ does (`python -m corrgrpo_<name> --host --port`), wait for its /healthz, stop it
 
 `start_service` runs one for the length of a `with`; `launch` starts one without waiting, so a demo can
 start every service at once and wait for each only when it needs it (AgentDojo starts slowest).
-People start services with `python -m corrgrpo_service up` (corrgrpo_service/launcher.py), the same command
+People start services with `python -m corrgrpo_common up` (corrgrpo_common/launcher.py), the same command
 line; this module imports nothing of ours because make interop also runs it in the verl venv, without the kit.
 """
 

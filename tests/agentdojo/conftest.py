@@ -11,8 +11,8 @@ from agentdojo.functions_runtime import FunctionCall
 from corrgrpo_agentdojo.catalog import Resolved
 from corrgrpo_agentdojo.episode_service import EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
+from corrgrpo_common import MemoryStore
 from corrgrpo_proto.agentdojo import ToolCall, TrajectoryItem
-from corrgrpo_service import MemoryStore
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,9 @@ from corrgrpo_agentdojo.catalog import Resolved, UnknownTask
 from corrgrpo_agentdojo.environments import injections_for, load_injected_environment
 from corrgrpo_agentdojo.episode_service import EpisodeError, EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
+from corrgrpo_common import MemoryStore, Scored
+from corrgrpo_common import store as store_module
 from corrgrpo_proto.agentdojo import EpisodeSpec, StepRequest, ToolCall, TrajectoryItem
-from corrgrpo_service import MemoryStore, Scored
-from corrgrpo_service import store as store_module
 
 SUITES = ["workspace", "travel", "banking", "slack"]
 EMPTY_INJECTION_GROUND_TRUTHS = [  # agentdojo ships no ground-truth calls for these (README: "Known exceptions")

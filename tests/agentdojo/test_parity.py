@@ -18,8 +18,8 @@ import pytest
 
 from corrgrpo_agentdojo import episode as ep
 from corrgrpo_agentdojo.episode_service import EpisodeService
+from corrgrpo_common import Scored
 from corrgrpo_proto.agentdojo import EpisodeCreate, EpisodeSpec, FinishRequest, StepRequest, ToolCall, TrajectoryItem
-from corrgrpo_service import Scored
 
 ATTACKED = ("banking", "user_task_0", "injection_task_0")
 CLEAN = ("banking", "user_task_0", None)

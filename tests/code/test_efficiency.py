@@ -16,10 +16,10 @@ from corrgrpo_code.efficiency import Calibration, PairedTimes, TimingRunFailed, 
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_code.settings import CodeSettings
+from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import ExecResult, Sandbox
 from corrgrpo_sandbox.harness import HarnessResult
-from corrgrpo_service import MemoryStore, Scored
 
 BURN = "    sum(range(400_000))\n"  # ~10 ms of CPU: far beyond the timer's spread
 SQUARE = CodeProblem(

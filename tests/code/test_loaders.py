@@ -30,9 +30,9 @@ import pytest
 from corrgrpo_code.evaluate import evaluate
 from corrgrpo_code.problems import load_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
+from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CallProblem, CodeItem, MbppProblem, StdinProblem
 from corrgrpo_sandbox import Sandbox
-from corrgrpo_service import MemoryStore, Scored
 from corrgrpo_testing.servers import start_service
 
 GAME_CASES = [

@@ -20,9 +20,9 @@ from corrgrpo_code.extract import extract, marker_of, split_fences
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
 from corrgrpo_code.similarity import MATCH_BUDGET, OverBudget, Reference, ast_similarity, matched, search, structure
+from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_service import MemoryStore, Scored
 
 CLASS, HE0 = "class Solution", "def has_close_elements("
 IMPL = "class Solution:\n    def solve(self, v):\n        return v + 1"

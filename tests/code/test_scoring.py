@@ -15,10 +15,10 @@ from conftest import require_shared_data
 
 from corrgrpo_code.problems import humaneval_problems, load_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
+from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
-from corrgrpo_service import MemoryStore, Scored
 
 LEETCODE = "leetcode/LeetCodeDataset-v0.3.1-test.jsonl.gz"
 CHAIN = ("syntax", "compile", "runtime", "correct")

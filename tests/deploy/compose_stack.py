@@ -28,8 +28,8 @@ import httpx
 import pytest
 from docker.models.containers import Container
 
+from corrgrpo_common.registry import declared, default_ports
 from corrgrpo_proto import RewardClient
-from corrgrpo_service.registry import declared, default_ports
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE = Path(__file__).with_name("compose.test.yml")

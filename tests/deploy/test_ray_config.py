@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from corrgrpo_service import declared, ray_config
-from corrgrpo_service.settings import env_name
+from corrgrpo_common import declared, ray_config
+from corrgrpo_common.settings import env_name
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,8 +24,8 @@ import pytest
 from manifests import compose, compose_errors, compose_validator, k8s_documents, k8s_errors
 from packaging.requirements import Requirement
 
+from corrgrpo_common import ServiceSettings, create_app, declared, deploy
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service import ServiceSettings, create_app, declared, deploy
 from corrgrpo_testing import servers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def requirement_closure(distribution: str) -> set[str]:
 
 def test_code_image_holds_no_torch() -> None:
     closure = requirement_closure("corrgrpo-code")
-    assert {"corrgrpo-sandbox", "corrgrpo-service", "corrgrpo-proto"} <= closure
+    assert {"corrgrpo-sandbox", "corrgrpo-common", "corrgrpo-proto"} <= closure
     assert "torch" not in closure and "transformers" not in closure
 
 
@@ -220,7 +220,7 @@ def health_paths() -> set[str]:
 
 
 def test_generated_parts_of_the_deployment_files_match_the_declarations() -> None:
-    """`make manifests` (python -m corrgrpo_service.deploy) was run after the last change to a declaration."""
+    """`make manifests` (python -m corrgrpo_common.deploy) was run after the last change to a declaration."""
     assert deploy.drifted(write=False) == [], "run `make manifests`"
 
 
@@ -401,7 +401,7 @@ def compose_redis_argv(variables: dict[str, str]) -> list[str]:
 async def test_compose_redis_command_runs_and_admits_only_the_password(tmp_path: Path) -> None:
     """The compose file's own Redis command on a real redis-server: the services' store gets in with
     CORRGRPO_REDIS_PASSWORD, a client without it is refused, the healthcheck's redis-cli answers with REDISCLI_AUTH."""
-    from corrgrpo_service.store import RedisStore, StoreUnavailable
+    from corrgrpo_common.store import RedisStore, StoreUnavailable
 
     if shutil.which("redis-server") is None:
         if os.environ.get("CI") == "true":

@@ -9,9 +9,9 @@ import yaml
 from conftest import REDIS_URL
 from ray.serve.schema import ServeDeploySchema
 
-from corrgrpo_service import declared
-from corrgrpo_service.ray_config import SERVE_CONFIG
-from corrgrpo_service.ray_serve import application, replica_settings
+from corrgrpo_common import declared
+from corrgrpo_common.ray_config import SERVE_CONFIG
+from corrgrpo_common.ray_serve import application, replica_settings
 
 REPO = Path(__file__).resolve().parents[2]
 

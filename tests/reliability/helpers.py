@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from corrgrpo_service import declared
+from corrgrpo_common import declared
 from corrgrpo_testing.servers import ServiceProcess
 
 BODY_LIMIT = 4 * 1024 * 1024

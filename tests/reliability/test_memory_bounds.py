@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from corrgrpo_service import declared
+from corrgrpo_common import declared
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 MIB = 1024 * 1024

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
+from corrgrpo_common import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
-from corrgrpo_service import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
 
 
 class Item(WireModel):

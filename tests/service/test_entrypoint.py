@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from corrgrpo_service.registry import declared
+from corrgrpo_common.registry import declared
 from corrgrpo_testing.servers import start_service
 
 

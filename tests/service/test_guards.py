@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
+from corrgrpo_common import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
+from corrgrpo_common.guards import PARSED_JSON, Checked, JsonLimits, ParsedJsonRequest, Problem, check_json
+from corrgrpo_common.store import RedisStore, redacted
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
-from corrgrpo_service import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
-from corrgrpo_service.guards import PARSED_JSON, Checked, JsonLimits, ParsedJsonRequest, Problem, check_json
-from corrgrpo_service.store import RedisStore, redacted
 
 JSON = {"content-type": "application/json"}
 

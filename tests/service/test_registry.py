@@ -25,8 +25,8 @@ import pytest
 import yaml
 from manifests import compose, compose_errors, k8s_documents, k8s_errors
 
-from corrgrpo_service import deploy, docs
-from corrgrpo_service.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
+from corrgrpo_common import deploy, docs
+from corrgrpo_common.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
 from corrgrpo_testing.servers import start_service
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,12 +77,12 @@ def test_makefile_parts_are_the_declared_services_plus_the_rest() -> None:
 
 def test_declarations_are_cheap_to_import() -> None:
     """Listing services must not import a service's app (AgentDojo's takes seconds)."""
-    probe = "import sys; from corrgrpo_service.registry import declared; declared(); print('agentdojo' in sys.modules)"
+    probe = "import sys; from corrgrpo_common.registry import declared; declared(); print('agentdojo' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_a_declaration_must_match_its_entry_point_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    from corrgrpo_service import registry
+    from corrgrpo_common import registry
 
     code = declared()["code"]
 
@@ -119,7 +119,7 @@ TOY = {
     "README.md": "# toy\n\n<!-- settings:begin -->\n<!-- settings:end -->\n",
     "corrgrpo_toy/__init__.py": '"""A toy service."""\n',
     "corrgrpo_toy/__main__.py": """
-        from corrgrpo_service.cli import serve
+        from corrgrpo_common.cli import serve
 
         from .declaration import SERVICE
 
@@ -128,7 +128,7 @@ TOY = {
     "corrgrpo_toy/settings.py": """
         from pydantic import Field
 
-        from corrgrpo_service import ServiceSettings
+        from corrgrpo_common import ServiceSettings
 
 
         class ToySettings(ServiceSettings):
@@ -138,7 +138,7 @@ TOY = {
         from importlib.metadata import version
 
         from corrgrpo_proto import ComponentSpec
-        from corrgrpo_service.registry import ServiceDeclaration
+        from corrgrpo_common.registry import ServiceDeclaration
 
         from .settings import ToySettings
 
@@ -155,7 +155,7 @@ TOY = {
     "corrgrpo_toy/app.py": """
         from corrgrpo_proto import ScoreRequest
         from corrgrpo_proto.common import WireModel
-        from corrgrpo_service import Scored, add_score_route
+        from corrgrpo_common import Scored, add_score_route
 
         from .declaration import SERVICE
 

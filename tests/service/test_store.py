@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis
 
-from corrgrpo_service import MemoryStore, RedisStore, ServiceSettings, Store, StoreUnavailable, make_store
-from corrgrpo_service.store import StoreMisconfigured, StoreTampered
+from corrgrpo_common import MemoryStore, RedisStore, ServiceSettings, Store, StoreUnavailable, make_store
+from corrgrpo_common.store import StoreMisconfigured, StoreTampered
 
 SECRET = "test-store-secret-0123456789"
 

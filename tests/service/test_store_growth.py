@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import redis
 
-from corrgrpo_service.registry import declared
-from corrgrpo_service.store import MemoryStore, RedisStore, StoreFull, StoreUnavailable
+from corrgrpo_common.registry import declared
+from corrgrpo_common.store import MemoryStore, RedisStore, StoreFull, StoreUnavailable
 
 
 async def test_expired_keys_are_freed_not_just_hidden() -> None:

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import httpx
 
+from corrgrpo_common import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
+from corrgrpo_common.text import valid_json, valid_text
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
-from corrgrpo_service import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
-from corrgrpo_service.text import valid_json, valid_text
 
 LONE = "\ud800"
 

@@ -28,7 +28,7 @@ from corrgrpo_proto import RewardClient, RewardServiceError, RewardServiceUnavai
 
 from .models import EMBEDDED, TINY
 
-START_SERVICES = "start the services with `python -m corrgrpo_service up` (local processes) or `docker compose up -d`"
+START_SERVICES = "start the services with `python -m corrgrpo_common up` (local processes) or `docker compose up -d`"
 Kind = Literal["rl", "warmup"]
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from corrgrpo_common.text import valid_json
 from corrgrpo_proto.agentdojo import ToolCall, ToolResult
-from corrgrpo_service.text import valid_json
 
 _SPECIAL_TOKEN_AT_END = re.compile(r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>|<eos>|<end_of_turn>|<｜end▁of▁sentence｜>)\Z")
 

@@ -8,6 +8,8 @@ from typing import Annotated, TypeVar
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
+from corrgrpo_common import StoreUnavailable, add_score_route, error_response
+from corrgrpo_common.store import StoreTampered
 from corrgrpo_proto import ErrorBody
 from corrgrpo_proto.agentdojo import (
     AgentDojoScoreRequest,
@@ -20,8 +22,6 @@ from corrgrpo_proto.agentdojo import (
     TasksResponse,
 )
 from corrgrpo_proto.common import ErrorDetail
-from corrgrpo_service import StoreUnavailable, add_score_route, error_response
-from corrgrpo_service.store import StoreTampered
 
 from .declaration import SERVICE
 from .episode_service import EpisodeError, EpisodeService

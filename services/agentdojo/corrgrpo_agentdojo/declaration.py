@@ -6,8 +6,8 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Any
 
+from corrgrpo_common.registry import Deploy, Resources, ServiceDeclaration
 from corrgrpo_proto import ComponentSpec
-from corrgrpo_service.registry import Deploy, Resources, ServiceDeclaration
 
 from .settings import AgentDojoSettings
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from agentdojo.functions_runtime import TaskEnvironment
 
+from corrgrpo_common import Scored, Store
 from corrgrpo_proto import ItemError, resolve_weights
 from corrgrpo_proto.agentdojo import (
     Episode,
@@ -35,7 +36,6 @@ from corrgrpo_proto.agentdojo import (
     ToolCall,
     TrajectoryItem,
 )
-from corrgrpo_service import Scored, Store
 
 from . import episode as ep
 from .adapter import AdapterError, read_completion

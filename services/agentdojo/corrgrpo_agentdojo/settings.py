@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from corrgrpo_service import ServiceSettings
+from corrgrpo_common import ServiceSettings
 
 
 class AgentDojoSettings(ServiceSettings):

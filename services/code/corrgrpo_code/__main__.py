@@ -1,6 +1,6 @@
 """`python -m corrgrpo_code --host H --port P`."""
 
-from corrgrpo_service.cli import serve
+from corrgrpo_common.cli import serve
 
 from .declaration import SERVICE
 

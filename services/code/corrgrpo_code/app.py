@@ -7,10 +7,10 @@ import logging
 
 from fastapi import FastAPI
 
+from corrgrpo_common import add_score_route, make_store
 from corrgrpo_proto.code import CodeScoreRequest
 from corrgrpo_sandbox import Sandbox
 from corrgrpo_sandbox.isolation import IsolationUnavailable
-from corrgrpo_service import add_score_route, make_store
 
 from .declaration import SERVICE
 from .problems import load_problems

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem
 from corrgrpo_sandbox import Sandbox
 from corrgrpo_sandbox.isolation import IsolationUnavailable
-from corrgrpo_service import MemoryStore, Scored
 
 from .extract import extract
 from .problems import load_problems, read_jsonl

@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from corrgrpo_common import ServiceSettings
+from corrgrpo_common.settings import cpu_count
 from corrgrpo_sandbox import Limits
-from corrgrpo_service import ServiceSettings
-from corrgrpo_service.settings import cpu_count
 
 from .efficiency import FEWEST_PAIRS, EfficiencyMode
 from .scoring import HARNESS_LIMITS, ScoringConfig

@@ -8,9 +8,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from corrgrpo_common import Scored, add_score_route
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.toolcall import ToolCallItem, ToolCallScoreRequest
-from corrgrpo_service import Scored, add_score_route
 
 from .declaration import SERVICE
 from .scoring import Score, Unparseable, score_group

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from corrgrpo_service import ServiceSettings
+from corrgrpo_common import ServiceSettings
 
 from .scoring import FormatRules, ParseCaps
 

@@ -1,7 +1,7 @@
-"""`python -m corrgrpo_service.ray_config [--check]`: deploy/ray/serve.yaml, the Ray Serve config, from the declarations.
+"""`python -m corrgrpo_common.ray_config [--check]`: deploy/ray/serve.yaml, the Ray Serve config, from the declarations.
 
 One Serve application per declared service, at `/<name>` on Serve's HTTP port, each a deployment of
-`corrgrpo_service.ray_serve:application` (the app `python -m corrgrpo_<name>` serves). From the declaration: the
+`corrgrpo_common.ray_serve:application` (the app `python -m corrgrpo_<name>` serves). From the declaration: the
 replicas (autoscaled on ongoing requests between its `autoscale` bounds, else a fixed `replicas`), each replica's
 CPUs and memory (its Kubernetes requests) and its environment (compose's, less the worker count: a replica sizes
 that from its `num_cpus`). The store's URL and secret are not in the file: they come from the environment `ray
@@ -22,9 +22,9 @@ from .registry import ServiceDeclaration, declared
 from .settings import env_name
 
 REPO = Path(__file__).resolve().parents[3]
-COMMAND = "python -m corrgrpo_service.ray_config"
+COMMAND = "python -m corrgrpo_common.ray_config"
 SERVE_CONFIG = "deploy/ray/serve.yaml"
-IMPORT_PATH = "corrgrpo_service.ray_serve:application"
+IMPORT_PATH = "corrgrpo_common.ray_serve:application"
 HTTP_PORT = 8000  # Serve's default
 # A request is a chunk of up to 256 items (the clients' default): two at a time keep a replica's workers busy while it
 # parses the next; more per replica asks for another.

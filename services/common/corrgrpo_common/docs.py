@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_service.docs [--check]`: the READMEs' configuration lists, from the `Field` descriptions.
+"""`python -m corrgrpo_common.docs [--check]`: the READMEs' configuration lists, from the `Field` descriptions.
 
 Each list lies between `<!-- settings:begin -->` and `<!-- settings:end -->`: the kit's shared settings
 in services/common/README.md, each declared service's own ones in its folder's README.md. Without
@@ -87,7 +87,7 @@ def drifted(write: bool) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_service.docs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_common.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report READMEs whose lists drifted (exit 1)")
     args = parser.parse_args(argv)
     stale = drifted(write=not args.check)

@@ -3,7 +3,7 @@
 `create_app` assembles an app from this module's parts: the kit's `router` (health, readiness, metrics,
 components; each handler reads the app's state), the guards, the `observe` middleware and the error
 handlers. A service builds its routes on top of it; scoring routes come from
-`corrgrpo_service.scoring.add_score_route`, so the envelope, totals and idempotency are the same
+`corrgrpo_common.scoring.add_score_route`, so the envelope, totals and idempotency are the same
 everywhere.
 """
 

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_service.deploy [--check] [--root DIR]`: the deployment files' per-service parts, from the declarations.
+"""`python -m corrgrpo_common.deploy [--check] [--root DIR]`: the deployment files' per-service parts, from the declarations.
 
 Generated files beside hand-written ones, as the README tables (docs.py) and the JSON Schemas are: the
 files stay plain compose, nginx and kustomize input that runs without this tool, a drift test
@@ -22,7 +22,7 @@ from pathlib import Path
 from .registry import ServiceDeclaration, declared
 
 REPO = Path(__file__).resolve().parents[3]
-COMMAND = "python -m corrgrpo_service.deploy"
+COMMAND = "python -m corrgrpo_common.deploy"
 COMPOSE = "docker-compose.yml"
 NGINX_CONF = "deploy/nginx/nginx.conf"
 UPSTREAMS = "deploy/nginx/upstreams.conf"

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_service up [NAME ...]`: every declared service (or the named ones) as local processes.
+"""`python -m corrgrpo_common up [NAME ...]`: every declared service (or the named ones) as local processes.
 
 Each runs as its container does (`python -m corrgrpo_<name> --host H --port P`) with in-memory state
 (`CORRGRPO_REDIS_URL` is not passed on) and plain-text logs unless `CORRGRPO_LOG_JSON` is set, on its
@@ -32,7 +32,7 @@ import httpx
 from .registry import ServiceDeclaration, declared
 from .settings import ServiceSettings, local_service_env
 
-PROG = "python -m corrgrpo_service"
+PROG = "python -m corrgrpo_common"
 START_TIMEOUT_S = 300  # AgentDojo imports for tens of seconds on a loaded 2-core machine
 STOP_MARGIN_S = 5  # beyond a service's own shutdown grace before its process group is killed
 PR_SET_PDEATHSIG = 1
