@@ -65,8 +65,8 @@ compose-test: install
 INTEROP_ENV := CORRGRPO_INTEROP=1 CORRGRPO_SERVICE_PYTHON=$(abspath $(PY))
 interop: install
 	tests/interop/venvs.sh
-	$(INTEROP_ENV) .venv-verl/bin/python -m pytest tests/interop/stacks/test_verl.py $(PYTEST_ARGS)
-	CORRGRPO_INTEROP=1 $(PY) -m pytest tests/interop/stacks/test_openrlhf.py $(PYTEST_ARGS)
+	$(INTEROP_ENV) .venv-verl/bin/python -m pytest tests/interop/stacks/test_verl_reward_loop.py $(PYTEST_ARGS)
+	CORRGRPO_INTEROP=1 $(PY) -m pytest tests/interop/stacks/test_openrlhf_agent_executor.py $(PYTEST_ARGS)
 	$(INTEROP_ENV) .venv-verifiers/bin/python -m pytest tests/interop/stacks/test_verifiers.py $(PYTEST_ARGS)
 	$(INTEROP_ENV) .venv-openenv/bin/python -m pytest tests/interop/stacks/test_openenv.py $(PYTEST_ARGS)
 	$(INTEROP_ENV) .venv-nemo-gym/bin/python -m pytest tests/interop/stacks/test_nemo_gym.py $(PYTEST_ARGS)

@@ -1,6 +1,6 @@
 """verl interop in this venv: `compute_score` against a real service, the estimator on verl's call signature.
 
-verl itself runs in its own venv (its transformers pin clashes with TRL's): `tests/interop/stacks/test_verl.py`
+verl itself runs in its own venv (its transformers pin clashes with TRL's): `tests/interop/stacks/test_verl_reward_loop.py`
 drives verl 0.9.1's reward loop and `compute_advantage` with these (`make interop`).
 """
 
