@@ -20,7 +20,8 @@ import pytest
 from conftest import require_shared_data
 
 from corrgrpo_toolcall.datasets import Example, load_rlla4k
-from corrgrpo_toolcall.scoring import FormatRules, score
+from corrgrpo_toolcall.response import FormatRules
+from corrgrpo_toolcall.scoring import score
 
 Call = dict[str, Any]
 Components = tuple[float, float, float]  # name, param_names, param_values

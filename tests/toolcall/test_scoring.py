@@ -13,7 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corrgrpo_toolcall.scoring import RANGES, FormatRules, ParseCaps, extract_response, format_score, json_equal, score
+from corrgrpo_toolcall.calls import ParseCaps
+from corrgrpo_toolcall.matching import RANGES, json_equal
+from corrgrpo_toolcall.response import FormatRules, extract_response, format_score
+from corrgrpo_toolcall.scoring import score
 
 
 def calls_block(*calls: dict[str, Any]) -> str:

@@ -12,8 +12,9 @@ from corrgrpo_common import Scored, add_score_route
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.toolcall import ToolCallItem, ToolCallScoreRequest
 
+from .calls import Unparseable
 from .declaration import SERVICE
-from .scoring import Score, Unparseable, score_group
+from .scoring import Score, score_group
 from .settings import ToolCallSettings
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from corrgrpo_common.registry import Deploy, Resources, ServiceDeclaration
 from corrgrpo_proto import ComponentSpec
 
-from .scoring import RANGES
+from .matching import RANGES
 from .settings import ToolCallSettings
 
 MATCHING = {

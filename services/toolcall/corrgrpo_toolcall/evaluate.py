@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .datasets import DATASETS, Example, default_source, load
-from .scoring import Matching, Score, score
+from .matching import Matching
+from .scoring import Score, score
 from .settings import ToolCallSettings
 
 

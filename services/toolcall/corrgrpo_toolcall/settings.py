@@ -11,7 +11,8 @@ from pydantic import Field
 
 from corrgrpo_common import ServiceSettings
 
-from .scoring import FormatRules, ParseCaps
+from .calls import ParseCaps
+from .response import FormatRules
 
 
 class ToolCallSettings(ServiceSettings):

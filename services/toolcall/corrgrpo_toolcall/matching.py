@@ -1,0 +1,124 @@
+"""ToolRL's matching of predicted calls against the ground truth's, and its three components' ranges."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .calls import ToolCall, Unparseable
+
+
+@dataclass(frozen=True)
+class Matching:
+    """Raw matching scores of a prediction against the ground truth, and their maxima."""
+
+    s_name: float
+    s_params: float
+    s_values: float
+    gt_calls: int
+    gt_params: int
+
+    @property
+    def s_max(self) -> int:
+        return 1 + self.gt_calls + self.gt_params
+
+    @property
+    def exact(self) -> bool:
+        return self.s_name == 1 and self.s_params == self.gt_calls and self.s_values == self.gt_params
+
+    @property
+    def toolrl_correctness(self) -> float:
+        """ToolRL's single correctness `6·s/S_max − 3` in [−3, 3] (3 when exact)."""
+        return 6 * (self.s_name + self.s_params + self.s_values) / self.s_max - 3
+
+    def components(self) -> dict[str, float]:
+        """Each matching score over its own maximum, mapped onto its component's range (`RANGES`)."""
+        fractions = {
+            "name": self.s_name,
+            "param_names": self.s_params / self.gt_calls,
+            "param_values": self.s_values / self.gt_params if self.gt_params else 1.0,  # vacuously right
+        }
+        return {key: low + (high - low) * fractions[key] for key, (low, high) in RANGES.items()}
+
+
+# Each component's range, as the authors fix it (their total spans ToolRL's [−3, 3]).
+RANGES = {"name": (-0.5, 0.5), "param_names": (-1.0, 1.0), "param_values": (-1.5, 1.5)}
+
+
+def multiset_jaccard(left: Iterable[Any], right: Iterable[Any]) -> float:
+    """|A ∩ B| / |A ∪ B| counting repeats; two empty collections match fully (ToolRL's `match_score`)."""
+    a, b = Counter(left), Counter(right)
+    if not a and not b:
+        return 1.0
+    shared = sum((a & b).values())
+    return shared / (sum(a.values()) + sum(b.values()) - shared)
+
+
+def key_jaccard(left: Iterable[str], right: Iterable[str]) -> float:
+    """`multiset_jaccard` for the keys of two objects, which cannot repeat: plain sets, much faster."""
+    a, b = set(left), set(right)
+    if not a and not b:
+        return 1.0
+    shared = len(a & b)
+    return shared / (len(a) + len(b) - shared)
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """Equality of decoded JSON values where booleans equal only booleans (Python has `True == 1`).
+
+    Iterative, so the deepest value `json.loads` accepts cannot overflow the stack here.
+    """
+    if type(left) is type(right) and type(left) in (str, int, float):
+        return left == right  # the common case, without the loop
+    pending = [(left, right)]
+    while pending:
+        a, b = pending.pop()
+        if isinstance(a, bool) or isinstance(b, bool):
+            if a is not b:
+                return False
+        elif isinstance(a, dict):
+            if not isinstance(b, dict) or a.keys() != b.keys():
+                return False
+            pending.extend((a[key], b[key]) for key in a)
+        elif isinstance(a, list):
+            if not isinstance(b, list) or len(a) != len(b):
+                return False
+            pending.extend(zip(a, b, strict=True))
+        elif isinstance(b, (dict, list)) or a != b:
+            return False
+    return True
+
+
+def match(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> Matching:
+    """ToolRL's matching: name Jaccard, then per ground-truth call the best unused same-name prediction.
+
+    "Best" is the largest parameter-name Jaccard plus count of equal values (first one on ties);
+    a candidate scoring 0 is not taken, exactly as in ToolRL. Raises `Unparseable` when a same-name
+    candidate has no object `parameters` (the authors fail the whole prediction there).
+    """
+    s_name = multiset_jaccard((c.name for c in truth), (c.name for c in predicted))
+    s_params = s_values = 0.0
+    used: set[int] = set()
+    for gt in truth:
+        best: tuple[float, float, int] | None = None
+        for index, candidate in enumerate(predicted):
+            if index in used or candidate.name != gt.name:
+                continue
+            given = candidate.parameters
+            if given is None:
+                raise Unparseable(f'call {index} to {gt.name!r} has no object "parameters"')
+            names = key_jaccard(gt.parameters, given)
+            values = sum(1 for key, value in gt.parameters.items() if key in given and json_equal(given[key], value))
+            if names + values > (best[0] + best[1] if best else 0.0):
+                best = (names, values, index)
+        if best:
+            used.add(best[2])
+            s_params += best[0]
+            s_values += best[1]
+    return Matching(s_name, s_params, s_values, len(truth), param_count(truth))
+
+
+def param_count(truth: Sequence[ToolCall]) -> int:
+    return sum(len(c.parameters or ()) for c in truth)
