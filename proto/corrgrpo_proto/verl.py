@@ -11,7 +11,7 @@ service's declared weights (`{code:{efficiency:0}}`); `corrgrpo_on_error` (`rais
 verl 0.9 calls the function once per item, concurrently on one event loop: the items that arrive within
 the batch window go to their service in one request.
 
-An item's service is `extra_info["corrgrpo_common"]`, else its `data_source`. The item is generic
+An item's service is `extra_info["corrgrpo_service"]`, else its `data_source`. The item is generic
 (`corrgrpo_proto.items`): the `extra_info` entries that are item fields, the fields the `ground_truth` label
 carries (a JSON object, or a bare string for the service's label field: a code `task_id`, a tool-call
 reference), and the solution as `completion`.
@@ -138,7 +138,7 @@ async def compute_score(
 ) -> dict[str, Any]:
     """verl's `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` for one item."""
     extra, urls = dict(extra_info or {}), dict(corrgrpo_services or {})
-    name = str(extra.get("corrgrpo_common") or data_source)
+    name = str(extra.get("corrgrpo_service") or data_source)
     service = _service(name, urls, corrgrpo_weights, corrgrpo_batch_window_s)
     shape = await service.shape.get()
     label = shape.label_fields(ground_truth) if ground_truth is not None else {}

@@ -70,7 +70,7 @@ def test_concurrent_items_share_one_request(toolcall_url: str) -> None:
 
 def test_service_from_extra_info_and_errors_raise_or_zero(toolcall_url: str) -> None:
     services = {"toolcall": toolcall_url}
-    (routed,) = scores([("rlla_4k", GT, GT, {"corrgrpo_common": "toolcall"})], corrgrpo_services=services)
+    (routed,) = scores([("rlla_4k", GT, GT, {"corrgrpo_service": "toolcall"})], corrgrpo_services=services)
     assert routed["score"] == pytest.approx(4)
     with pytest.raises(ValueError, match="no URL for corrgrpo service 'gsm8k'"):
         scores([("gsm8k", GT, GT)], corrgrpo_services=services)
