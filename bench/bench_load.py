@@ -5,8 +5,15 @@ container does (`python -m corrgrpo_<name>`), measures the sustainable rate with
 4 senders, then offers an open-loop load of 1×, 4× and 10× that rate (fixed arrival schedule,
 bounded at `--max-outstanding` requests in the generator itself, which counts arrivals beyond it as
 `dropped`; no client retries; requests unanswered 5 s after the last arrival count as errors), and
-prints a markdown table: answered throughput, p50/p99 latency of the answered requests, 429 and
-other error counts, and the peak RSS of the service process. The generator shares the machine.
+prints a markdown table: answered throughput, p50/p99 latency of the answered requests, 429/503
+and other error counts, and the peak RSS of the service process.
+
+The service (and everything it starts) runs pinned to one core and the generator to another
+(`--cores S G`, default the first two this process may use), so the generator's CPU is not the
+service's: past capacity the service's one core must both refuse and serve. `--via-nginx` puts a
+local nginx, pinned with the service, in front of it with deploy/nginx/nginx.conf (only the
+`listen` lines and upstreams.conf replaced by the service's loopback address), so the same phases
+measure what compose and Kubernetes clients get.
 
 `toy` is a toy service on the kit (`bench/corrgrpo_toy.py`) whose items wait asynchronously
 (`CORRGRPO_TOY_ITEM_MS`, like a sandbox run), so the in-flight budget applies; `toolcall` scores
@@ -18,16 +25,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from corrgrpo_testing.servers import start_service
+from corrgrpo_testing.servers import free_port, start_service, wait_healthy
 
 BATCH = 32
+NGINX_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
 TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
 ITEMS = {
     "toolcall": [{"completion": TOOL_CALL, "ground_truth": TOOL_CALL}] * BATCH,
@@ -83,7 +97,7 @@ async def send(port: int, body: bytes, phase: Phase) -> None:
         return
     if status == 200:
         phase.latencies.append(time.perf_counter() - start)
-    elif status == 429:
+    elif status in (429, 503):  # refused with Retry-After: by the budget, the connection cap or nginx
         phase.rejected += 1
     else:
         phase.errors += 1
@@ -145,32 +159,76 @@ def row(service: str, phase: Phase) -> str:
     )
 
 
-async def bench(name: str, seconds: float, cap: int) -> list[str]:
+@contextmanager
+def pinned(cpu: int) -> Iterator[None]:
+    """This process on `cpu` for the `with`: what it starts meanwhile inherits the affinity, threads included."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextmanager
+def nginx_in_front(service_url: str) -> Iterator[int]:
+    """deploy/nginx/nginx.conf listening on a free port, proxying to `service_url`; yields the port."""
+    port = free_port()
+    conf = (NGINX_DIR / "nginx.conf").read_text()
+    begin, end = conf.index("# listen:begin"), conf.index("# listen:end")
+    conf = conf[: conf.index("\n", begin) + 1] + f"        listen {port};\n" + conf[conf.rindex("\n", 0, end) + 1 :]
+    upstreams = f"upstream service {{\n    server {service_url.removeprefix('http://')};\n}}\n"
+    upstreams += "map $server_port $pool {\n    default service;\n}\n"
+    with tempfile.TemporaryDirectory(prefix="bench-nginx-") as tmp:
+        Path(tmp, "nginx.conf").write_text(conf)
+        Path(tmp, "upstreams.conf").write_text(upstreams)
+        argv = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf", "-e", f"{tmp}/error.log"]
+        nginx = subprocess.Popen([*argv, "-g", f"daemon off; pid {tmp}/nginx.pid;"], start_new_session=True)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", nginx, 10)
+            yield port
+        finally:
+            nginx.terminate()
+            nginx.wait(10)
+
+
+async def bench(name: str, seconds: float, cap: int, cores: tuple[int, int], via_nginx: bool) -> list[str]:
     body = json.dumps({"items": ITEMS[name]}).encode()
-    with start_service(name, env=ENV[name]) as service:
+    service_cpu, generator_cpu = cores
+    with pinned(service_cpu), start_service(name, env=ENV[name]) as service, ExitStack() as front:
+        port = front.enter_context(nginx_in_front(service.url)) if via_nginx else int(service.url.rsplit(":", 1)[1])
+        os.sched_setaffinity(0, {generator_cpu})
         process = psutil.Process(service.process.pid)
-        port = int(service.url.rsplit(":", 1)[1])
         await closed_loop(port, body, 1.0)  # warm-up
         sustainable = await closed_loop(port, body, seconds / 2)
         rows = []
         for factor in (1, 4, 10):
             phase = Phase(f"{factor}×", sustainable * factor)
             await open_loop(port, body, phase, seconds, cap, process)
-            rows.append(row(name, phase))
+            rows.append(row(f"{name} via nginx" if via_nginx else name, phase))
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--services", nargs="+", default=["toolcall", "toy"], help="toolcall and/or toy")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each load phase")
     parser.add_argument("--max-outstanding", type=int, default=256, help="bound on requests in flight in the generator")
+    parser.add_argument("--cores", nargs=2, type=int, metavar=("SERVICE", "GENERATOR"), help="CPUs to pin them to")
+    parser.add_argument("--via-nginx", action="store_true", help="through deploy/nginx/nginx.conf, nginx on the service's core")
     args = parser.parse_args()
-    print(f"Batches of {BATCH} items; in-flight budget 512 items; {args.seconds:.0f} s per phase; loopback; no retries.\n")
+    usable = sorted(os.sched_getaffinity(0))
+    cores = tuple(args.cores or usable[:2])
+    if len(set(cores)) < 2:
+        parser.error(f"needs two cores, one for the service and one for the generator; this process may use {usable}")
+    print(
+        f"Batches of {BATCH} items; in-flight budget 512 items; {args.seconds:.0f} s per phase; loopback; no retries; "
+        f"service on CPU {cores[0]}, generator on CPU {cores[1]}; load average {os.getloadavg()[0]:.2f}.\n"
+    )
     print("| service | load | offered req/s | answered req/s | items/s | p50 ms | p99 ms | 429 | errors | dropped | RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.services:
-        for line in asyncio.run(bench(name, args.seconds, args.max_outstanding)):
+        for line in asyncio.run(bench(name, args.seconds, args.max_outstanding, cores, args.via_nginx)):  # type: ignore[arg-type]
             print(line, flush=True)
 
 
