@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from corrgrpo_trainer.cli import main
-from corrgrpo_trainer.config import SCHEMA_DIR, read_config, schema_files
+from corrgrpo_trainer.config import read_config
+from corrgrpo_trainer.config_shape import SCHEMA_DIR, schema_files
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 PREFIX = "python -m corrgrpo_trainer {}: error: "

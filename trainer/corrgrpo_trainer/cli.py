@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from .advantages import ESTIMATORS
-from .config import SCHEMA_DIR, InputError, Kind, ServicesDown, check_services, read_config, write_schemas
+from .config import InputError, ServicesDown, check_services, read_config
+from .config_shape import SCHEMA_DIR, Kind, write_schemas
 from .models import EMBEDDED, TINY, PolicyLoadError
 from .reward_json import compute_advantages, read_json, strict_json
 
@@ -75,7 +76,7 @@ def sft_command(args: argparse.Namespace) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    from .agentdojo.evaluate import evaluate
+    from .agentdojo.episode_metrics import evaluate
 
     config = config_of(args)
     check_services(config)  # before the policy loads
@@ -84,7 +85,7 @@ def eval_command(args: argparse.Namespace) -> int:
 
 
 def rollout_command(args: argparse.Namespace) -> int:
-    from .agentdojo.evaluate import rollout
+    from .agentdojo.episode_metrics import rollout
 
     config = config_of(args)
     check_services(config)  # before the policy loads

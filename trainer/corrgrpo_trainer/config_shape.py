@@ -1,0 +1,159 @@
+"""The shape of a run's config (the typed models every config is checked against) and its JSON Schemas.
+
+`config.read_config` reads a file into one of `SHAPES`; `make schemas` writes `json_schema` of each kind to
+trainer/schemas, where tests check they are current.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, TypeAdapter
+
+from .models import EMBEDDED, TINY
+
+Kind = Literal["rl", "warmup"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClientOptions(Strict):
+    """`AsyncRewardClient` options; an unset one keeps the client's default."""
+
+    timeout: PositiveFloat | None = Field(None, description="seconds per request")
+    retries: NonNegativeInt | None = Field(None, description="retries of a connection error, timeout, 5xx or 429")
+    backoff: PositiveFloat | None = None
+    max_backoff: PositiveFloat | None = None
+    max_concurrency: PositiveInt | None = None
+    chunk_size: PositiveInt | None = Field(None, description="items per request")
+    chunk_bytes: PositiveInt | None = None
+    token: str | None = Field(None, description="bearer token (CORRGRPO_API_TOKEN of the service)")
+
+
+class Service(Strict):
+    url: str = Field(description="the service's base URL, e.g. http://127.0.0.1:8102")
+    components: list[str] | None = Field(None, description="reward columns, in order (default: all it declares)")
+    prefix: str = Field("", description="put before each column's name (two services sharing a component name)")
+    weights: dict[str, float] = Field({}, description="per-component weights (default: the service's declared ones)")
+    client: ClientOptions = ClientOptions()
+
+
+class Source(Strict):
+    path: str = Field(
+        description="a hub dataset id, a local file or folder, or a file URL, read with `datasets.load_dataset` "
+        "($CORRGRPO_DATA_DIR maps the shipped ones to local copies)"
+    )
+    split: str = Field("train", description="the hub dataset's split")
+    limit: PositiveInt | None = Field(None, description="the first N rows (default: all)")
+
+
+class CodeRows(Source):
+    """LeetCodeDataset records: `query` is the prompt, the problem goes inline."""
+
+
+class ToolcallRows(Source):
+    """RLLA-4K rows: chat `prompt`, `reward_model.ground_truth`."""
+
+    offset: NonNegativeInt = Field(0, description="the first row taken")
+
+
+class ToolcallDemonstrations(Source):
+    """ToolRL's warm-up set, {instruction, input, output}."""
+
+    exclude_prompts_of: list[str] = Field([], description="datasets (as `path`) whose user turns are left out")
+    think_sentences: PositiveInt | None = Field(None, description="keep the first N sentences of each <think>")
+    seed: int | None = Field(None, description="shuffle seed before `limit` (default: trl.seed)")
+
+
+class Episodes(Strict):
+    """AgentDojo episodes, from the service."""
+
+    suites: list[str] | None = Field(None, description="default: every suite the service serves")
+    user_tasks: list[str] | None = Field(None, description="default: all")
+    user_tasks_per_suite: PositiveInt | None = Field(None, description="the first N user tasks of each suite")
+    injection_tasks: list[str] | Literal["all"] | None = Field(None, description="names, all, or none (no attack)")
+    attack: str | None = Field(None, description="default: the service's")
+    exclude_unearned: bool = Field(True, description="leave out user tasks earning utility without work")
+
+
+class EpisodeDemonstrations(Episodes):
+    limit: PositiveInt | None = Field(None, description="demonstrations kept after the shuffle (default: all)")
+    seed: int | None = Field(None, description="shuffle seed (default: trl.seed)")
+
+
+class Common(Strict):
+    model: str = Field(EMBEDDED, description=f"{EMBEDDED!r} (embedded), {TINY!r} (tests), a local checkpoint or hub id")
+    torch_threads: PositiveInt | None = Field(None, description="CPU threads (default: torch's; the tiny policy: 1)")
+    trl: dict[str, Any] = Field({}, description="trl.GRPOConfig (RL) or trl.SFTConfig (warm-up) fields")
+
+
+class RL(Common):
+    services: dict[str, Service] = Field(min_length=1)
+    estimator: Literal["corrgrpo", "grpo", "gdpo"] = "corrgrpo"
+    advantage_floor: PositiveFloat | None = Field(None, description="CorrGRPO only: a floor on sqrt(sum rho)")
+    warmup: str | None = Field(None, description="the warm-up config `run` runs first when its checkpoint is missing")
+    run_dir: str | None = Field(None, description="the run's folder (default: trl.output_dir)")
+
+
+class CodeRL(RL):
+    domain: Literal["code"]
+    dataset: CodeRows
+    evaluation: CodeRows | None = Field(None, description="held-out rows `run` scores after RL")
+
+
+class ToolcallRL(RL):
+    domain: Literal["toolcall"]
+    dataset: ToolcallRows
+    evaluation: ToolcallRows | None = Field(None, description="held-out rows `run` scores after RL")
+
+
+class AgentDojoRL(RL):
+    domain: Literal["agentdojo"]
+    dataset: Episodes = Episodes()
+    evaluation: Episodes | None = Field(None, description="held-out episodes `run` evaluates after RL")
+
+
+class Warmup(Common):
+    services: dict[str, Service] = {}
+
+
+class ToolcallWarmup(Warmup):
+    domain: Literal["toolcall"]
+    dataset: ToolcallDemonstrations
+
+
+class AgentDojoWarmup(Warmup):
+    domain: Literal["agentdojo"]
+    dataset: EpisodeDemonstrations = EpisodeDemonstrations()
+
+
+SHAPES: dict[Kind, dict[str, type[Common]]] = {
+    "rl": {"code": CodeRL, "toolcall": ToolcallRL, "agentdojo": AgentDojoRL},
+    "warmup": {"toolcall": ToolcallWarmup, "agentdojo": AgentDojoWarmup},
+}
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"  # trainer/schemas, checked in
+
+
+def json_schema(kind: Kind) -> dict[str, Any]:
+    """The JSON Schema of a config kind: a union over `domain`."""
+    shapes = tuple(SHAPES[kind].values())
+    union = typing.Annotated[typing.Union[shapes], Field(discriminator="domain")]  # noqa: UP007 (a runtime tuple)
+    title = "RL config (train, run)" if kind == "rl" else "warm-up config (sft)"
+    return {"title": f"corrgrpo trainer {title}", **TypeAdapter(union).json_schema()}
+
+
+def schema_files() -> dict[str, str]:
+    """Each schema file's name and exact text."""
+    return {f"{kind}.schema.json": json.dumps(json_schema(kind), indent=2, sort_keys=True) + "\n" for kind in SHAPES}
+
+
+def write_schemas(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in schema_files().items():
+        (directory / name).write_text(text)
+    return [directory / name for name in schema_files()]
