@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corrgrpo_common.guards import JsonLimits, Problem, check_json, too_many_values
+from corrgrpo_common.guards.json_checks import JsonLimits, Problem, check_json, too_many_values
 
 LIMITS = JsonLimits(max_depth=64, max_values=1000, max_items=10, fields={"ground_truth": 50})
 

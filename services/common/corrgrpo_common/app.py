@@ -25,17 +25,12 @@ from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .guards import (
-    BearerAuth,
-    BodyLimit,
-    CancelOnDisconnect,
-    InflightItems,
-    JsonGuard,
-    JsonLimits,
-    ParsedJsonRoute,
-    ShedWhenFull,
-    UnambiguousFraming,
-)
+from .guards.admission import InflightItems, ShedWhenFull
+from .guards.auth import BearerAuth
+from .guards.cancellation import CancelOnDisconnect
+from .guards.framing import BodyLimit, UnambiguousFraming
+from .guards.json_checks import JsonLimits
+from .guards.parsed_json import JsonGuard, ParsedJsonRoute
 from .settings import ServiceSettings
 from .store import Store, make_store
 
@@ -147,7 +142,7 @@ async def observe(request: Request, call_next: Callable[[Request], Awaitable[Res
 
 
 def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits) -> None:
-    """The guards of guards.py, added last = run first: framing, auth, load shedding, cancellation on disconnect,
+    """The guards of the `guards` package, added last = run first: framing, auth, load shedding, cancellation on disconnect,
     the body limit, the JSON shape check."""
     service, counters = app.state.service, app.state.metrics
     app.add_middleware(JsonGuard, limits=json_limits)

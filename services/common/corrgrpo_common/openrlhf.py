@@ -41,7 +41,7 @@ from corrgrpo_proto import ComponentSpec, ItemResult, ItemShape
 from corrgrpo_proto.common import ErrorBody, ErrorDetail, WireModel
 
 from .errors import error_response
-from .guards import JsonLimits, Problem, check_document, parse_json
+from .guards.json_checks import JsonLimits, Problem, check_document, parse_json
 
 TOTAL, NORMALIZED = "total", "normalized"
 

@@ -23,7 +23,7 @@ from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, Scor
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .guards import overloaded
+from .guards.admission import overloaded
 from .openrlhf import add_openrlhf_route
 from .store import Store, StoreUnavailable
 from .text import valid_json, valid_text
