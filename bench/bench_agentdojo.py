@@ -13,9 +13,9 @@ import pickle
 import statistics
 import time
 
-from corrgrpo_agentdojo.environments import StartCache
 from corrgrpo_agentdojo.episode_service import EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
+from corrgrpo_agentdojo.start_environments import StartCache
 from corrgrpo_common import MemoryStore
 from corrgrpo_proto.agentdojo import EpisodeSpec, FinishRequest, StepRequest, ToolCall, TrajectoryItem
 

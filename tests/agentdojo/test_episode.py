@@ -1,4 +1,4 @@
-"""Pure episode logic: catalog, environments, execution, checkers, lossless state. No HTTP."""
+"""Pure episode logic: catalog, start environments, execution, checkers, lossless state. No HTTP."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from corrgrpo_agentdojo import episode as ep
+from corrgrpo_agentdojo import episode_state as ep
 from corrgrpo_agentdojo.catalog import Resolved, UnknownTask
-from corrgrpo_agentdojo.environments import injections_for, load_injected_environment
 from corrgrpo_agentdojo.episode_service import EpisodeError, EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
+from corrgrpo_agentdojo.start_environments import load_injected_environment
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_common import store as store_module
 from corrgrpo_proto.agentdojo import EpisodeSpec, StepRequest, ToolCall, TrajectoryItem
@@ -49,14 +49,14 @@ def test_unknown_names_are_refused_with_the_known_ones(service: EpisodeService) 
 
 
 def test_attack_addresses_the_configured_model(service: EpisodeService) -> None:
-    injections = injections_for(first_pair(service, "banking"))
+    injections = first_pair(service, "banking").injections()
     assert injections and all("to you, Local model" in text and "Emma Johnson" in text for text in injections.values())
 
 
 @pytest.mark.parametrize("suite", SUITES)
 def test_fast_loader_builds_what_agentdojo_builds(service: EpisodeService, suite: str) -> None:
     resolved = first_pair(service, suite)
-    injections = injections_for(resolved)
+    injections = resolved.injections()
     assert load_injected_environment(resolved.suite, injections) == resolved.suite.load_and_inject_default_environment(injections)
 
 

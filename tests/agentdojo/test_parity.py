@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from corrgrpo_agentdojo import episode as ep
+from corrgrpo_agentdojo import episode_state as ep
 from corrgrpo_agentdojo.episode_service import EpisodeService
 from corrgrpo_common import Scored
 from corrgrpo_proto.agentdojo import EpisodeCreate, EpisodeSpec, FinishRequest, StepRequest, ToolCall, TrajectoryItem
@@ -79,11 +79,11 @@ def test_clean_episode_says_there_was_no_injection(service: EpisodeService, solv
 @pytest.mark.parametrize(
     ("extra", "reason"),
     [
-        ("<tool_call>{not json</tool_call>", "AdapterError: tool call {n}: not JSON"),
+        ("<tool_call>{not json</tool_call>", "ToolCallError: tool call {n}: not JSON"),
         ('<tool_call>{"name": "get_balance", "arguments": {}}', "{m} <tool_call> but {n} </tool_call> tags"),  # unclosed
         ("</tool_call>", "{n} <tool_call> but {m} </tool_call> tags"),
         ('<tool_call>{"name": "pay_everyone", "arguments": {}}</tool_call>', "unknown tool 'pay_everyone'"),
-        ('<tool_call>["get_balance"]</tool_call>', "AdapterError: tool call {n}: expected a JSON object"),
+        ('<tool_call>["get_balance"]</tool_call>', "ToolCallError: tool call {n}: expected a JSON object"),
     ],
     ids=["bad JSON", "unclosed", "stray close", "unknown tool", "not an object"],
 )

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from conftest import valid_utf8_json
 
-from corrgrpo_agentdojo.adapter import read_completion, strip_special_tokens
 from corrgrpo_agentdojo.episode_service import number_list
+from corrgrpo_agentdojo.tool_calls import read_completion, strip_special_tokens
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 SPECIAL_ENDINGS = ["", "<|im_end|>", "</s>", "<|eot_id|>", "<|endoftext|>\n", "<|im_end|><|endoftext|>"]
@@ -73,7 +73,7 @@ def test_step_reads_raw_completions_keeps_call_ids_and_shows_unreadable_calls_as
     assert step.status_code == 200, step.text
     read, broken = step.json()["results"]
     assert read["tool_call_id"] == "c7" and "<INFORMATION>" in read["content"]
-    assert broken["error"].startswith("AdapterError: tool call 1: not JSON")
+    assert broken["error"].startswith("ToolCallError: tool call 1: not JSON")
     assert step.json()["tool_calls_so_far"] == 1 and step.json()["final_answer"] == "Let me check."
     finished = post(server, f"/v1/episodes/{episode['episode_id']}/finish", {"completion": "All done.</s>"})
     assert finished.status_code == 200, finished.text
@@ -171,12 +171,12 @@ GARBLED_BLOCKS = {
     ),
     "numeric id": (
         '{"name": "get_balance", "arguments": {}, "id": 7}',
-        "AdapterError: tool call 0: Input should be a valid string",
+        "ToolCallError: tool call 0: Input should be a valid string",
         UNREADABLE,
     ),
     "nested past the parser's stack": (
         '{"name": "get_balance", "arguments": ' + "[" * 100_000 + "}",
-        "AdapterError: tool call 0: not JSON (nested too deeply)",
+        "ToolCallError: tool call 0: not JSON (nested too deeply)",
         UNREADABLE,
     ),
 }

@@ -1,4 +1,4 @@
-"""HTTP layer of the AgentDojo episode service: routes only; episodes live in `episode_service` and `episode`."""
+"""HTTP layer of the AgentDojo episode service: routes only; episodes live in `episode_service` and `episode_state`."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from agentdojo.base_tasks import BaseInjectionTask, BaseUserTask
 from agentdojo.task_suite.load_suites import get_suites
 from agentdojo.task_suite.task_suite import TaskSuite
 
-from .environments import injection_candidates
+from .start_environments import injection_candidates
 
 INTERACTIVE_ATTACKS = frozenset({"manual"})
 """`manual` asks a human on stdin for each injection: useless in a service."""
@@ -57,6 +57,12 @@ class Resolved:
             self.injection_task.ID if self.injection_task else None,
             self.attack.name if self.attack else None,
         )
+
+    def injections(self) -> dict[str, str]:
+        """What the attack writes into the injection vectors the user task's ground truth reads."""
+        if self.attack is None or self.injection_task is None:
+            return {}
+        return self.attack.attack(self.user_task, self.injection_task)
 
 
 def _pick(kind: str, name: str, known: Sequence[str]) -> None:

@@ -37,12 +37,12 @@ from corrgrpo_proto.agentdojo import (
     TrajectoryItem,
 )
 
-from . import episode as ep
-from .adapter import AdapterError, read_completion
+from . import episode_state as ep
 from .catalog import Catalog, Resolved, UnknownTask
 from .declaration import COMPONENTS
-from .environments import StartCache
 from .settings import AgentDojoSettings
+from .start_environments import StartCache
+from .tool_calls import ToolCallError, read_completion
 
 PREFIX = "corrgrpo:agentdojo:episode:"
 LIVE = "{corrgrpo:agentdojo:live}:"  # the quota groups share one Redis Cluster hash slot: a lease checks both at once
@@ -61,13 +61,13 @@ class EpisodeError(Exception):
     retry_after_s: int | None = None
 
 
-def malformed(completion: str, calls: Sequence[ToolCall | AdapterError]) -> str | None:
+def malformed(completion: str, calls: Sequence[ToolCall | ToolCallError]) -> str | None:
     """Why one generated message breaks the authors' format check (every `<tool_call>` closed and read), or None."""
     opened, closed = completion.count("<tool_call>"), completion.count("</tool_call>")
     if opened != closed:
         return f"{opened} <tool_call> but {closed} </tool_call> tags"
-    unreadable = next((call for call in calls if isinstance(call, AdapterError)), None)
-    return None if unreadable is None else f"AdapterError: {unreadable}"
+    unreadable = next((call for call in calls if isinstance(call, ToolCallError)), None)
+    return None if unreadable is None else f"ToolCallError: {unreadable}"
 
 
 def number_list(max_chars: int) -> str:
@@ -148,11 +148,11 @@ class EpisodeService:
             limit = self.settings.agentdojo_max_tool_calls
             raise EpisodeError(422, "too_many_tool_calls", f"{calls} tool calls exceed the limit of {limit} per episode")
 
-    def _check_arguments(self, calls: Sequence[ToolCall | AdapterError], where: str) -> None:
+    def _check_arguments(self, calls: Sequence[ToolCall | ToolCallError], where: str) -> None:
         """422 with the argument's path when one is longer than `agentdojo_max_arg_chars` (as JSON)."""
         limit = self.settings.agentdojo_max_arg_chars
         for index, call in enumerate(calls):
-            if isinstance(call, AdapterError):
+            if isinstance(call, ToolCallError):
                 continue
             for name, value in call.args.items():
                 size = len(value) if isinstance(value, str) else len(json.dumps(value))
@@ -160,11 +160,11 @@ class EpisodeService:
                     loc = f"{where}.{index}.args.{name}"
                     raise EpisodeError(422, "argument_too_long", f"{loc}: {size} chars, the limit is {limit}", loc)
 
-    def _calls_of(self, request: StepRequest | TrajectoryItem) -> tuple[list[ToolCall | AdapterError], str | None, str | None]:
+    def _calls_of(self, request: StepRequest | TrajectoryItem) -> tuple[list[ToolCall | ToolCallError], str | None, str | None]:
         """The request's calls (read from its raw `completion` when it has one), that completion's answer and why it
         is malformed (`malformed`; unknown tools are found when the calls run)."""
         if request.completion is None:
-            calls: list[ToolCall | AdapterError] = list(request.tool_calls or [])
+            calls: list[ToolCall | ToolCallError] = list(request.tool_calls or [])
             self._check_arguments(calls, "tool_calls")
             return calls, None, None
         read = read_completion(request.completion)

@@ -1,10 +1,10 @@
-"""The `tools`-format adapter: chat models' tool calls → step requests → chat messages."""
+"""Reading tool calls: chat models' tool calls → step requests → chat messages."""
 
 from __future__ import annotations
 
 import pytest
 
-from corrgrpo_agentdojo.adapter import AdapterError, tool_calls_from_chat, tool_calls_from_text, tool_messages
+from corrgrpo_agentdojo.tool_calls import ToolCallError, tool_calls_from_chat, tool_calls_from_text, tool_messages
 from corrgrpo_proto.agentdojo import ToolCall, ToolResult
 
 
@@ -42,9 +42,9 @@ def test_generated_text_with_tool_call_blocks() -> None:
     ],
 )
 def test_unreadable_calls_say_why(calls: list[dict], message: str) -> None:
-    with pytest.raises(AdapterError, match=message):
+    with pytest.raises(ToolCallError, match=message):
         tool_calls_from_chat(calls)
-    with pytest.raises(AdapterError, match="tool call 0: not JSON"):
+    with pytest.raises(ToolCallError, match="tool call 0: not JSON"):
         tool_calls_from_text("<tool_call>{nope</tool_call>")
 
 

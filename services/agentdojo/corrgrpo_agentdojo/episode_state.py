@@ -26,8 +26,8 @@ from agentdojo.task_suite.task_suite import TaskSuite
 
 from corrgrpo_proto.agentdojo import EpisodeSpec, ToolCall, ToolResult
 
-from .adapter import AdapterError, strip_special_tokens
 from .catalog import Resolved
+from .tool_calls import ToolCallError, strip_special_tokens
 
 STATE_FORMAT = 3
 LIST_LITERAL_MAX_CHARS = 10_000
@@ -107,16 +107,16 @@ def _list_literals(args: dict[str, Any]) -> dict[str, Any]:
     return fixed
 
 
-def run_calls(state: EpisodeState, suite: TaskSuite, calls: Sequence[ToolCall | AdapterError]) -> list[ToolResult]:
+def run_calls(state: EpisodeState, suite: TaskSuite, calls: Sequence[ToolCall | ToolCallError]) -> list[ToolResult]:
     """Execute `calls` in order against the episode's environment; errors become text, as the agent sees them.
 
-    An unreadable call (`AdapterError`) runs nothing and is not traced: its result is the error. It, or a call to a
+    An unreadable call (`ToolCallError`) runs nothing and is not traced: its result is the error. It, or a call to a
     function the suite lacks, marks the trajectory invalid."""
     runtime = runtime_for(suite)
     results = []
     for call in calls:
-        if isinstance(call, AdapterError):
-            error = f"AdapterError: {call}"
+        if isinstance(call, ToolCallError):
+            error = f"ToolCallError: {call}"
             mark_invalid(state, error)
             results.append(ToolResult(function="", content=error, error=error))
             continue

@@ -28,20 +28,20 @@ from corrgrpo_proto.agentdojo import ToolCall, ToolResult
 _SPECIAL_TOKEN_AT_END = re.compile(r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>|<eos>|<end_of_turn>|<｜end▁of▁sentence｜>)\Z")
 
 
-class AdapterError(ValueError):
-    """A tool call the adapter cannot read; the message says which and why."""
+class ToolCallError(ValueError):
+    """A tool call that cannot be read; the message says which and why."""
 
 
 def _parsed(text: str, where: str) -> Any:
     """`json.loads` of the policy's text, every string made encodable: a lone surrogate escape (`"\\ud800"`) becomes
     U+FFFD, so a name made of one is an unknown tool (its result says so) and no argument carries one into the
-    environment or an answer. Raises `AdapterError` for what is not JSON (or nests beyond the parser's stack)."""
+    environment or an answer. Raises `ToolCallError` for what is not JSON (or nests beyond the parser's stack)."""
     try:
         return valid_json(json.loads(text))
     except json.JSONDecodeError as error:
-        raise AdapterError(f"{where} ({error})") from error
+        raise ToolCallError(f"{where} ({error})") from error
     except RecursionError as error:
-        raise AdapterError(f"{where} (nested too deeply)") from error
+        raise ToolCallError(f"{where} (nested too deeply)") from error
 
 
 def _arguments(raw: Any, where: str) -> dict[str, Any]:
@@ -50,19 +50,19 @@ def _arguments(raw: Any, where: str) -> dict[str, Any]:
     if isinstance(raw, str):
         raw = _parsed(raw, f"{where}: arguments are not JSON")
     if not isinstance(raw, dict):
-        raise AdapterError(f"{where}: arguments must be a JSON object, got {type(raw).__name__}")
+        raise ToolCallError(f"{where}: arguments must be a JSON object, got {type(raw).__name__}")
     return raw
 
 
 def tool_call_from_chat(call: dict[str, Any], where: str = "tool call") -> ToolCall:
     body = call.get("function", call)
     if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not body["name"]:
-        raise AdapterError(f"{where}: no function name")
+        raise ToolCallError(f"{where}: no function name")
     arguments = body.get("arguments", body.get("parameters"))
     try:
         return ToolCall(function=body["name"], args=_arguments(arguments, where), id=call.get("id"))
     except ValidationError as error:  # e.g. a numeric id: the policy's mistake, shown to it like any other
-        raise AdapterError(f"{where}: {'; '.join(e['msg'] for e in error.errors())}") from error
+        raise ToolCallError(f"{where}: {'; '.join(e['msg'] for e in error.errors())}") from error
 
 
 def tool_calls_from_chat(tool_calls: list[dict[str, Any]]) -> list[ToolCall]:
@@ -95,15 +95,15 @@ def _blocks(text: str, tag: str) -> tuple[list[str], str]:
 def _call_from_block(block: str, index: int) -> ToolCall:
     parsed = _parsed(block, f"tool call {index}: not JSON")
     if not isinstance(parsed, dict):
-        raise AdapterError(f"tool call {index}: expected a JSON object")
+        raise ToolCallError(f"tool call {index}: expected a JSON object")
     return tool_call_from_chat(parsed, f"tool call {index}")
 
 
 @dataclass
 class Completion:
-    """What one generated message says: its tool calls in order (an unreadable one as its `AdapterError`) and its answer."""
+    """What one generated message says: its tool calls in order (an unreadable one as its `ToolCallError`) and its answer."""
 
-    calls: list[ToolCall | AdapterError]
+    calls: list[ToolCall | ToolCallError]
     answer: str
 
 
@@ -112,11 +112,11 @@ def read_completion(text: str) -> Completion:
     else the text outside `<think>` and `<tool_call>` blocks; trailing special tokens do not count."""
     text = strip_special_tokens(text)
     blocks, rest = _blocks(text, "tool_call")
-    calls: list[ToolCall | AdapterError] = []
+    calls: list[ToolCall | ToolCallError] = []
     for index, block in enumerate(blocks):
         try:
             calls.append(_call_from_block(block.strip(), index))
-        except AdapterError as error:
+        except ToolCallError as error:
             calls.append(error)
     responses, _ = _blocks(rest, "response")
     answer = responses[0] if responses else _blocks(rest, "think")[1]
@@ -127,7 +127,7 @@ def tool_calls_from_text(text: str) -> list[ToolCall]:
     """`<tool_call>{json}</tool_call>` blocks of generated text, in order; no block → no calls; raises on an unreadable one."""
     calls = read_completion(text).calls
     for call in calls:
-        if isinstance(call, AdapterError):
+        if isinstance(call, ToolCallError):
             raise call
     return calls  # type: ignore[return-value]
 

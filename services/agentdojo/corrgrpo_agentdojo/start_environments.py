@@ -22,7 +22,7 @@ import pickle
 import threading
 from collections import OrderedDict
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pydantic.networks
 import yaml
@@ -32,9 +32,6 @@ from agentdojo.base_tasks import BaseUserTask
 from agentdojo.functions_runtime import FunctionsRuntime, TaskEnvironment
 from agentdojo.task_suite.task_suite import TaskSuite, read_suite_file, validate_injections
 from agentdojo.types import get_text_content_as_str
-
-if TYPE_CHECKING:
-    from .catalog import Resolved
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -82,11 +79,14 @@ def injection_candidates(attack: BaseAttack, user_task: BaseUserTask) -> list[st
     return found
 
 
-def injections_for(resolved: Resolved) -> dict[str, str]:
-    """What the attack writes into the injection vectors the user task's ground truth reads."""
-    if resolved.attack is None or resolved.injection_task is None:
-        return {}
-    return resolved.attack.attack(resolved.user_task, resolved.injection_task)
+class EpisodeStart(Protocol):
+    """What decides an episode's start environment (the catalog's `Resolved`)."""
+
+    @property
+    def suite(self) -> TaskSuite: ...
+    @property
+    def user_task(self) -> BaseUserTask: ...
+    def injections(self) -> dict[str, str]: ...
 
 
 def _overrides_init(user_task: BaseUserTask) -> bool:
@@ -115,9 +115,9 @@ class StartCache:
                 self._entries.popitem(last=False)
         return blob
 
-    def start_bytes(self, resolved: Resolved) -> bytes:
+    def start_bytes(self, episode: EpisodeStart) -> bytes:
         """The pickled environment the episode starts in: injected, then set up by the user task."""
-        blob = self._injected(resolved.suite, injections_for(resolved))
-        if not _overrides_init(resolved.user_task):
+        blob = self._injected(episode.suite, episode.injections())
+        if not _overrides_init(episode.user_task):
             return blob
-        return pickle.dumps(resolved.user_task.init_environment(pickle.loads(blob)), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(episode.user_task.init_environment(pickle.loads(blob)), protocol=pickle.HIGHEST_PROTOCOL)
