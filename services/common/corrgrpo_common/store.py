@@ -27,14 +27,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
-
-if TYPE_CHECKING:
-    from .settings import ServiceSettings
-
+from pydantic import SecretStr
 
 log = logging.getLogger("corrgrpo.store")
 
@@ -391,7 +388,23 @@ class RedisStore(Store):
         await self._redis.aclose()
 
 
-def make_store(settings: ServiceSettings) -> Store:
+class StoreSettings(Protocol):
+    """The settings `make_store` reads (`ServiceSettings` has them), named here: settings.py imports this module's
+    defaults, so this module does not import it back."""
+
+    @property
+    def redis_url(self) -> str | None: ...
+    @property
+    def redis_password(self) -> SecretStr | None: ...
+    @property
+    def store_secret(self) -> SecretStr | None: ...
+    @property
+    def store_ttl_s(self) -> float: ...
+    @property
+    def memory_store_max_bytes(self) -> int: ...
+
+
+def make_store(settings: StoreSettings) -> Store:
     """The store the settings configure: Redis when a URL is set, else the in-memory store (capped). Every service
     builds its store here, so no store setting can be left out. Redis without `CORRGRPO_STORE_SECRET` is refused:
     a per-process secret would make replicas refuse each other's values, no secret would trust whoever writes."""
