@@ -1,6 +1,6 @@
 """corrgrpo wire contract: the models every service speaks and the client the trainer uses."""
 
-from .client import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable
+from .client import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable, encode_item
 from .common import (
     ComponentSpec,
     ComponentsResponse,
@@ -30,5 +30,6 @@ __all__ = [
     "RewardServiceUnavailable",
     "ScoreRequest",
     "ScoreResponse",
+    "encode_item",
     "resolve_weights",
 ]

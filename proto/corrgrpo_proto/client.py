@@ -7,12 +7,15 @@ limit, and lets the service score one chunk while it reads the next. A request
 is retried with jittered exponential backoff on connection errors, timeouts, 5xx and 429
 (honouring `Retry-After`): safe because scoring is idempotent. Other 4xx are raised at once as
 `RewardServiceError` with the service's message; a request that still fails after `retries`
-retries raises `RewardServiceUnavailable`.
+retries raises `RewardServiceUnavailable`. Both clients take these decisions in one place (`_Client._after`); their
+loops differ only in sending and waiting (blocking or awaited).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import random
 import time
 from collections.abc import Sequence
@@ -27,7 +30,8 @@ from pydantic import BaseModel
 from .common import ComponentsResponse, ItemResult, ScoreResponse
 from .items import ItemShape
 
-Item = BaseModel | dict[str, Any]
+Item = BaseModel | dict[str, Any] | bytes  # bytes: an item's JSON from `encode_item`, sent as it is
+SCORE_PATH = "/v1/score"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 JSON_HEADERS = {"Content-Type": "application/json"}
 CHUNK_BYTES = 1 << 21  # 2 MiB of JSON per request at most (a service's default body limit: 64 MiB)
@@ -64,8 +68,10 @@ class _Chunk:
     items: int
 
 
-def _jsonable(item: Item) -> dict[str, Any]:
-    return item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item
+def encode_item(item: BaseModel | dict[str, Any]) -> bytes:
+    """An item's JSON as the clients send it: encode a batch once when you also need its bytes (e.g. to key a cache),
+    then give the bytes to `score`."""
+    return _json(item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item)
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -79,80 +85,23 @@ def _error_message(response: httpx.Response) -> str:
     return str(body)[:500]
 
 
-class _Policy:
-    """Retry, backoff and chunking settings shared by both clients."""
+@dataclass(frozen=True)
+class _Answer:
+    """The decoded body of a final response (a retry step's other outcome is the seconds to wait)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        timeout: float,
-        retries: int,
-        backoff: float,
-        max_backoff: float,
-        max_concurrency: int,
-        chunk_size: int,
-        chunk_bytes: int,
-        token: str | None,
-    ) -> None:
-        if max_concurrency < 1 or chunk_size < 1 or chunk_bytes < 1 or retries < 0:
-            raise ValueError("max_concurrency, chunk_size and chunk_bytes must be >= 1, retries >= 0")
-        self.base_url = base_url.rstrip("/")
-        self.timeout, self.retries = timeout, retries
-        self.backoff, self.max_backoff = backoff, max_backoff
-        self.max_concurrency, self.chunk_size, self.chunk_bytes = max_concurrency, chunk_size, chunk_bytes
-        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
-
-    def delay(self, attempt: int, response: httpx.Response | None) -> float:
-        """Seconds to wait before retry `attempt` (0-based): Retry-After if given, else jittered backoff."""
-        if response is not None and (after := response.headers.get("Retry-After")):
-            try:
-                return min(float(after), self.max_backoff)
-            except ValueError:
-                pass
-        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
-
-    def outcome(self, url: str, response: httpx.Response) -> Any | None:
-        """The decoded body of a final response, or None when the response should be retried."""
-        if response.status_code in RETRY_STATUSES:
-            return None
-        if response.status_code >= 400:
-            raise RewardServiceError(url, response.status_code, _error_message(response))
-        return response.json()
-
-    def give_up(self, url: str, last: str) -> RewardServiceUnavailable:
-        return RewardServiceUnavailable(f"{url}: no answer after {self.retries + 1} attempts: {last}", last)
-
-    def chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[_Chunk]:
-        """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would take
-        the current one over `chunk_size` items or `chunk_bytes`."""
-        tail = b"]}" if weights is None else b'],"weights":' + _json(weights) + b"}"
-        groups: list[list[bytes]] = []
-        size = 0
-        for item in items:
-            encoded = _json(_jsonable(item))
-            if not groups or len(groups[-1]) == self.chunk_size or size + len(encoded) > self.chunk_bytes:
-                groups.append([])
-                size = 0
-            groups[-1].append(encoded)
-            size += len(encoded) + 1
-        return [_Chunk(b'{"items":[' + b",".join(group) + tail, len(group)) for group in groups]  # no items, no request
-
-    @staticmethod
-    def results(url: str, chunk: _Chunk, answer: Any) -> list[ItemResult]:
-        results = ScoreResponse.model_validate(answer).results
-        if len(results) != chunk.items:
-            raise RewardServiceError(url, 200, f"{len(results)} results for {chunk.items} items")
-        return results
+    body: Any
 
 
-def _describe(error: Exception | httpx.Response) -> str:
-    if isinstance(error, httpx.Response):
-        return f"HTTP {error.status_code}: {_error_message(error)}"
-    return f"{type(error).__name__}: {error}"
+def _describe(outcome: httpx.Response | httpx.TransportError) -> str:
+    if isinstance(outcome, httpx.Response):
+        return f"HTTP {outcome.status_code}: {_error_message(outcome)}"
+    return f"{type(outcome).__name__}: {outcome}"
 
 
-class AsyncRewardClient:
-    """Async client of one reward service: `await client.score(items)`."""
+class _Client:
+    """Settings, chunking and retry policy of both clients, which differ only in how they send and wait."""
+
+    _http_class: type[httpx.Client] | type[httpx.AsyncClient]
 
     def __init__(
         self,
@@ -166,42 +115,95 @@ class AsyncRewardClient:
         chunk_size: int = 256,
         chunk_bytes: int = CHUNK_BYTES,
         token: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, chunk_bytes, token)
-        self._http = httpx.AsyncClient(
-            base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
-        )
-        self._slots = asyncio.Semaphore(max_concurrency)
+        if max_concurrency < 1 or chunk_size < 1 or chunk_bytes < 1 or retries < 0:
+            raise ValueError("max_concurrency, chunk_size and chunk_bytes must be >= 1, retries >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.max_concurrency, self.chunk_size, self.chunk_bytes = max_concurrency, chunk_size, chunk_bytes
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = self._http_class(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)  # type: ignore[arg-type]
+
+    def retry_delay(self, attempt: int, response: httpx.Response | None) -> float:
+        """Seconds to wait before retry `attempt` (0-based): Retry-After if given, else jittered backoff."""
+        if response is not None and (after := response.headers.get("Retry-After")):
+            try:
+                return min(float(after), self.max_backoff)
+            except ValueError:
+                pass
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+    def _after(self, path: str, attempt: int, outcome: httpx.Response | httpx.TransportError) -> _Answer | float:
+        """What follows attempt `attempt` (0-based): the answer, or the seconds to wait before the next attempt.
+        Raises `RewardServiceError` on a refusal, `RewardServiceUnavailable` when the last attempt failed too."""
+        if isinstance(outcome, httpx.Response) and outcome.status_code not in RETRY_STATUSES:
+            if outcome.status_code >= 400:
+                raise RewardServiceError(self.base_url + path, outcome.status_code, _error_message(outcome))
+            return _Answer(outcome.json())
+        if attempt >= self.retries:
+            last = _describe(outcome)
+            raise RewardServiceUnavailable(f"{self.base_url + path}: no answer after {attempt + 1} attempts: {last}", last)
+        return self.retry_delay(attempt, outcome if isinstance(outcome, httpx.Response) else None)
+
+    def _chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[_Chunk]:
+        """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would take
+        the current one over `chunk_size` items or `chunk_bytes`."""
+        tail = b"]}" if weights is None else b'],"weights":' + _json(weights) + b"}"
+        groups: list[list[bytes]] = []
+        size = 0
+        for item in items:
+            encoded = item if isinstance(item, bytes) else encode_item(item)
+            if not groups or len(groups[-1]) == self.chunk_size or size + len(encoded) > self.chunk_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(encoded)
+            size += len(encoded) + 1
+        return [_Chunk(b'{"items":[' + b",".join(group) + tail, len(group)) for group in groups]  # no items, no request
+
+    def _results(self, chunk: _Chunk, answer: Any) -> list[ItemResult]:
+        results = ScoreResponse.model_validate(answer).results
+        if len(results) != chunk.items:
+            raise RewardServiceError(self.base_url + SCORE_PATH, 200, f"{len(results)} results for {chunk.items} items")
+        return results
+
+
+class AsyncRewardClient(_Client):
+    """Async client of one reward service: `await client.score(items)`."""
+
+    _http_class = httpx.AsyncClient
+    _http: httpx.AsyncClient
+
+    @functools.cached_property
+    def _slots(self) -> asyncio.Semaphore:
+        """At most `max_concurrency` chunks in flight, across all of this client's calls."""
+        return asyncio.Semaphore(self.max_concurrency)
 
     async def request(self, method: str, path: str, json: Any = None) -> Any:
         """One retried request; returns the decoded JSON body."""
         return await self._send(method, path, None if json is None else _json(json))
 
     async def _send(self, method: str, path: str, content: bytes | None) -> Any:
-        url, last = self.policy.base_url + path, ""
-        for attempt in range(self.policy.retries + 1):
-            response = None
+        for attempt in itertools.count():
             try:
-                response = await self._http.request(method, path, content=content, headers=JSON_HEADERS)
-                answer = self.policy.outcome(url, response)
-                if answer is not None or response.status_code < 400:
-                    return answer
-                last = _describe(response)
+                outcome: httpx.Response | httpx.TransportError = await self._http.request(
+                    method, path, content=content, headers=JSON_HEADERS
+                )
             except httpx.TransportError as error:
-                last = _describe(error)
-            if attempt < self.policy.retries:
-                await asyncio.sleep(self.policy.delay(attempt, response))
-        raise self.policy.give_up(url, last)
+                outcome = error
+            step = self._after(path, attempt, outcome)
+            if isinstance(step, _Answer):
+                return step.body
+            await asyncio.sleep(step)
 
     async def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
-        """Score `items` (models or dicts); one result per item, in order."""
+        """Score `items` (models, dicts or `encode_item` bytes); one result per item, in order."""
 
         async def one(chunk: _Chunk) -> list[ItemResult]:
             async with self._slots:
-                return _Policy.results(self.policy.base_url, chunk, await self._send("POST", "/v1/score", chunk.body))
+                return self._results(chunk, await self._send("POST", SCORE_PATH, chunk.body))
 
-        parts = await asyncio.gather(*(one(chunk) for chunk in self.policy.chunks(items, weights)))
+        parts = await asyncio.gather(*(one(chunk) for chunk in self._chunks(items, weights)))
         return [result for part in parts for result in part]
 
     async def components(self) -> ComponentsResponse:
@@ -221,58 +223,39 @@ class AsyncRewardClient:
         await self.aclose()
 
 
-class RewardClient:
+class RewardClient(_Client):
     """Blocking client of one reward service: `client.score(items)`; chunks go out on threads."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        timeout: float = 120.0,
-        retries: int = 4,
-        backoff: float = 0.5,
-        max_backoff: float = 10.0,
-        max_concurrency: int = 4,
-        chunk_size: int = 256,
-        chunk_bytes: int = CHUNK_BYTES,
-        token: str | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.policy = _Policy(base_url, timeout, retries, backoff, max_backoff, max_concurrency, chunk_size, chunk_bytes, token)
-        self._http = httpx.Client(
-            base_url=self.policy.base_url, timeout=timeout, headers=self.policy.headers, transport=transport
-        )
+    _http_class = httpx.Client
+    _http: httpx.Client
 
     def request(self, method: str, path: str, json: Any = None) -> Any:
         """One retried request; returns the decoded JSON body."""
         return self._send(method, path, None if json is None else _json(json))
 
     def _send(self, method: str, path: str, content: bytes | None) -> Any:
-        url, last = self.policy.base_url + path, ""
-        for attempt in range(self.policy.retries + 1):
-            response = None
+        for attempt in itertools.count():
             try:
-                response = self._http.request(method, path, content=content, headers=JSON_HEADERS)
-                answer = self.policy.outcome(url, response)
-                if answer is not None or response.status_code < 400:
-                    return answer
-                last = _describe(response)
+                outcome: httpx.Response | httpx.TransportError = self._http.request(
+                    method, path, content=content, headers=JSON_HEADERS
+                )
             except httpx.TransportError as error:
-                last = _describe(error)
-            if attempt < self.policy.retries:
-                time.sleep(self.policy.delay(attempt, response))
-        raise self.policy.give_up(url, last)
+                outcome = error
+            step = self._after(path, attempt, outcome)
+            if isinstance(step, _Answer):
+                return step.body
+            time.sleep(step)
 
     def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
-        """Score `items` (models or dicts); one result per item, in order."""
-        chunks = self.policy.chunks(items, weights)
+        """Score `items` (models, dicts or `encode_item` bytes); one result per item, in order."""
+        chunks = self._chunks(items, weights)
 
         def one(chunk: _Chunk) -> list[ItemResult]:
-            return _Policy.results(self.policy.base_url, chunk, self._send("POST", "/v1/score", chunk.body))
+            return self._results(chunk, self._send("POST", SCORE_PATH, chunk.body))
 
         if len(chunks) == 1:
             return one(chunks[0])
-        with ThreadPoolExecutor(self.policy.max_concurrency) as pool:
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
             return [result for part in pool.map(one, chunks) for result in part]
 
     def components(self) -> ComponentsResponse:

@@ -110,6 +110,17 @@ def test_gives_up_after_retries() -> None:
     assert len(script.bodies) == 3
 
 
+@pytest.mark.parametrize("failure", [503, httpx.ReadError])
+async def test_the_async_client_retries_and_gives_up_as_the_sync_one(failure: int | type[Exception]) -> None:
+    recovering, failing = Script(failure, failure), Script(*([failure] * 10))
+    async with AsyncRewardClient("http://svc", backoff=0.001, transport=httpx.MockTransport(recovering)) as client:
+        assert len(await client.score(ITEMS)) == 10
+    async with AsyncRewardClient("http://svc", retries=2, backoff=0.001, transport=httpx.MockTransport(failing)) as client:
+        with pytest.raises(RewardServiceUnavailable, match=r"svc/v1/score: no answer after 3 attempts"):
+            await client.score(ITEMS)
+    assert (len(recovering.bodies), len(failing.bodies)) == (3, 3)
+
+
 def test_client_error_is_not_retried() -> None:
     script = Script(422)
     client = RewardClient("http://svc", backoff=0.001, transport=httpx.MockTransport(script))
@@ -121,8 +132,8 @@ def test_client_error_is_not_retried() -> None:
 def test_retry_after_is_honoured() -> None:
     client = RewardClient("http://svc", backoff=5, max_backoff=30)
     response = httpx.Response(429, headers={"Retry-After": "0.25"})
-    assert client.policy.delay(0, response) == 0.25
-    assert 0 <= client.policy.delay(3, None) <= 30
+    assert client.retry_delay(0, response) == 0.25
+    assert 0 <= client.retry_delay(3, None) <= 30
 
 
 def test_wrong_result_count_is_an_error() -> None:
