@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import httpx
+import pydantic_core
 import pytest
 import torch
 
@@ -15,7 +16,7 @@ from corrgrpo_proto import RewardClient, RewardServiceUnavailable
 from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_testing.steered import PAIR
 from corrgrpo_trainer.advantages import corrgrpo
-from corrgrpo_trainer.agentdojo.episodes import agentdojo_episodes
+from corrgrpo_trainer.agentdojo.trl_inputs import agentdojo_episodes
 from corrgrpo_trainer.rewards import ServiceRewards, reward_columns, trl_rewards
 
 GROUND_TRUTH = (
@@ -81,6 +82,22 @@ async def test_columns_share_one_request_and_failed_items_are_none() -> None:
     assert len(service.requests) == 1
     assert service.requests[0]["items"][0] == {"ground_truth": "g0", "completion": "1"}  # item fields only
     assert [item["ground_truth"] for item in service.requests[0]["items"]] == ["g0", "g1", "g2"]
+
+
+async def test_an_item_is_encoded_once_for_both_the_cache_key_and_the_wire(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoded: list[Any] = []  # the items given to either JSON encoder
+
+    def spy(encode: Any) -> Any:
+        def counted(value: Any, **options: Any) -> Any:
+            encoded.extend(v for v in (value if isinstance(value, list) else [value]) if "completion" in v)
+            return encode(value, **options)
+
+        return counted
+
+    monkeypatch.setattr(json, "dumps", spy(json.dumps))
+    monkeypatch.setattr(pydantic_core, "to_json", spy(pydantic_core.to_json))
+    await call_columns(fake_rewards(FakeService(), ["a"]).columns(), ["1", "2"], ground_truth=["g", "g"])
+    assert encoded == [{"ground_truth": "g", "completion": "1"}, {"ground_truth": "g", "completion": "2"}]
 
 
 async def test_items_are_the_rows_item_fields_and_the_completion() -> None:

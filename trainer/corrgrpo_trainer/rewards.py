@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ from corrgrpo_proto import (
     RewardClient,
     RewardServiceError,
     RewardServiceUnavailable,
+    encode_item,
     resolve_weights,
 )
 
@@ -103,11 +103,12 @@ class ServiceRewards:
 
     async def results(self, items: list[dict[str, Any]]) -> list[ItemResult]:
         """Scored results of `items`; concurrent callers with the same batch share one request."""
-        key = hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()
+        encoded = [encode_item(item) for item in items]  # once: the cache key is the hash of what goes on the wire
+        key = hashlib.sha256(b"\n".join(encoded)).hexdigest()  # an item's JSON has no raw newline
         if self._cache is not None and self._cache[0] == key:
             cached = self._cache[1]
             return cached if isinstance(cached, list) else await asyncio.shield(cached)
-        task = asyncio.ensure_future(self._call(lambda client: client.score(items, self.weights)))
+        task = asyncio.ensure_future(self._call(lambda client: client.score(encoded, self.weights)))
         self._cache = (key, task)
         try:
             results = await asyncio.shield(task)
@@ -183,8 +184,7 @@ def trained_weights(
     try:
         return declared.service, components, resolve_weights(declared.components, overrides, only=components)
     except KeyError as unknown:
-        where = client.policy.base_url
-        raise ValueError(f"{declared.service}: component {unknown} is not served at {where} (it has {names})") from None
+        raise ValueError(f"{declared.service}: component {unknown} is not served at {client.base_url} (it has {names})") from None
 
 
 def reward_columns(services: Sequence[ServiceRewards]) -> list[RewardColumn]:
