@@ -9,6 +9,7 @@ turns an exception in the scorer into per-item errors instead of a failed batch.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -102,14 +103,36 @@ async def score_batch(
     return [r for r in results if r is not None]
 
 
-def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer: Scorer) -> None:
-    """Register `POST /v1/score` taking `request_model`, and OpenRLHF's shape of it at `POST /v1/openrlhf`."""
-    service: str = app.state.service
-    specs: list[ComponentSpec] = app.state.components
+class ScoreRoute:
+    # The endpoint of `POST /v1/score` (FastAPI calls the instance) and the one scoring path of both scoring routes.
+    # `__signature__` names the service's request model, which FastAPI validates the body against and publishes: the
+    # annotation of `__call__` can only say `ScoreRequest[Any]`. No docstring: FastAPI would publish it as the
+    # route's description.
 
-    async def score_items(items: list[Any], weights: dict[str, float]) -> list[ItemResult] | JSONResponse:
+    def __init__(self, app: FastAPI, request_model: type[ScoreRequest[Any]], scorer: Scorer) -> None:
+        self.app, self.scorer = app, scorer
+        self.service: str = app.state.service
+        self.specs: list[ComponentSpec] = app.state.components
+        request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=request_model)
+        self.__signature__ = inspect.Signature([request], return_annotation=Response)
+
+    async def __call__(self, request: ScoreRequest[Any]) -> Response:
+        try:
+            weights = resolve_weights(self.specs, request.weights)
+        except KeyError as unknown:
+            names = ", ".join(s.name for s in self.specs)
+            detail = ErrorDetail(loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}")
+            return error_response(422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail])
+        results = await self.score_items(request.items, weights)
+        if isinstance(results, JSONResponse):
+            return results
+        # serialized here: FastAPI would validate the results a second time against `response_model` (docs only)
+        return Response(ScoreResponse(service=self.service, results=results).model_dump_json(), media_type="application/json")
+
+    async def score_items(self, items: list[Any], weights: dict[str, float]) -> list[ItemResult] | JSONResponse:
         """The one scoring path of both routes: in-flight budget, idempotency cache, metrics."""
-        settings, metrics, inflight = app.state.settings, app.state.metrics, app.state.inflight
+        state, service = self.app.state, self.service
+        settings, metrics, inflight = state.settings, state.metrics, state.inflight
         # one request holds at most its share of the budget: a larger batch is scored in chunks of it
         share = min(len(items), settings.max_request_inflight_items, inflight.limit or len(items))
         if not inflight.try_acquire(share):
@@ -119,7 +142,7 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
         try:
             for start in range(0, len(items), share):
                 chunk = items[start : start + share]
-                results += await score_batch(service, chunk, weights, scorer, app.state.store, settings.cache_ttl_s)
+                results += await score_batch(service, chunk, weights, self.scorer, state.store, settings.cache_ttl_s)
         finally:
             inflight.release(share)
         errors = sum(result.error is not None for result in results)
@@ -127,25 +150,20 @@ def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer
         metrics.items.labels(service, "scored").inc(len(results) - errors)
         return results
 
-    async def score(request: ScoreRequest[Any]) -> Response:
-        try:
-            weights = resolve_weights(specs, request.weights)
-        except KeyError as unknown:
-            names = ", ".join(s.name for s in specs)
-            detail = ErrorDetail(loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}")
-            return error_response(422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail])
-        results = await score_items(request.items, weights)
-        if isinstance(results, JSONResponse):
-            return results
-        # serialized here: FastAPI would validate the results a second time against `response_model` (docs only)
-        return Response(ScoreResponse(service=service, results=results).model_dump_json(), media_type="application/json")
+    async def score_with_default_weights(self, items: list[Any]) -> list[ItemResult] | JSONResponse:
+        """OpenRLHF's scoring path: its protocol carries no weights."""
+        return await self.score_items(items, resolve_weights(self.specs, None))
 
-    score.__annotations__["request"] = request_model  # the concrete model FastAPI validates against
+
+def add_score_route(app: FastAPI, request_model: type[ScoreRequest[Any]], scorer: Scorer) -> None:
+    """Register `POST /v1/score` taking `request_model`, and OpenRLHF's shape of it at `POST /v1/openrlhf`."""
+    route = ScoreRoute(app, request_model, scorer)
     app.post(
         "/v1/score",
+        name="score",
         response_model=ScoreResponse,
         responses={status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429)},
-        summary=f"Score a batch of {service} items",
-    )(score)
+        summary=f"Score a batch of {route.service} items",
+    )(route)
     (item_model,) = get_args(request_model.model_fields["items"].annotation)
-    add_openrlhf_route(app, item_model, lambda items: score_items(items, resolve_weights(specs, None)))
+    add_openrlhf_route(app, item_model, route.score_with_default_weights)
