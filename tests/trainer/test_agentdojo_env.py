@@ -23,10 +23,10 @@ from transformers.utils import get_json_schema
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess, start_service
 from corrgrpo_testing.steered import PAIR, agentdojo_config, steered_policy
-from corrgrpo_trainer.agentdojo.environment import ToolError
-from corrgrpo_trainer.agentdojo.episodes import agentdojo_episodes, task_rows
-from corrgrpo_trainer.agentdojo.evaluate import evaluate, paper_metrics, rollout
+from corrgrpo_trainer.agentdojo.episode_metrics import evaluate, paper_metrics, rollout
 from corrgrpo_trainer.agentdojo.tools import tool_method
+from corrgrpo_trainer.agentdojo.trl_environment import ToolError
+from corrgrpo_trainer.agentdojo.trl_inputs import agentdojo_episodes, task_rows
 from corrgrpo_trainer.train import train
 
 

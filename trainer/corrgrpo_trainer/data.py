@@ -2,7 +2,7 @@
 
 The shipped configs name the public sources; `$CORRGRPO_DATA_DIR` points them at local copies laid out as
 LOCAL_COPIES says (the tests and CI set it to `../shared/data`). Single-turn rows are the prompt plus the
-columns the service's item is built from; AgentDojo's rows come from the service (`agentdojo/episodes.py`).
+columns the service's item is built from; AgentDojo's rows come from the service (`agentdojo/trl_inputs.py`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
    (its `trl.output_dir`) is there already; RL then starts from that checkpoint.
 2. RL (train.py); the policy is saved to `<run_dir>/policy`.
 3. the `evaluation` section: code and tool-call rows get one greedy completion each, scored by the services
-   (per-component means); AgentDojo episodes run through agentdojo/evaluate.py. Written to `<run_dir>/evaluation.json`.
+   (per-component means); AgentDojo episodes run through agentdojo/episode_metrics.py. Written to `<run_dir>/evaluation.json`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def run(config: dict[str, Any], warmup: dict[str, Any] | None) -> dict[str, Any]
     held_out = config | {"model": str(policy), "dataset": config["evaluation"]}
     output = Path(config["run_dir"]) / "evaluation.json"
     if config["domain"] == "agentdojo":
-        from .agentdojo.evaluate import evaluate
+        from .agentdojo.episode_metrics import evaluate
 
         return evaluate(held_out, str(output))
     metrics = score_held_out(held_out)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .agentdojo.episodes import agentdojo_episodes
+from .agentdojo.trl_inputs import agentdojo_episodes
 from .config import check_services
 from .data import load_rows
 from .policy import bf16, config_policy

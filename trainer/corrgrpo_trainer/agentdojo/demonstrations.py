@@ -3,7 +3,7 @@
 Every AgentDojo user task has `ground_truth(pre_environment)`, the function calls that solve it, and most a
 `GROUND_TRUTH_OUTPUT`, the answer; both are read with the `agentdojo` package on the suite's default environment, at
 the benchmark version the service reports. The calls then run through the environment class the RL loop uses
-(environment.py: `reset` creates the episode, one tool method and one `/step` per call), so the tool results,
+(trl_environment.py: `reset` creates the episode, one tool method and one `/step` per call), so the tool results,
 injections included, are what the policy reads in training, and `/finish` with the answer scores the episode.
 A demonstration is the conversation TRL's environment loop would produce (one assistant tool call per turn, its
 tool result, the answer last), kept only when it scores utility 1 (and security 1 under attack). Each user task is
@@ -27,8 +27,8 @@ from typing import Any
 
 from corrgrpo_proto.agentdojo import TasksResponse
 
-from .environment import AgentDojoEnvironment, ToolError
-from .episodes import agentdojo_episodes, task_rows
+from .trl_environment import AgentDojoEnvironment, ToolError
+from .trl_inputs import agentdojo_episodes, task_rows
 
 HELD_OUT_SHARE = 0.2
 DONE = "Done."  # the answer of a task whose ground truth has none (the service reads an empty answer the same)

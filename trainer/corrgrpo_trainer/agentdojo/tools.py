@@ -2,7 +2,7 @@
 
 TRL renders a tool from its Python signature, type hints and Google-style docstring (transformers'
 `get_json_schema`), so each tool schema the service serves becomes a method with exactly those; calling it runs
-the tool in the instance's episode (`_run_tool`, environment.py).
+the tool in the instance's episode (`_run_tool`, trl_environment.py).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
 
 from ..rewards import trained_weights
-from .environment import AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
 from .tools import tool_calling_template
+from .trl_environment import AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
 
 
 def task_rows(tasks: TasksResponse, spec: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """AgentDojo's paper metrics: `python -m corrgrpo_trainer eval` (and `rollout`, a look at a few episodes).
 
-Code and tool-call completions are scored offline by their services' evaluators (`corrgrpo_code.evaluate`,
-`corrgrpo_toolcall.evaluate`); an AgentDojo episode needs the policy in the loop, so its evaluator lives here.
+Code and tool-call completions are scored offline by their services' evaluators (`corrgrpo_code.execution_metrics`,
+`corrgrpo_toolcall.match_metrics`); an AgentDojo episode needs the policy in the loop, so its evaluator lives here.
 Episodes run through TRL's multi-turn loop as in training (the trainer's `evaluate`, no update), so the
 policy sees the same prompts, tools and tool results.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..policy import bf16, config_policy
-from .episodes import AgentDojoEpisodes, agentdojo_episodes, task_rows
+from .trl_inputs import AgentDojoEpisodes, agentdojo_episodes, task_rows
 
 
 def run_episodes(config: dict[str, Any], episodes: AgentDojoEpisodes, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
