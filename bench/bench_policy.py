@@ -8,9 +8,9 @@
 Per task (code: HumanEval; toolcall: RLLA-4K), the base policy is evaluated once on held-out prompts,
 then for every seed × estimator a fresh copy trains `--steps` steps against the live services
 (`corrgrpo_trainer.train.train`, which writes metrics.jsonl) and is evaluated again on the same prompts
-with greedy decoding. Metrics are the services' own evaluators: code `python -m corrgrpo_code.evaluate`
+with greedy decoding. Metrics are the services' own evaluators: code `python -m corrgrpo_code.execution_metrics`
 (Executable, Pass@1, Efficiency; run as a subprocess because it pins itself to one core), toolcall
-`corrgrpo_toolcall.evaluate` (format, name, parameter name / value, all-exact, %). Each run's results are
+`corrgrpo_toolcall.match_metrics` (format, name, parameter name / value, all-exact, %). Each run's results are
 written as soon as it ends, so `--report-only` can tabulate a partial run.
 """
 
@@ -73,11 +73,19 @@ def evaluate(task: str, rows: list[dict[str, Any]], completions: list[str], wher
                 for r, c in zip(rows, completions, strict=True)
             )
         )
-        command = [sys.executable, "-m", "corrgrpo_code.evaluate", "--completions", str(path), "--rounds", str(args.rounds)]
+        command = [
+            sys.executable,
+            "-m",
+            "corrgrpo_code.execution_metrics",
+            "--completions",
+            str(path),
+            "--rounds",
+            str(args.rounds),
+        ]
         result = subprocess.run([*command, "--workers", "1", "--json"], capture_output=True, text=True, check=True)
         return json.loads(result.stdout.strip().splitlines()[-1])
     from corrgrpo_toolcall.datasets import load
-    from corrgrpo_toolcall.evaluate import evaluate as evaluate_toolcall
+    from corrgrpo_toolcall.match_metrics import evaluate as evaluate_toolcall
 
     (where / "eval_completions.jsonl").write_text("".join(json.dumps({"completion": c}) + "\n" for c in completions))
     report = evaluate_toolcall("rlla4k", load("rlla4k", str(args.rlla))[: len(completions)], completions)

@@ -1,4 +1,4 @@
-"""Dataset layouts behind CORRGRPO_CODE_DATASETS and `python -m corrgrpo_code.evaluate`.
+"""Dataset layouts behind CORRGRPO_CODE_DATASETS and `python -m corrgrpo_code.execution_metrics`.
 
 Rows, with where they were found (through the search tool's index of public repositories):
 - LiveCodeBench stdin: Codeforces 1899A "Game with Integers" (LiveCodeBench question 1899_A), its first cases as
@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corrgrpo_code.evaluate import evaluate
+from corrgrpo_code.execution_metrics import evaluate
 from corrgrpo_code.problems import load_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_common import MemoryStore, Scored

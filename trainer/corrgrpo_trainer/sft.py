@@ -15,7 +15,7 @@ The checkpoint (model and tokenizer, its tool-calling template included) goes to
 (an RL config names this config as its `warmup`); every logged step is appended to `<output_dir>/metrics.jsonl`.
 
 `python -m corrgrpo_trainer.sft generate` writes greedy completions of RLLA-4K or API-Bank prompts as the JSONL
-that `python -m corrgrpo_toolcall.evaluate` scores.
+that `python -m corrgrpo_toolcall.match_metrics` scores.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def sft(config: dict[str, Any], progress: bool = True) -> Any:
 
 def evaluation_prompts(dataset: str, source: str) -> list[list[dict[str, Any]]]:
     """Chat prompts of RLLA-4K (a parquet) or API-Bank level N (`api-bank-N`, the folder of ToolRL's JSON files),
-    in the row order `python -m corrgrpo_toolcall.evaluate` scores them."""
+    in the row order `python -m corrgrpo_toolcall.match_metrics` scores them."""
     if dataset == "rlla4k":
         import pandas as pd
 

@@ -1,11 +1,11 @@
-"""`python -m corrgrpo_code.evaluate`: Executable, Pass@1 and paired-round Efficiency over a completions file."""
+"""`python -m corrgrpo_code.execution_metrics`: Executable, Pass@1 and paired-round Efficiency over a completions file."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from corrgrpo_code.evaluate import evaluate
+from corrgrpo_code.execution_metrics import evaluate
 from corrgrpo_code.problems import humaneval_problems
 
 

@@ -1,6 +1,6 @@
 """The paper's evaluation metrics over a file of completions.
 
-    python -m corrgrpo_code.evaluate --dataset humaneval --completions completions.jsonl
+    python -m corrgrpo_code.execution_metrics --dataset humaneval --completions completions.jsonl
 
 `completions.jsonl` holds one `{"task_id", "completion"}` per line (several per task are fine).
 - Executable: share of completions whose tests run without a runtime error (`runtime` = 1).
@@ -104,7 +104,7 @@ def evaluate(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_code.evaluate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_code.execution_metrics", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--dataset",
         default="humaneval",

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_toolcall.evaluate`: the paper's Table 2 columns for a file of completions.
+"""`python -m corrgrpo_toolcall.match_metrics`: the paper's Table 2 columns for a file of completions.
 
 Columns, over the examples whose ground truth has tool calls (RLLA-4K test: 71 of 80):
 normalised function-name score s_name, parameter-name score s_params/|gt calls|, parameter-value
@@ -94,7 +94,7 @@ def markdown(reports: Sequence[Report]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_toolcall.evaluate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_toolcall.match_metrics", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--dataset", choices=DATASETS, required=True, help="which dataset's rows the completions answer (required)"
     )
