@@ -2,53 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("CORRGRPO_SHARED_DATA", REPO.parent / "shared" / "data"))
+from corrgrpo_testing.environment import REDIS_URL, SHARED_DATA
+
 os.environ.setdefault("CORRGRPO_DATA_DIR", str(SHARED_DATA))  # the shipped configs' datasets: local copies (trainer/README.md)
-REDIS_URL = os.environ.get("CORRGRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 # A service given a Redis URL refuses to start without the secret that authenticates what it reads back
 os.environ.setdefault("CORRGRPO_STORE_SECRET", "corrgrpo-test-store-secret")
-
-
-def require_shared_data(relative: str) -> Path:
-    """Path under ../shared/data; skips with a message when absent, fails under CI=true."""
-    path = SHARED_DATA / relative
-    if not path.exists():
-        message = f"{path} is missing (the real datasets live in ../shared/data; see its README)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def valid_utf8_json(response: httpx.Response) -> Any:
-    """The body as JSON: strict UTF-8, and no `\\ud800`-style escape (valid JSON syntax no UTF-8 reader can take)."""
-    document = json.loads(response.content.decode("utf-8"))
-    for text in _strings_of(document):
-        text.encode("utf-8")  # raises on a lone surrogate
-    return document
-
-
-def _strings_of(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            yield key
-            yield from _strings_of(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _strings_of(inner)
 
 
 @pytest.fixture

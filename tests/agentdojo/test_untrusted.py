@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import valid_utf8_json
 
 from corrgrpo_agentdojo.episode_service import number_list
 from corrgrpo_agentdojo.tool_calls import read_completion, strip_special_tokens
+from corrgrpo_testing.bodies import valid_utf8_json
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 SPECIAL_ENDINGS = ["", "<|im_end|>", "</s>", "<|eot_id|>", "<|endoftext|>\n", "<|im_end|><|endoftext|>"]

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from conftest import require_shared_data
 
 from corrgrpo_code.problems import humaneval_problems, load_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
@@ -19,6 +18,7 @@ from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
+from corrgrpo_testing.environment import require_shared_data
 
 LEETCODE = "leetcode/LeetCodeDataset-v0.3.1-test.jsonl.gz"
 CHAIN = ("syntax", "compile", "runtime", "correct")

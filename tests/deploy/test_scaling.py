@@ -23,9 +23,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REDIS_URL
 
 from corrgrpo_common.registry import default_ports
+from corrgrpo_testing.environment import REDIS_URL
 from corrgrpo_testing.servers import ServiceProcess, free_port, start_service
 
 REPO = Path(__file__).resolve().parents[2]

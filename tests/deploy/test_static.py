@@ -21,12 +21,12 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from manifests import compose, compose_errors, compose_validator, k8s_documents, k8s_errors
 from packaging.requirements import Requirement
 
 from corrgrpo_common import ServiceSettings, create_app, declared, deploy
 from corrgrpo_proto import ComponentSpec
 from corrgrpo_testing import servers
+from corrgrpo_testing.manifests import compose, compose_errors, compose_validator, k8s_documents, k8s_errors
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "deploy" / "docker"

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REDIS_URL
 from ray.serve.schema import ServeDeploySchema
 
 from corrgrpo_common import declared
 from corrgrpo_common.ray_config import SERVE_CONFIG
 from corrgrpo_common.ray_serve import application, replica_settings
+from corrgrpo_testing.environment import REDIS_URL
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import valid_utf8_json
 
+from corrgrpo_testing.bodies import valid_utf8_json
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 ADD = {

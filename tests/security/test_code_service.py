@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from conftest import REDIS_URL
 
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import efficiency
+from corrgrpo_testing.environment import REDIS_URL
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 ADD = {

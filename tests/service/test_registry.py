@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from manifests import compose, compose_errors, k8s_documents, k8s_errors
 
 from corrgrpo_common import deploy, docs
 from corrgrpo_common.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
+from corrgrpo_testing.manifests import compose, compose_errors, k8s_documents, k8s_errors
 from corrgrpo_testing.servers import start_service
 
 REPO = Path(__file__).resolve().parents[2]

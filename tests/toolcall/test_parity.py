@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import require_shared_data
 
+from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_toolcall.datasets import Example, load_rlla4k
 from corrgrpo_toolcall.response import FormatRules
 from corrgrpo_toolcall.scoring import score

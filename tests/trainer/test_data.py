@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import require_shared_data
 
+from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import free_port
 from corrgrpo_trainer.config import InputError
 from corrgrpo_trainer.data import DATA_DIR_ENV, LOCAL_COPIES, TOOLRL, code_rows, load_source, toolcall_rows

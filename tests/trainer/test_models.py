@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import require_shared_data
 
+from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer import models
 from corrgrpo_trainer.cli import main

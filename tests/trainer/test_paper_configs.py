@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import require_shared_data
 
 from corrgrpo_code.declaration import COMPONENTS as CODE_COMPONENTS
+from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import read_config

@@ -15,7 +15,7 @@ import jsonschema
 import yaml
 from referencing import Registry, Resource
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "deploy" / "schemas"
 K8S_SCHEMAS = SCHEMAS / "kubernetes" / "v1.33.0-local-strict"
 
