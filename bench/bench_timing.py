@@ -19,6 +19,7 @@ import os
 import statistics
 import sys
 
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import HARNESS_LIMITS, PreparedProblem, efficiency, run_tests
 from corrgrpo_sandbox import Sandbox
@@ -53,7 +54,7 @@ def main() -> int:
         burner.start()
     rows = []
     try:
-        with Sandbox(workers=1) as sandbox:
+        with Sandbox(workers=1, preload=[CHILD_FILE]) as sandbox:
             for problem in itertools.islice(humaneval_problems(), PROBLEMS):
                 prepared = PreparedProblem.of(problem)
                 t_ref = statistics.mean(cpu_times(sandbox, prepared, REFERENCE_RUNS))

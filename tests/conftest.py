@@ -50,8 +50,7 @@ ISOLATIONS = ["bwrap"] + (["docker"] if os.environ.get("CORRGRPO_TEST_DOCKER") =
 @pytest.fixture(scope="module", params=ISOLATIONS)
 def one_worker(request: pytest.FixtureRequest) -> Iterator[Any]:
     """One warm sandbox worker per isolation, so a test's second run lands where its first ran."""
-    from corrgrpo_sandbox import Sandbox
-    from corrgrpo_sandbox.isolation import IsolationUnavailable
+    from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
     try:
         sandbox = Sandbox("pool", workers=1, isolation=request.param)

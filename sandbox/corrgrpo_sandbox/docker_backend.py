@@ -60,8 +60,8 @@ WITH_OWN_UID = (
 )
 
 
-def docker_head(image: str, memory_mb: int, pids: int) -> tuple[str, ...]:
-    """`docker run` options, up to and including the image; `env -i` gives the worker an empty environment."""
+def docker_head(memory_mb: int, pids: int) -> tuple[str, ...]:
+    """`docker run` options before the mounts of preloaded files (`docker_seal` follows them)."""
     docker = shutil.which("docker")
     if docker is None:
         raise IsolationUnavailable("the docker CLI is not on PATH")
@@ -72,8 +72,17 @@ def docker_head(image: str, memory_mb: int, pids: int) -> tuple[str, ...]:
     args += ["-i", "--rm", "--pull", "never", "--log-driver", "none", "--label", f"{LABEL}={owner()}"]
     args += ["--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
     args += ["--pids-limit", str(pids), "--memory", f"{memory_mb}m", "--memory-swap", f"{memory_mb}m"]
-    args += ["-v", f"{PACKAGE_DIR}:{INSIDE_PACKAGE_DIR}:ro", "--workdir", "/tmp", "--entrypoint", "/usr/bin/env", image]
-    return (*args, "-i", *(f"{name}={value}" for name, value in SANDBOX_ENV.items()))
+    return (*args, "-v", f"{PACKAGE_DIR}:{INSIDE_PACKAGE_DIR}:ro")
+
+
+def docker_mount(host: str, inside: str) -> tuple[str, ...]:
+    return ("-v", f"{host}:{inside}:ro")
+
+
+def docker_seal(image: str) -> tuple[str, ...]:
+    """The rest of `docker run`, up to and including the image; `env -i` gives the worker an empty environment."""
+    environment = (f"{name}={value}" for name, value in SANDBOX_ENV.items())
+    return ("--workdir", "/tmp", "--entrypoint", "/usr/bin/env", image, "-i", *environment)
 
 
 @functools.cache
@@ -100,10 +109,12 @@ def docker_launcher(python: str) -> Launcher:
     pids = int(os.environ.get("CORRGRPO_SANDBOX_DOCKER_PIDS", "256"))
     return Launcher(
         "docker",
-        docker_head(image, memory_mb, pids),
+        docker_head(memory_mb, pids),
         ("python3", "-I", f"{INSIDE_PACKAGE_DIR}/worker.py"),
         namespaced=True,
         scratch=("/tmp", "/dev/shm"),
+        mount=docker_mount,
+        seal=docker_seal(image),
         cgroups=False,  # the container's processes are the engine's children, not the CLI's
         stdio=True,
         environment={name: os.environ[name] for name in CLIENT_ENV if name in os.environ},

@@ -30,6 +30,7 @@ ISOLATIONS = ("auto", "bwrap", "docker", "unsafe-none")
 AUTO_ORDER = ("bwrap", "docker")
 PACKAGE_DIR = Path(__file__).resolve().parent
 INSIDE_PACKAGE_DIR = "/opt/corrgrpo_sandbox"
+INSIDE_PRELOAD_DIR = "/opt/corrgrpo_preload"  # where the caller's preloaded module files appear, read-only
 TMP_SIZE_BYTES = 256 * 1024 * 1024  # the sandbox's /tmp is a tmpfs (RAM): cap it
 SHM_SIZE_BYTES = 64 * 1024 * 1024  # /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -50,10 +51,12 @@ class Launcher:
 
     isolation: str  # "bwrap", "docker", "unsafe-none"
     head: tuple[str, ...]  # the isolating wrapper and its options; () for none
-    # then `seal` (e.g. making the root read-only), then:
+    # then the mounts of preloaded files (`mount`), then `seal` (e.g. making the root read-only), then:
     command: tuple[str, ...]  # the worker interpreter; the worker's arguments follow it
     namespaced: bool  # alone in its own PID and network namespaces: kill(-1) is safe, their state the sandbox's
     scratch: tuple[str, ...]  # writable mounts the worker wipes after every run ("" = a fresh host temp dir)
+    # options that show one host file read-only at a path inside, placed after `head`; None: the worker sees the host
+    mount: Callable[[str, str], tuple[str, ...]] | None = None
     cgroups: bool = True  # the worker's processes descend from the launched one (a cgroup entered before exec holds them)
     seal: tuple[str, ...] = ()
     stdio: bool = False  # the protocol runs over the worker's stdin/stdout instead of passed fds (e.g. `docker run -i`)
@@ -113,6 +116,10 @@ def bwrap_head(bwrap: str, python: str) -> tuple[str, ...]:
 BWRAP_SEAL = ("--remount-ro", "/", "--chdir", "/tmp")
 
 
+def bwrap_mount(host: str, inside: str) -> tuple[str, ...]:
+    return ("--ro-bind", host, inside)
+
+
 @functools.cache
 def bwrap_launcher(python: str) -> Launcher:
     bwrap = shutil.which("bwrap")
@@ -138,6 +145,7 @@ def bwrap_launcher(python: str) -> Launcher:
         command,
         namespaced=True,
         scratch=("/tmp", "/dev/shm", "/dev/mqueue"),
+        mount=bwrap_mount,
         seal=BWRAP_SEAL,
     )
 

@@ -16,14 +16,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from corrgrpo_sandbox.execution import ExecResult, Limits
-from corrgrpo_sandbox.isolation import Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
+from corrgrpo_sandbox.isolation import INSIDE_PRELOAD_DIR, Launcher, WorkerCgroup, cgroup_parents, resolve_launcher
 from corrgrpo_sandbox.worker import HEADER, PIPE_DEFAULT, STREAMS, write_all
 
 DEFAULT_LIMITS = Limits()
@@ -74,7 +74,7 @@ def output_pipe_bytes(workers: int) -> int:
 class Worker:
     """One worker interpreter (sandboxed per `launcher`) that executes requests one at a time."""
 
-    def __init__(self, launcher: Launcher, pipe_bytes: int = PIPE_DEFAULT) -> None:
+    def __init__(self, launcher: Launcher, preload: tuple[Path, ...] = (), pipe_bytes: int = PIPE_DEFAULT) -> None:
         self.runs = 0
         self.retired = False  # replaced (`Sandbox._retire`): closed instead of serving again
         self.unread = bytearray()  # read ahead of the reply stream
@@ -93,10 +93,11 @@ class Worker:
             self.reply_fd, reply_write = os.pipe()
             pass_fds, protocol = (request_read, reply_write, *counter_fds), (str(request_read), str(reply_write))
         counter = str(counter_fds[0]) if counter_fds else "-"
-        arguments = [*protocol, "1" if launcher.namespaced else "0", counter, str(pipe_bytes), *scratch]
+        mounts, inside = preload_mounts(launcher, preload)
+        arguments = [*protocol, "1" if launcher.namespaced else "0", counter, str(pipe_bytes), json.dumps(inside)]
         try:
             self.process = subprocess.Popen(
-                [*launcher.head, *launcher.seal, *launcher.command, *arguments],
+                [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments, *scratch],
                 stdin=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -206,9 +207,36 @@ def check_file_name(name: str) -> None:
         raise ValueError(f"file name {name!r} must be a relative path without '..'")
 
 
+def preload_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    """The caller's module files, checked: each a `.py` file named as a module that shadows no standard one."""
+    files = tuple(Path(path).resolve(strict=True) for path in paths)
+    names = [file.stem for file in files]
+    for file in files:
+        if not file.is_file() or file.suffix != ".py" or not file.stem.isidentifier():
+            raise ValueError(f"preload {file}: not a Python module file")
+        if file.stem in sys.stdlib_module_names or names.count(file.stem) > 1:
+            raise ValueError(f"preload {file}: the module name {file.stem!r} is taken")
+    return files
+
+
+def preload_mounts(launcher: Launcher, files: tuple[Path, ...]) -> tuple[list[str], list[str]]:
+    """The launcher's options that show each file (alone of its directory) read-only inside, and its path there."""
+    if launcher.mount is None:  # no isolation: the worker reads the host's files
+        return [], [str(file) for file in files]
+    mounts, inside = [], []
+    for file in files:
+        inside.append(f"{INSIDE_PRELOAD_DIR}/{file.name}")
+        mounts += launcher.mount(str(file), inside[-1])
+    return mounts, inside
+
+
 class Sandbox:
     """Runs untrusted Python in a fresh child per call: forked from a warm sandboxed worker (`pool`) or a new
-    sandboxed interpreter per run (`fresh`). Thread-safe; `run` blocks until the child is reaped."""
+    sandboxed interpreter per run (`fresh`). Thread-safe; `run` blocks until the child is reaped.
+
+    `preload`: the caller's stdlib-only module files, which every worker imports under their own names (the file's
+    stem) before its first run, so that a run's program can use them at no cost; they are the only files of the
+    caller's that the sandbox shows inside (read-only)."""
 
     def __init__(
         self,
@@ -218,6 +246,7 @@ class Sandbox:
         recycle_after: int = 1000,
         python: str = sys.executable,
         isolation: str = "auto",
+        preload: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         if mode not in ("pool", "fresh"):
             raise ValueError(f"mode must be 'pool' or 'fresh', got {mode!r}")
@@ -226,6 +255,7 @@ class Sandbox:
         self.mode = mode
         self.limits = limits
         self.recycle_after = recycle_after
+        self.preload = preload_files(preload)
         self.launcher = resolve_launcher(python, isolation)
         self.isolation = self.launcher.isolation
         self.pipe_bytes = output_pipe_bytes(workers)
@@ -317,7 +347,7 @@ class Sandbox:
 
     def _start_worker(self) -> Worker:
         try:
-            worker = self._starter.submit(Worker, self.launcher, self.pipe_bytes).result()
+            worker = self._starter.submit(Worker, self.launcher, self.preload, self.pipe_bytes).result()
         except RuntimeError as error:  # the starter was shut down: closed meanwhile
             raise RuntimeError("Sandbox is closed") from error
         with self._lock:
@@ -330,7 +360,7 @@ class Sandbox:
     def _retire(self, old: Worker) -> None:
         """On the starter thread: start `old`'s replacement, then retire `old` (closed when next taken). The pool keeps
         every worker while a replacement starts (~0.1 s), where closing first left a caller waiting and a core idle."""
-        worker = Worker(self.launcher, self.pipe_bytes)
+        worker = Worker(self.launcher, self.preload, self.pipe_bytes)
         with self._lock:
             if self._closed or old not in self._live:  # closed, or `old` failed and was replaced meanwhile
                 worker.close()

@@ -67,7 +67,6 @@ COALESCE_S = 0.002  # outputs are read at most this often while the child runs (
 POLL_S = 0.02  # how often a running tree's CPU is checked (runs shorter than this never pay for it)
 SETUP_TIMEOUT_S = 5.0  # the child reads its program and sets up before its wall clock starts
 NO_PROGRAM = 111  # the child's exit status when its program never arrived
-PRELOADED = ("harness_child",)  # this package's child-side modules, imported once per worker (see `preload`)
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 PIPE_DEFAULT = 1 << 16  # a new pipe's size
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -341,10 +340,11 @@ def namespace_file(name: str) -> KernelFile:
         os.waitpid(pid, 0)
 
 
-def load_sibling(name: str) -> types.ModuleType:
-    """A stdlib-only module beside this file (the worker runs as a script with `-I`: no package to import from)."""
-    directory = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, f"{name}.py"))
+def load_module(path: str) -> types.ModuleType:
+    """The stdlib-only module file `path`, imported under its file's stem (the worker runs as a script with `-I`:
+    no package to import from)."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # before it runs, as an import would
@@ -655,7 +655,7 @@ class Worker:
         self.namespaced = argv[3] == "1"
         self.tree = ProcessTree(self.namespaced, KernelFile(moved[2]) if len(moved) > 2 else None)
         self.pipe_bytes = int(argv[5])  # the most each output pipe may hold (`output_pipe`)
-        self.scratch = argv[6:]  # writable mounts wiped after every run; the first one holds the child's cwd
+        self.scratch = argv[7:]  # writable mounts wiped after every run; the first one holds the child's cwd
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
         self.streams = Streams()
 
@@ -754,14 +754,14 @@ class Worker:
                 self.pids.settle()  # an error ends the worker, which the next run finds dead (an anomaly)
 
 
-def preload() -> None:
-    """Import `PRELOADED` (stdlib-only files beside this one) under their own names before the first run: every
+def preload(paths: list[str]) -> None:
+    """Import the caller's module files (argv[6], a JSON list) under their own names before the first run: every
     child inherits them compiled and initialised, so a program that imports one pays nothing for it. They hold no
     run's data: they are loaded before any request is read."""
-    for name in PRELOADED:
-        sys.modules[name] = load_sibling(name)
+    for path in paths:
+        load_module(path)
 
 
 if __name__ == "__main__":
-    preload()
-    Worker(sys.argv).serve(load_sibling("seccomp"))
+    preload(json.loads(sys.argv[6]))
+    Worker(sys.argv).serve(load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "seccomp.py")))

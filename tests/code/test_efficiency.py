@@ -13,13 +13,13 @@ import pytest
 from pydantic import ValidationError
 
 from corrgrpo_code.efficiency import Calibration, PairedTimes, TimingRunFailed, time_pairs
+from corrgrpo_code.harness import CHILD_FILE, HarnessResult
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_code.settings import CodeSettings
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import ExecResult, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult
 
 BURN = "    sum(range(400_000))\n"  # ~10 ms of CPU: far beyond the timer's spread
 SQUARE = CodeProblem(
@@ -32,7 +32,7 @@ SQUARE = CodeProblem(
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(workers=2) as box:
+    with Sandbox(workers=2, preload=[CHILD_FILE]) as box:
         yield box
 
 

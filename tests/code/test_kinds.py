@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from corrgrpo_code.harness import HarnessResult, encode
 from corrgrpo_code.kinds import ProblemError, ReturnMatches, call_tests, mbpp_check, outputs_match, tokens_match
 from corrgrpo_code.problems import problem_hash
 from corrgrpo_code.runs import dump, load, run_key
 from corrgrpo_code.split import split_check
 from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, MbppProblem, StdinProblem
 from corrgrpo_sandbox import ExecResult, Limits
-from corrgrpo_sandbox.harness import HarnessResult, encode
 
 STDIN = {"task_id": "s", "stdin_cases": [{"input": "1 2\n", "output": "3\n"}]}
 

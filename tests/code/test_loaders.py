@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from corrgrpo_code.execution_metrics import evaluate
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import load_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_common import MemoryStore, Scored
@@ -163,7 +164,7 @@ def test_private_cases_never_unpickle_anything_but_data(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(workers=2) as box:
+    with Sandbox(workers=2, preload=[CHILD_FILE]) as box:
         yield box
 
 

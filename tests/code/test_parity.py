@@ -17,6 +17,7 @@ import pytest
 
 from corrgrpo_code.declaration import COMPONENTS
 from corrgrpo_code.extract import extract, marker_of, split_fences
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
 from corrgrpo_code.similarity import MATCH_BUDGET, OverBudget, Reference, ast_similarity, matched, search, structure
@@ -171,7 +172,7 @@ def test_default_weights_are_the_authors() -> None:
 # --- the chain on real HumanEval problems, through the real sandbox -----------------------------------------------------
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(workers=2) as box:
+    with Sandbox(workers=2, preload=[CHILD_FILE]) as box:
         yield box
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems, load_problems
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
 from corrgrpo_common import MemoryStore, Scored
@@ -30,7 +31,7 @@ def fenced(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(workers=2) as box:
+    with Sandbox(workers=2, preload=[CHILD_FILE]) as box:
         yield box
 
 

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
+from corrgrpo_code.harness import encode
 from corrgrpo_code.problems import humaneval_problems, load_problems, problem_hash
 from corrgrpo_code.similarity import ast_similarity
 from corrgrpo_code.split import split_check
-from corrgrpo_sandbox.harness import encode
 
 
 def test_ast_similarity_abstracts_names_and_literals() -> None:

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corrgrpo_sandbox import Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
+from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
 # The `docker` isolation needs an engine and the stand-in image: `make compose-test` runs that file with both.
 collect_ignore = [] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else ["test_docker_backend.py"]

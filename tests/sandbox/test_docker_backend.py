@@ -19,8 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import docker
 import pytest
 
-from corrgrpo_sandbox import Limits, Sandbox, docker_backend
-from corrgrpo_sandbox.isolation import IsolationUnavailable
+from corrgrpo_sandbox import IsolationUnavailable, Limits, Sandbox, docker_backend
 
 
 @pytest.fixture(scope="module")

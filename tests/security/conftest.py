@@ -7,15 +7,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from corrgrpo_sandbox import Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
+from corrgrpo_code.harness import CHILD_FILE
+from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
 
 @pytest.fixture(scope="module")
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """Two bwrap workers under the test module's `LIMITS`; skips locally without bubblewrap, fails under CI."""
     try:
-        box = Sandbox(workers=2, limits=request.module.LIMITS, isolation="bwrap")
+        box = Sandbox(workers=2, limits=request.module.LIMITS, isolation="bwrap", preload=[CHILD_FILE])
     except IsolationUnavailable as error:
         if os.environ.get("CI") == "true":
             pytest.fail(str(error))

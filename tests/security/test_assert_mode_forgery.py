@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from corrgrpo_code.harness import HarnessResult, run_assert
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult, run_assert
 
 LIMITS = Limits(cpu_s=3, wall_s=6, output_bytes=1 << 20)
 SECRET = 918273645  # the expected answer for 4; nothing in the candidate's process can compute it

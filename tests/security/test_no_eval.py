@@ -1,7 +1,8 @@
 """No service process evaluates text: no eval/exec, no compile() of non-constant source (issue 14.1).
 
 Every field of a request is untrusted; code runs only in the sandbox. This walks the AST of every
-module of the services, the wire models and the trainer, and names each offending call.
+module of the services, the wire models and the trainer, and names each offending call. The code service's child
+half (`harness.CHILD_FILE`) evaluates tests by design, inside the sandbox only: it is exempt, and no module imports it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import ast
 from pathlib import Path
 
 import pytest
+
+from corrgrpo_code.harness import CHILD_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("services", "proto", "trainer")
@@ -50,7 +53,25 @@ def offences(source: str, name: str) -> list[str]:
 
 
 def modules() -> list[Path]:
-    return sorted(p for root in ROOTS for p in (REPO / root).rglob("*.py") if ".venv" not in p.parts)
+    paths = (p for root in ROOTS for p in (REPO / root).rglob("*.py") if ".venv" not in p.parts)
+    return sorted(p for p in paths if p.resolve() != CHILD_FILE)
+
+
+def imported_modules(source: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def test_the_sandbox_only_module_runs_nowhere_else() -> None:
+    """It is exempt from the walk because it runs only in the sandbox: nothing of ours imports it."""
+    assert CHILD_FILE.exists() and CHILD_FILE.stem == "harness_child"
+    importers = [p for p in modules() if {"harness_child", "corrgrpo_code.harness_child"} & imported_modules(p.read_text())]
+    assert not importers
 
 
 def test_the_walk_sees_the_services() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from corrgrpo_code.harness import HarnessResult
 from corrgrpo_code.stdio import CasePool, run_stdin
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult
 
 LIMITS = Limits(cpu_s=3, wall_s=6, output_bytes=1 << 20)
 SECRET = "918273645"  # the expected output; nothing the candidate is given lets it compute this

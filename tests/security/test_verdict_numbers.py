@@ -16,13 +16,13 @@ import time
 
 import pytest
 
+from corrgrpo_code.harness import IOTest, encode, run_assert, run_io
 from corrgrpo_code.kinds import ReturnMatches, call_tests, tokens_match
 from corrgrpo_code.scoring import CodeScorer, ScoringConfig
 from corrgrpo_code.stdio import run_stdin
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, StdinCase, StdinProblem
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import IOTest, encode, run_assert, run_io
 
 LIMITS = Limits(cpu_s=3, wall_s=6, output_bytes=1 << 20)
 A, B = 1_000_000_007, 999_999_937  # their product needs 60 bits: a float keeps 53

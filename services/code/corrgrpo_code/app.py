@@ -7,10 +7,10 @@ import logging
 
 from fastapi import FastAPI
 
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_common import add_score_route, make_store
 from corrgrpo_proto.code import CodeScoreRequest
-from corrgrpo_sandbox import Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
+from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
 from .declaration import SERVICE
 from .problems import load_problems
@@ -27,6 +27,7 @@ def build(settings: CodeSettings) -> FastAPI:
             workers=settings.code_workers,
             limits=settings.limits(),
             isolation=settings.code_isolation,
+            preload=[CHILD_FILE],
         )
     except IsolationUnavailable as error:
         raise IsolationUnavailable(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from corrgrpo_sandbox.harness import HarnessResult
+from corrgrpo_code.harness import HarnessResult
 
 EfficiencyMode = Literal["paper", "calibrated"]
 MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)  # MAD -> sigma of a normal sample, times the median's loss against the mean

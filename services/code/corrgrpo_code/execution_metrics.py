@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem
-from corrgrpo_sandbox import Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable
+from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
 from .extract import extract
 from .problems import load_problems, read_jsonl
@@ -79,7 +79,7 @@ def evaluate(
         raise InputError(f"--dataset {dataset}: {error}") from None
     items = completion_items(completions, limit)
     config = replace(ScoringConfig(), efficiency=False)
-    with Sandbox(workers=workers) as sandbox:
+    with Sandbox(workers=workers, preload=[CHILD_FILE]) as sandbox:
         scorer = CodeScorer(sandbox, MemoryStore(), problems, config, workers)
         results = asyncio.run(scorer.score(items))
         scorer.close()
@@ -90,7 +90,7 @@ def evaluate(
     os.sched_setaffinity(0, {core if core is not None else min(os.sched_getaffinity(0))})
     percentages = []
     if eligible:
-        with Sandbox(workers=1) as pinned:
+        with Sandbox(workers=1, preload=[CHILD_FILE]) as pinned:
             percentages = paired_rounds(pinned, eligible, rounds, config)
     total = len(items)
     return {

@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from corrgrpo_code.harness import Expect, IOTest, canonical, encode
+from corrgrpo_code.parsing import parse_python
 from corrgrpo_proto.code import CallCase, CodeProblem, MbppProblem
-from corrgrpo_sandbox.harness import Expect, IOTest, canonical, encode, parse_python
 
 INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: `\d` and int() take "٥" for 5 too
 # one way to read each shape, so a long non-number fails in linear time (an ambiguous `\d+\.?\d*` backtracks

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from corrgrpo_code.harness import HarnessResult
 from corrgrpo_common import Store, StoreUnavailable
 from corrgrpo_sandbox import ExecResult, Limits
-from corrgrpo_sandbox.harness import HarnessResult
 
 log = logging.getLogger("corrgrpo.code")
 # 2: assert mode's scalar calls cross as plain values (times shorter); 3: call cases independent; 4: a run measured

@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from corrgrpo_code.harness import HarnessResult, IOTest, run_assert, run_io
+from corrgrpo_code.parsing import parse_solution, syntax_error
 from corrgrpo_common import Scored, Store, StoreUnavailable
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import (
@@ -36,7 +38,6 @@ from corrgrpo_proto.code import (
     problem_kind,
 )
 from corrgrpo_sandbox import Limits, RunCancelled, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult, IOTest, parse_solution, run_assert, run_io, syntax_error
 
 from .efficiency import Calibration, EfficiencyMode, TimingRunFailed, efficiency, time_pairs
 from .extract import Extracted, extract, marker_of

@@ -18,7 +18,7 @@ import ast
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from corrgrpo_sandbox.harness import parse_python
+from corrgrpo_code.parsing import parse_python
 
 from .extract import pick_code, split_fences
 

@@ -23,7 +23,8 @@ import math
 import re
 from typing import Any
 
-from corrgrpo_sandbox.harness import Expect, IOTest, parse_python
+from corrgrpo_code.harness import Expect, IOTest
+from corrgrpo_code.parsing import parse_python
 
 _OUTPUT = "_out"
 _BUILTINS = ("abs", "all", "any", "bool", "dict", "float", "frozenset", "int", "isinstance", "len", "list", "max")

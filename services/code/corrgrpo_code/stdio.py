@@ -24,9 +24,9 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from corrgrpo_code.harness import HarnessResult, main_program, out_of_time
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
-from corrgrpo_sandbox.harness import HarnessResult, main_program, out_of_time
 
 from .kinds import outputs_match
 

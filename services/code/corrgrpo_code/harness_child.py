@@ -1,9 +1,9 @@
 """The harness's half that runs in the sandbox (stdlib only, Python >= 3.10; see `harness` for the protocol).
 
-Every worker imports this module once, before its first run (`worker.PRELOADED`), so each forked child inherits
-it compiled and initialised and a run's whole program is one call with the problem as literals (assert mode's test
-source comes on stdin): compiling and executing this code in every child cost about 1.5 ms a run, as much as a
-typical HumanEval test.
+Every worker of a `Sandbox(preload=[harness.CHILD_FILE])` imports this module once, before its first run, so each
+forked child inherits it compiled and initialised and a run's whole program is one call with the problem as literals
+(assert mode's test source comes on stdin): compiling and executing this code in every child cost about 1.5 ms a
+run, as much as a typical HumanEval test.
 
 I/O mode (`run_io`): the child is the candidate's process; the parent trusts none of it beyond the data it writes to
 fd 3, and the judge (`judge`) never sees the candidate's code. Assert mode (`run_assert`): the run's process is the

@@ -9,18 +9,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.harness import (
+from corrgrpo_code.harness import (
+    CHILD_FILE,
     Expect,
     HarnessResult,
     IOTest,
     canonical,
     encode,
-    parse_solution,
     run_assert,
     run_io,
 )
-from corrgrpo_sandbox.harness_child import UNCHANGED, NotData, ProtocolError, changes, held, pack, unpack
+from corrgrpo_code.harness_child import UNCHANGED, NotData, ProtocolError, changes, held, pack, unpack
+from corrgrpo_code.parsing import parse_solution
+from corrgrpo_sandbox import Limits, Sandbox
 
 LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
 SECRET = 918273645  # the expected answer; never computable from the input
@@ -35,7 +36,7 @@ RIGHT = f"def f(x):\n    return {SECRET} if x == 4 else x * x\n"
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(workers=2, limits=LIMITS) as box:
+    with Sandbox(workers=2, limits=LIMITS, preload=[CHILD_FILE]) as box:
         yield box
 
 
@@ -415,7 +416,7 @@ def test_the_graph_codec_keeps_identity_cycles_and_mutations() -> None:
 def test_each_run_gets_the_preloaded_child_half_as_the_worker_loaded_it() -> None:
     """Every worker imports harness_child once; a candidate that patches it (same process) changes its own run only."""
     silenced = f"import harness_child\nharness_child.send = lambda message: None\n{RIGHT}"
-    with Sandbox(workers=1, limits=LIMITS) as one_worker:
+    with Sandbox(workers=1, limits=LIMITS, preload=[CHILD_FILE]) as one_worker:
         assert one_worker.run("import sys\nprint('harness_child' in sys.modules)").stdout == b"True\n"
         assert run_io(one_worker, "", silenced, "f", IO_TESTS, LIMITS).stage == "toplevel"  # not even a top level
         assert run_io(one_worker, "", RIGHT, "f", IO_TESTS + JUDGED, LIMITS).stage == "passed"

@@ -38,23 +38,25 @@ over its CPU limit: `out_of_time`; a top level that runs out of time is ``toplev
 when the sandbox reports the execution untrustworthy (`ExecResult.anomaly`), or the harness stopped before compiling
 the program.
 
-What runs in the child is `harness_child.py`, which every worker preloads: a run's program is one call.
+What runs in the child is `harness_child.py`: a sandbox made with `Sandbox(preload=[CHILD_FILE])` imports it once per
+worker, so a run's program is one call.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import itertools
 import json
 import signal
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-if TYPE_CHECKING:  # the harness only calls `sandbox.run`; importing lazily keeps it usable with any runner
-    from . import ExecResult, Limits, Sandbox
+from corrgrpo_code.parsing import syntax_error
+
+if TYPE_CHECKING:  # the harness only calls `sandbox.run`: any runner with that method will do
+    from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
 Stage = Literal["syntax", "toplevel", "test_error", "assertion", "timeout", "passed", "anomaly"]
 Mode = Literal["io", "assert"]
@@ -184,7 +186,8 @@ class HarnessResult:
         return self.stage == "passed"
 
 
-CHILD_MODULE = "harness_child"  # the child's half, preloaded by every worker (`worker.PRELOADED`)
+CHILD_FILE = Path(__file__).with_name("harness_child.py")  # the child's half: hand it to `Sandbox(preload=...)`
+CHILD_MODULE = CHILD_FILE.stem  # the name the sandbox's worker imports it under
 
 
 def _program(function: str, *arguments: object) -> str:
@@ -228,36 +231,6 @@ def out_of_time(result: ExecResult, limits: Limits) -> bool:
 
 def _over_time(result: ExecResult, limits: Limits) -> str:
     return f"time limit exceeded ({result.cpu_s:.2f} s of CPU, limit {limits.cpu_s:g} s)"
-
-
-_PARSING = threading.RLock()  # re-entrant: a finalizer run by a collection inside a parse may parse too
-
-
-def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.AST:
-    """`ast.parse`, one thread at a time. CPython before 3.11.8 (Debian 12 ships 3.11.2) keeps the AST constructor's
-    recursion depth per interpreter, so a collection during one thread's parse that lets another thread parse fails
-    with `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905). Parsing holds the GIL
-    anyway: the lock costs no parallelism. Every parse in the code service goes through here."""
-    with _PARSING:
-        return ast.parse(source, mode=mode)
-
-
-def parse_solution(solution: str) -> ast.Module | str:
-    """The solution's syntax tree, or why it cannot be compiled. Absurd nesting is the solution's failure, never a crash."""
-    if not solution.strip():
-        return "no code"
-    try:
-        return parse_python(solution)  # type: ignore[return-value]
-    except (SyntaxError, ValueError) as error:  # ValueError: null bytes
-        return f"{type(error).__name__}: {error}"
-    except (RecursionError, MemoryError) as error:  # the parser's own stack: deeply nested expressions
-        return f"{type(error).__name__}: nested too deeply to compile"
-
-
-def syntax_error(solution: str) -> str | None:
-    """Why `solution` cannot be compiled, or None."""
-    tree = parse_solution(solution)
-    return tree if isinstance(tree, str) else None
 
 
 def _first_message(channel: bytes) -> dict[str, Any]:
