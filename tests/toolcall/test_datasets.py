@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from corrgrpo_testing.environment import require_shared_data
-from corrgrpo_toolcall import evaluate
+from corrgrpo_toolcall import match_metrics
 from corrgrpo_toolcall.datasets import load, load_api_bank, load_rlla4k
 from corrgrpo_toolcall.scoring import score
 
@@ -43,7 +43,7 @@ def test_api_bank_levels_load_as_single_call_ground_truths(level: int, rows: int
 
 def test_evaluate_self_reports_full_scores(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRGRPO_TOOLCALL_DATA_DIR", str(require_shared_data("rlla_4k/test.parquet").parents[1]))
-    assert evaluate.main(["--dataset", "rlla4k", "--self"]) == 0
+    assert match_metrics.main(["--dataset", "rlla4k", "--self"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("| dataset | rows | with calls | format % | function name |")
     assert lines[2] == "| rlla4k | 80 | 71 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 |"
@@ -58,28 +58,28 @@ def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture
     ]
     path = tmp_path / "completions.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    evaluate.main(["--dataset", "api-bank-2", "--completions", str(path)])
+    match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path)])
     row = capsys.readouterr().out.strip().splitlines()[2].strip("| ").split(" | ")
     half = f"{100 * (len(examples) // 2) / len(examples):.2f}"
     assert row == ["api-bank-2", "67", "67", half, half, half, half, half]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines[:3]))  # a slice: the first three rows
-    evaluate.main(["--dataset", "api-bank-2", "--completions", str(path)])
+    match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path)])
     captured = capsys.readouterr()
     assert captured.out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")  # rows 1 of 0, 1, 2 call
     assert "scoring the first 3 of 67 rows" in captured.err
-    evaluate.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "3"])
+    match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "3"])
     assert capsys.readouterr().out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")
-    error = "python -m corrgrpo_toolcall.evaluate: error: "
+    error = "python -m corrgrpo_toolcall.match_metrics: error: "
     with pytest.raises(SystemExit) as exit_:
-        evaluate.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "2"])
+        match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "2"])
     assert exit_.value.code == 2 and capsys.readouterr().err == f"{error}{path}: 3 completions for 2 rows\n"
     path.write_text("not json\n")
     with pytest.raises(SystemExit) as exit_:
-        evaluate.main(["--dataset", "api-bank-2", "--completions", str(path)])
+        match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path)])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.startswith(f'{error}{path}: expected JSONL of {{"completion": "..."}} (JSONDecodeError')
     with pytest.raises(SystemExit) as exit_:
-        evaluate.main(["--dataset", "api-bank-2", "--completions", str(tmp_path / "missing.jsonl")])
+        match_metrics.main(["--dataset", "api-bank-2", "--completions", str(tmp_path / "missing.jsonl")])
     assert exit_.value.code == 2
     assert capsys.readouterr().err == f"{error}cannot read {tmp_path / 'missing.jsonl'}: No such file or directory\n"
 
@@ -92,5 +92,5 @@ def test_unknown_dataset_is_named_in_the_error() -> None:
 def test_evaluate_without_a_source_names_the_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("CORRGRPO_TOOLCALL_DATA_DIR", raising=False)
     with pytest.raises(SystemExit):
-        evaluate.main(["--dataset", "rlla4k", "--self"])
+        match_metrics.main(["--dataset", "rlla4k", "--self"])
     assert "pass --source or set CORRGRPO_TOOLCALL_DATA_DIR" in capsys.readouterr().err

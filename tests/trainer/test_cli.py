@@ -369,18 +369,18 @@ def help_of(entry: Callable[[], object], capsys: pytest.CaptureFixture[str]) -> 
 
 def every_cli() -> dict[str, Callable[[], object]]:
     """`--help` of every command line of the repository's packages, as a call."""
-    from corrgrpo_code import evaluate as code_evaluate
+    from corrgrpo_code import execution_metrics
     from corrgrpo_common import cli as service_cli
     from corrgrpo_common import docs, launcher
     from corrgrpo_common.registry import declared
-    from corrgrpo_toolcall import evaluate as toolcall_evaluate
+    from corrgrpo_toolcall import match_metrics
 
     clis: dict[str, Callable[[], object]] = {f"corrgrpo_trainer {name}": partial(main, [name, "--help"]) for name in COMMANDS}
     clis |= {f"corrgrpo_{name}": partial(service_cli.serve, service, ["--help"]) for name, service in declared().items()}
     return clis | {
         "corrgrpo_trainer": partial(main, ["--help"]),
-        "corrgrpo_code.evaluate": partial(code_evaluate.main, ["--help"]),
-        "corrgrpo_toolcall.evaluate": partial(toolcall_evaluate.main, ["--help"]),
+        "corrgrpo_code.execution_metrics": partial(execution_metrics.main, ["--help"]),
+        "corrgrpo_toolcall.match_metrics": partial(match_metrics.main, ["--help"]),
         "corrgrpo_common": partial(launcher.main, ["--help"]),
         "corrgrpo_common up": partial(launcher.main, ["up", "--help"]),
         "corrgrpo_common.docs": partial(docs.main, ["--help"]),
@@ -409,7 +409,10 @@ def test_the_code_evaluator_on_unreadable_input_is_one_line_and_exit_2(tmp_path:
     ]
     for argv, message in cases:
         run = subprocess.run(
-            [sys.executable, "-m", "corrgrpo_code.evaluate", "--completions", *argv], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "corrgrpo_code.execution_metrics", "--completions", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr
-        assert run.stderr.startswith(f"python -m corrgrpo_code.evaluate: error: {message}"), run.stderr
+        assert run.stderr.startswith(f"python -m corrgrpo_code.execution_metrics: error: {message}"), run.stderr

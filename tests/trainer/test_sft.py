@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from corrgrpo_toolcall.evaluate import read_completions
 
 from corrgrpo_testing.environment import require_shared_data
+from corrgrpo_toolcall.match_metrics import read_completions
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.models import load_pretrained
 from corrgrpo_trainer.sft import main as sft_main
