@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +25,37 @@ Services = Callable[[str], ServiceProcess]
 
 PROBLEM = declared()["code"].example(None)["problem"]
 """The code service's inline example problem (`add`), for the code-only tests."""
+
+SLEEPER = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(60)\n    return a + b\n```"
+"""A code completion whose run sleeps 60 s: its item holds a place in the in-flight budget until its wall limit."""
+
+
+def inflight(service: ServiceProcess) -> float:
+    """Items in the service's scorer now, from its /metrics."""
+    text = httpx.get(f"{service.url}/metrics", timeout=10).text
+    return float(re.search(r"corrgrpo_inflight_items\{[^}]*\} (\S+)", text).group(1))  # type: ignore[union-attr]
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < timeout_s, f"{what} not reached within {timeout_s}s"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def post_and_leave(service: ServiceProcess, body: bytes) -> socket.socket:
+    """Send a whole request on a raw socket and return it unread (closing it = disconnecting)."""
+    host, port = service.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    head = f"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def sleepers(count: int) -> bytes:
+    """A code-service /v1/score body of `count` SLEEPER items."""
+    return httpx.Request("POST", "http://x", json={"items": [{"completion": SLEEPER, "problem": PROBLEM}] * count}).content
 
 
 def valid_item(service: ServiceProcess, completion: str | None = None) -> dict[str, Any]:

@@ -7,50 +7,20 @@ out with 429 for hours, and SIGTERM did not stop the service.
 
 from __future__ import annotations
 
-import re
 import signal
-import socket
 import time
-from collections.abc import Callable
 
 import httpx
-from reliability.helpers import PROBLEM
+from reliability.helpers import PROBLEM, inflight, post_and_leave, sleepers, wait_for
 
-from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_testing.servers import start_service
 
-SLEEPER = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(60)\n    return a + b\n```"
 CODE_ENV = {
     "CORRGRPO_CODE_WORKERS": "2",
     "CORRGRPO_CODE_WALL_S": "4",
     "CORRGRPO_CODE_CPU_S": "2",
     "CORRGRPO_SHUTDOWN_GRACE_S": "1",
 }
-
-
-def inflight(service: ServiceProcess) -> float:
-    text = httpx.get(f"{service.url}/metrics", timeout=10).text
-    return float(re.search(r"corrgrpo_inflight_items\{[^}]*\} (\S+)", text).group(1))  # type: ignore[union-attr]
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - started < timeout_s, f"{what} not reached within {timeout_s}s"
-        time.sleep(0.1)
-    return time.monotonic() - started
-
-
-def post_and_leave(service: ServiceProcess, body: bytes) -> socket.socket:
-    """Send a whole request on a raw socket and return it unread (closing it = disconnecting)."""
-    host, port = service.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    head = f"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    sock.sendall(head.encode() + body)
-    return sock
-
-
-def sleepers(count: int) -> bytes:
-    return httpx.Request("POST", "http://x", json={"items": [{"completion": SLEEPER, "problem": PROBLEM}] * count}).content
 
 
 def test_disconnect_cancels_the_work_and_frees_the_budget() -> None:

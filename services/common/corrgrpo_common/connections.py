@@ -6,7 +6,8 @@ and it accepts any number of connections. `GuardedH11Protocol` closes a connecti
 headers are not complete `header_timeout_s` after it opened (or after its previous response), or
 whose body is not complete `body_timeout_s` after its headers; and answers a connection beyond
 `max_connections` at once with `503` and `Retry-After` (a client then retries instead of reporting
-a read error), then closes it. A closed request's handler sees `http.disconnect` like any other.
+a read error), then closes it; and a scoring request while the item budget is spent with `429`
+from its first bytes (`EarlyRefusal`). A closed request's handler sees `http.disconnect` like any other.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from email.utils import formatdate
 from typing import Any, Literal
 
 import h11
@@ -22,60 +22,53 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from corrgrpo_proto import ErrorBody
-
+from .guards.admission import EarlyRefusal, raw_refusal
 from .settings import ServiceSettings
 
 log = logging.getLogger("corrgrpo.connections")
 Stage = Literal["headers", "body", "app"]
-# An over-cap connection is closed this long after its 503 (or when the client closes first): closing
-# while its request is still arriving would send a reset, which can drop the 503 before the client reads it.
-OVER_CAP_LINGER_S = 1.0
-
-
-def over_cap_response(limit: int, retry_after_s: int) -> bytes:
-    """The whole 503 sent to a connection beyond the cap, before reading anything of it."""
-    message = f"connection limit ({limit}) reached; retry after {retry_after_s}s"
-    body = ErrorBody(error="overloaded", message=message).model_dump_json().encode()
-    head = (
-        "HTTP/1.1 503 Service Unavailable\r\n"
-        f"date: {formatdate(usegmt=True)}\r\n"
-        "content-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n"
-        f"retry-after: {retry_after_s}\r\n"
-        "connection: close\r\n\r\n"
-    )
-    return head.encode() + body
+# A refused connection is closed this long after its 503 or 429 (or when the client closes first): closing
+# while its request is still arriving would send a reset, which can drop the answer before the client reads it.
+REFUSED_LINGER_S = 1.0
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with read deadlines and a connection cap (class attributes, set per server)."""
+    """uvicorn's h11 protocol with read deadlines, a connection cap and early refusal (class attributes, set per server)."""
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
     max_connections: int = 1024
     retry_after_s: int = 1
+    early_refusal: EarlyRefusal | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._stage: Stage = "headers"
-        self._over_cap = False
+        self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             log.debug("connection over the cap refused with 503", extra={"limit": self.max_connections})
-            self._over_cap = True
-            transport.write(over_cap_response(self.max_connections, self.retry_after_s))
-            transport.write_eof()  # the client reads the 503, then end of stream; what it sends is discarded
-            self._deadline = self.loop.call_later(OVER_CAP_LINGER_S, self._expire)
-            return
+            message = f"connection limit ({self.max_connections}) reached; retry after {self.retry_after_s}s"
+            return self._refuse(raw_refusal("503 Service Unavailable", message, self.retry_after_s))
         self._arm("headers", self.header_timeout_s)
 
     def data_received(self, data: bytes) -> None:
-        if not self._over_cap:
-            super().data_received(data)
+        if self._refused:
+            return
+        # the first bytes of a request (none of an earlier one left unparsed): a scoring request line may be refused
+        first = self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
+        if first and self.early_refusal and self.early_refusal.refuses(data):
+            return self._refuse(self.early_refusal.response())
+        super().data_received(data)
+
+    def _refuse(self, response: bytes) -> None:
+        self._refused = True
+        self.transport.write(response)
+        self.transport.write_eof()  # the client reads the answer, then end of stream; what it sends is discarded
+        self._arm("app", REFUSED_LINGER_S)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -108,7 +101,7 @@ class GuardedH11Protocol(H11Protocol):
     def _expire(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            if not self._over_cap:
+            if not self._refused:
                 log.info("slow client closed", extra={"stage": self._stage, "client": self.client})
             self.transport.close()
 
@@ -120,6 +113,7 @@ def run_server(app: FastAPI, settings: ServiceSettings) -> None:
         "body_timeout_s": settings.body_timeout_s,
         "max_connections": settings.max_connections,
         "retry_after_s": settings.retry_after_s,
+        "early_refusal": app.state.early_refusal,
     }
     protocol = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
     # What is left after start-up's garbage (modules, the app, loaded datasets) lives as long as the process: out of

@@ -1,0 +1,122 @@
+"""Past capacity a refusal must cost far less than scoring, or refusing eats the core the admitted requests need.
+
+While the in-flight budget is spent, a scoring request gets its 429 with `Retry-After` as soon as its request line
+arrives: before its body is read (a client that declares 50 MB and sends none is answered at once), on a fresh or a
+kept-alive connection, and also when the request line arrives split (the ASGI fallback). Other routes stay served.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from reliability.helpers import inflight, post_and_leave, sleepers, wait_for
+
+from corrgrpo_testing.servers import ServiceProcess, start_service
+
+RETRY_AFTER_S = 3
+ENV = {
+    "CORRGRPO_CODE_WORKERS": "2",
+    "CORRGRPO_CODE_WALL_S": "120",  # the two sleepers hold the budget for the whole module
+    "CORRGRPO_CODE_CPU_S": "2",
+    "CORRGRPO_MAX_INFLIGHT_ITEMS": "2",
+    "CORRGRPO_RETRY_AFTER_S": str(RETRY_AFTER_S),
+    "CORRGRPO_SHUTDOWN_GRACE_S": "1",
+}
+UNSENT_BODY = 50_000_000  # declared, never sent; under the 64 MiB body limit, so only the budget can refuse it
+
+
+@pytest.fixture(scope="module")
+def full() -> Iterator[ServiceProcess]:
+    """The code service with its budget of 2 items spent by a client whose 2 runs sleep."""
+    with start_service("code", env=ENV) as service:
+        holder = post_and_leave(service, sleepers(2))
+        try:
+            wait_for(lambda: inflight(service) == 2, 60, "the budget spent")
+            yield service
+        finally:
+            holder.close()
+
+
+def connect(service: ServiceProcess) -> socket.socket:
+    host, port = service.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def head(path: str, length: int = UNSENT_BODY) -> bytes:
+    return f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n".encode()
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response: status, headers (lower-case names), body (by its Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a whole response head: {data!r}"
+        data += chunk
+    head_bytes, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head_bytes.decode().split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    while len(body) < int(headers["content-length"]):
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside the response body"
+        body += chunk
+    return int(status_line.split()[1]), headers, body
+
+
+def assert_refused_for_overload(response: tuple[int, dict[str, str], bytes], took: float) -> None:
+    status, headers, body = response
+    assert status == 429, (status, body)
+    assert headers["retry-after"] == str(RETRY_AFTER_S)
+    assert json.loads(body)["error"] == "overloaded"
+    assert took < 2.0, f"the refusal took {took:.1f}s: the server waited for a body it was never sent"
+
+
+@pytest.mark.parametrize("path", ["/v1/score", "/v1/openrlhf"])
+def test_refused_at_once_without_the_body(full: ServiceProcess, path: str) -> None:
+    with connect(full) as sock:
+        started = time.monotonic()
+        sock.sendall(head(path))
+        assert_refused_for_overload(read_response(sock), time.monotonic() - started)
+        assert sock.recv(1) == b"", "the connection is closed after the refusal"
+
+
+def test_refused_on_a_kept_alive_connection(full: ServiceProcess) -> None:
+    with connect(full) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock)[0] == 200
+        started = time.monotonic()
+        sock.sendall(head("/v1/score"))
+        assert_refused_for_overload(read_response(sock), time.monotonic() - started)
+
+
+def test_a_request_line_split_over_two_sends_is_refused_before_the_body(full: ServiceProcess) -> None:
+    with connect(full) as sock:
+        whole = head("/v1/score")
+        started = time.monotonic()
+        sock.sendall(whole[:8])  # "POST /v1": too little to tell the route
+        time.sleep(0.2)
+        sock.sendall(whole[8:])
+        assert_refused_for_overload(read_response(sock), time.monotonic() - started)
+
+
+def counted(service: ServiceProcess, name: str, label: str) -> float:
+    """The sum of the /metrics samples of `name` whose labels include `label` (like `status="429"`)."""
+    text = httpx.get(f"{service.url}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") and label in line)
+
+
+def test_refused_before_the_app_and_counted(full: ServiceProcess) -> None:
+    """A whole request line is refused by the server's protocol: the app (its request log and counts) never sees it."""
+    overload, app_429 = ("corrgrpo_rejections_total", 'reason="overload"'), ("corrgrpo_requests_total", 'status="429"')
+    before = counted(full, *overload), counted(full, *app_429)
+    with connect(full) as sock:
+        sock.sendall(head("/v1/score"))
+        assert read_response(sock)[0] == 429
+    assert (counted(full, *overload), counted(full, *app_429)) == (before[0] + 1, before[1])
+    assert httpx.get(f"{full.url}/healthz", timeout=5).status_code == 200
+    assert inflight(full) == 2, "the budget is still spent: every refusal here was for overload"
