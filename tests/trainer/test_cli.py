@@ -23,7 +23,7 @@ from corrgrpo_trainer.cli import COMMANDS, build_parser, main
 from corrgrpo_trainer.config import InputError, ServicesDown, check_services
 from corrgrpo_trainer.data import DATA_DIR_ENV
 from corrgrpo_trainer.progress import component_table
-from corrgrpo_trainer.reward_json import compute_advantages
+from corrgrpo_trainer.reward_json import advantages_report
 from corrgrpo_trainer.train import nothing_learned
 
 REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5, 0.2]]]
@@ -73,7 +73,7 @@ def test_undefined_numbers_are_null_so_the_output_is_strict_json(tmp_path: Path)
 
 def test_mismatched_weights_are_refused() -> None:
     with pytest.raises(InputError, match="3 weights for K = 2"):
-        compute_advantages({"rewards": REWARDS, "weights": [1, 1, 1]}, ["grpo"])
+        advantages_report({"rewards": REWARDS, "weights": [1, 1, 1]}, ["grpo"])
 
 
 def test_component_table_lists_each_logged_step() -> None:

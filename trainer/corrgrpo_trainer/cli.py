@@ -27,7 +27,7 @@ from .advantages import ESTIMATORS
 from .config import InputError, ServicesDown, check_services, read_config
 from .config_shape import SCHEMA_DIR, Kind, write_schemas
 from .models import EMBEDDED, TINY, PolicyLoadError
-from .reward_json import compute_advantages, read_json, strict_json
+from .reward_json import advantages_report, read_json, strict_json
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def rollout_command(args: argparse.Namespace) -> int:
 def advantages_command(args: argparse.Namespace) -> int:
     payload = read_json(args.input)
     estimators = list(ESTIMATORS) if args.estimator == "all" else [args.estimator]
-    text = json.dumps(strict_json(compute_advantages(payload, estimators)), indent=2, allow_nan=False)
+    text = json.dumps(strict_json(advantages_report(payload, estimators)), indent=2, allow_nan=False)
     if args.output:
         try:
             Path(args.output).write_text(text + "\n")

@@ -79,7 +79,7 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
     return rewards, weights, names
 
 
-def compute_advantages(payload: Any, estimators: Sequence[str]) -> dict[str, Any]:
+def advantages_report(payload: Any, estimators: Sequence[str]) -> dict[str, Any]:
     """{"advantages": {estimator: [B][G]}, "diagnostics": {...}}; each estimator applies the weights its own way."""
     rewards, weights, names = load_rewards(payload)
     advantages = {name: ESTIMATORS[name](rewards, weights).tolist() for name in estimators}

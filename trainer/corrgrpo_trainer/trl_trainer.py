@@ -129,7 +129,7 @@ class CorrGRPOTrainer(GRPOTrainer):
         self._gathered_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         return self._gathered_rewards
 
-    def compute_advantages(self, rewards_per_func: torch.Tensor, num_generations: int) -> torch.Tensor:
+    def advantages_of(self, rewards_per_func: torch.Tensor, num_generations: int) -> torch.Tensor:
         """Advantages [N] of the gathered rewards [N, K] (unweighted, NaN = missing), grouped as TRL groups them."""
         grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
         weights = self.reward_weights.to(rewards_per_func.device)
@@ -142,7 +142,7 @@ class CorrGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = self._gathered_rewards
-        advantages = self.compute_advantages(rewards, num_generations)
+        advantages = self.advantages_of(rewards, num_generations)
         local = out["advantages"].shape[0]
         start = self.accelerator.process_index * local
         out["advantages"] = advantages[start : start + local].to(out["advantages"].dtype)
