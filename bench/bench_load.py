@@ -15,7 +15,7 @@ local nginx, pinned with the service, in front of it with deploy/nginx/nginx.con
 `listen` lines and upstreams.conf replaced by the service's loopback address), so the same phases
 measure what compose and Kubernetes clients get.
 
-`toy` is a toy service on the kit (`bench/corrgrpo_toy.py`) whose items wait asynchronously
+`toy` is a toy service on the kit (`bench/toy/`) whose items wait asynchronously
 (`CORRGRPO_TOY_ITEM_MS`, like a sandbox run), so the in-flight budget applies; `toolcall` scores
 inline on the event loop (tens of µs per item), so overload queues in the socket backlog instead.
 """
@@ -53,7 +53,7 @@ ENV = {
         "CORRGRPO_MAX_INFLIGHT_ITEMS": "512",
         "CORRGRPO_TOY_ITEM_MS": "20",
         "CORRGRPO_TOY_WORKERS": "64",
-        "PYTHONPATH": str(Path(__file__).resolve().parent),  # corrgrpo_toy lives here, not in a package
+        "PYTHONPATH": str(Path(__file__).resolve().parent / "toy"),  # its folder: the toy is never installed
     },
 }
 

@@ -1,0 +1,1 @@
+"""corrgrpo toy reward service."""
