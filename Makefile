@@ -2,7 +2,7 @@
 VENV  := .venv
 PY    := $(VENV)/bin/python
 # Every folder under services/ with a pyproject.toml is a part: a new service needs no line here.
-PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer testing
+PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer adapters testing
 STAMP := $(VENV)/.installed
 # setuptools warns on every flat-layout editable install ("Editable installation ... be careful"): not ours to act on.
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
@@ -61,7 +61,8 @@ compose-test: install
 
 # verl 0.9.1's, OpenRLHF 0.11's, verifiers 0.3's, OpenEnv 0.3's and NeMo Gym 0.4's own code against the services;
 # side venvs from tests/interop/venvs.sh: their third-party part cached per machine in ~/.cache/corrgrpo/venvs
-# (CORRGRPO_VENV_CACHE; rm -rf it to rebuild), our parts editable from this clone. The adapters are installed only there.
+# (CORRGRPO_VENV_CACHE; rm -rf it to rebuild), our parts editable from this clone. .venv has the adapters without
+# their stacks (the verl modules' own tests run there).
 INTEROP_ENV := CORRGRPO_INTEROP=1 CORRGRPO_SERVICE_PYTHON=$(abspath $(PY))
 interop: install
 	tests/interop/venvs.sh
@@ -74,7 +75,7 @@ interop: install
 # The services as Ray Serve deployments on a two-node Ray cluster of this machine (tests/ray_serve), from .venv-ray:
 # the parts with the `ray` extra, which .venv and the images leave out; deploy/ray/constraints.txt pins what Ray adds.
 RAY_VENV  := .venv-ray
-RAY_PARTS := $(patsubst services/common,services/common[ray],$(filter-out trainer,$(PARTS)))
+RAY_PARTS := $(patsubst services/common,services/common[ray],$(filter-out trainer adapters,$(PARTS)))
 $(RAY_VENV)/.installed: constraints.txt deploy/ray/constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
 	test -x $(RAY_VENV)/bin/python || python3 -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/pip install -q --upgrade pip

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from corrgrpo_adapters import verl_estimator, verl_reward
 from corrgrpo_proto import RewardClient, RewardServiceError
-from corrgrpo_proto import verl as verl_rewards
 from corrgrpo_testing.servers import start_service
-from corrgrpo_trainer import verl_plugin
 from corrgrpo_trainer.advantages import corrgrpo
 
 GT = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
@@ -34,7 +33,7 @@ def scores(calls: list[tuple[Any, ...]], **reward_kwargs: Any) -> list[dict[str,
     """Concurrent calls on one event loop, as verl 0.9's reward loop makes them."""
 
     async def run() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(verl_rewards.compute_score(*call, **reward_kwargs) for call in calls)))
+        return list(await asyncio.gather(*(verl_reward.compute_score(*call, **reward_kwargs) for call in calls)))
 
     return asyncio.run(run())
 
@@ -52,19 +51,19 @@ def test_compute_score_returns_total_and_components(toolcall_url: str) -> None:
 
 def test_concurrent_items_share_one_request(toolcall_url: str) -> None:
     seen: list[int] = []
-    original = verl_rewards._Service._flush
+    original = verl_reward._Service._flush
 
     async def counting(self: Any) -> None:
         seen.append(len(self.pending))
         await original(self)
 
-    verl_rewards._Service._flush = counting  # type: ignore[method-assign]
+    verl_reward._Service._flush = counting  # type: ignore[method-assign]
     try:
         out = scores(
             [("toolcall", GT, GT), ("toolcall", WRONG, GT), ("toolcall", GT, GT)], corrgrpo_services={"toolcall": toolcall_url}
         )
     finally:
-        verl_rewards._Service._flush = original  # type: ignore[method-assign]
+        verl_reward._Service._flush = original  # type: ignore[method-assign]
     assert seen == [3] and [s["score"] for s in out] == [out[0]["score"], out[1]["score"], out[0]["score"]]
 
 
@@ -108,7 +107,7 @@ def test_estimator_matches_corrgrpo_on_components() -> None:
     gen = np.random.default_rng(0)
     rewards = gen.normal(size=(12, 3)).astype(np.float32)
     uids = ["p1", "p0", "p1", "p0", "p1", "p0", "p1", "p0", "p2", "p2", "p2", "p2"]  # interleaved, as verl can be
-    advantages, returns = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_inputs(rewards, uids))
+    advantages, returns = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_inputs(rewards, uids))
     assert torch.equal(advantages, returns) and advantages.shape == (12, 5)
     weighted = torch.as_tensor(rewards) * torch.tensor([1.0, 2.0, 1.0])
     for uid in ("p0", "p1", "p2"):
@@ -121,7 +120,7 @@ def test_estimator_matches_corrgrpo_on_components() -> None:
 def test_estimator_handles_uneven_groups() -> None:
     rewards = np.random.default_rng(1).normal(size=(7, 3)).astype(np.float32)
     uids = ["a", "a", "a", "b", "b", "b", "b"]
-    advantages, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_inputs(rewards, uids))
+    advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_inputs(rewards, uids))
     weighted = torch.as_tensor(rewards) * torch.tensor([1.0, 2.0, 1.0])
     assert torch.allclose(advantages[:3, 0], corrgrpo(weighted[:3].unsqueeze(0))[0], atol=1e-6)
     assert torch.allclose(advantages[3:, 0], corrgrpo(weighted[3:].unsqueeze(0))[0], atol=1e-6)
@@ -131,7 +130,7 @@ def test_without_components_it_warns_and_centers_the_total() -> None:
     totals = torch.randn(8, 4)
     inputs = {"token_level_rewards": totals, "response_mask": torch.ones(8, 4), "index": np.array(list("aaaabbbb"))}
     with pytest.warns(UserWarning, match="corrgrpo_reward_keys"):
-        advantages, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**inputs)
+        advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**inputs)
     summed = totals.sum(-1).view(2, 4)
     expected = (summed - summed.mean(1, keepdim=True)) / (1 + 1e-4)  # K = 1: Σρ = 1, no std scaling
     assert torch.allclose(advantages[:, 0], expected.flatten(), atol=1e-5)
@@ -141,7 +140,7 @@ def test_missing_component_key_is_a_clear_error() -> None:
     inputs = verl_inputs(np.zeros((4, 3), dtype=np.float32), list("aaaa"))
     del inputs["non_tensor_batch"]["b"]
     with pytest.raises(KeyError, match=r"\['b'\]"):
-        verl_plugin.compute_corrgrpo_outcome_advantage(**inputs)
+        verl_estimator.compute_corrgrpo_outcome_advantage(**inputs)
 
 
 def verl_batch(outputs: list[dict[str, Any]], uids: list[str]) -> dict[str, Any]:
@@ -184,7 +183,7 @@ def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(h
             assert json.loads(output["corrgrpo_weights"]) == weights
             assert output["score"] == pytest.approx(sum(weights[k] * output[k] for k in declared))
         components = torch.tensor([[output[k] for k in declared] for output in outputs], dtype=torch.float32)
-        advantages, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
+        advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
         expected = corrgrpo((components * torch.tensor(list(weights.values()))).unsqueeze(0))[0]
         assert torch.allclose(advantages[:, 0], expected, atol=1e-5)
         assert not torch.allclose(advantages[:, 0], corrgrpo(components.unsqueeze(0))[0], atol=1e-3)
@@ -196,8 +195,8 @@ def test_an_unscored_rollout_is_missing_not_zero(humaneval_code_url: str) -> Non
     samples = [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS[:3]] + [("code", CODE_ANSWERS[0], "NoSuch/1")]
     outputs = scores(samples, corrgrpo_services={"code": humaneval_code_url}, corrgrpo_on_error="zero")
     assert "unknown_task" in outputs[3]["corrgrpo_error"] and outputs[3]["score"] == 0.0
-    advantages, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
-    alone, _ = verl_plugin.compute_corrgrpo_outcome_advantage(**verl_batch(outputs[:3], ["g"] * 3), config={})
+    advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
+    alone, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_batch(outputs[:3], ["g"] * 3), config={})
     assert advantages[3, 0] == 0.0 and torch.allclose(advantages[:3], alone, atol=1e-6)
 
 
@@ -206,11 +205,11 @@ def test_reward_weights_must_agree_with_the_scored_ones_and_exist(humaneval_code
     batch = verl_batch(outputs, ["g"] * 4)
     keys = ["correct", "format"]
     with pytest.warns(UserWarning, match="weigh in the score but are not in corrgrpo_reward_keys"):
-        verl_plugin.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})
+        verl_estimator.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})
     with pytest.raises(ValueError, match="differ from the weights the services scored with"):
-        verl_plugin.compute_corrgrpo_outcome_advantage(
+        verl_estimator.compute_corrgrpo_outcome_advantage(
             **batch, config={"corrgrpo_reward_keys": keys, "corrgrpo_reward_weights": [1.0, 1.0]}
         )
     del batch["non_tensor_batch"]["corrgrpo_weights"]  # another reward function's batch: no declared weights to use
     with pytest.raises(ValueError, match="no weights for"):
-        verl_plugin.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})
+        verl_estimator.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side environments for `make interop`: the other RL stacks' own code, from PyPI, outside .venv.
-#   .venv-verl      a venv with verl 0.9.1 (its transformers pin clashes with TRL's), corrgrpo-proto and the
-#                   core of corrgrpo-trainer (torch only: the verl plugin), as a verl user would install them.
+#   .venv-verl      a venv with verl 0.9.1 (its transformers pin clashes with TRL's), corrgrpo-proto, corrgrpo-adapters
+#                   and the core of corrgrpo-trainer (torch only: the estimator's advantages), as a verl user would.
 #                   Each venv also gets corrgrpo-testing (the tests' service launcher; httpx only).
 #   .venv-openrlhf  OpenRLHF 0.11.0 and 0.11.2 side by side (`pip --target`, no dependencies) plus the two
 #                   modules `openrlhf.utils` imports that .venv lacks; the tests import them from .venv.
@@ -93,7 +93,7 @@ python312() {
   return 1
 }
 
-side_venv .venv-verl python3 tests/interop/verl-constraints.txt "proto trainer testing" \
+side_venv .venv-verl python3 tests/interop/verl-constraints.txt "proto trainer adapters testing" \
   verl cachetools fastapi uvicorn pytest pytest-asyncio
 side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt "proto adapters testing" verifiers pytest pytest-asyncio
 side_venv .venv-openenv python3 tests/interop/openenv-constraints.txt "proto adapters testing" openenv-core pytest pytest-asyncio

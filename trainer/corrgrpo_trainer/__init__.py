@@ -5,5 +5,5 @@ data.py and rewards.py (rows, one reward column per service component) → polic
 resolves its name) → trl_trainer.py (TRL's GRPOTrainer with the advantages of advantages.py, the math).
 agentdojo/ is multi-turn AgentDojo (tools, environment, rows, the paper's metrics, warm-up demonstrations);
 sft.py the supervised warm-up; progress.py the step log of both; reward_json.py the `advantages` command's
-input; verl_plugin.py the estimator for verl; tiny.py the random test policy.
+input; tiny.py the random test policy (verl's estimator is in adapters/).
 """

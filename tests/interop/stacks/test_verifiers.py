@@ -20,10 +20,10 @@ from interop.stacks.scripted_policy import Reply, ScriptedPolicy, Turn
 from verifiers.types import ClientConfig
 
 from corrgrpo_adapters.service import describe
+from corrgrpo_adapters.verifiers import ServiceRubric
 from corrgrpo_proto import ItemError, ItemResult, RewardClient, resolve_weights
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess
-from corrgrpo_verifiers import ServiceRubric
 
 
 @pytest.fixture

@@ -26,9 +26,8 @@ from verl.experimental.reward_loop import RewardLoopWorker
 from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.reward import extract_reward
 
-import corrgrpo_proto.verl
+from corrgrpo_adapters import verl_estimator, verl_reward
 from corrgrpo_testing.servers import start_service
-from corrgrpo_trainer import verl_plugin
 from corrgrpo_trainer.advantages import corrgrpo
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
@@ -42,7 +41,7 @@ AGENTDOJO = json.dumps({"suite": "banking", "user_task": "user_task_0"})
 KEYS = ["format", "syntax", "compile", "runtime", "correct", "name", "param_names", "param_values"]
 
 
-def overrides(urls: dict[str, str], reward_path: str = "pkg://corrgrpo_proto.verl") -> list[str]:
+def overrides(urls: dict[str, str], reward_path: str = "pkg://corrgrpo_adapters.verl_reward") -> list[str]:
     """The documented command line (README), as Hydra overrides."""
     services = ",".join(f"{name}:'{url}'" for name, url in sorted(urls.items()))
     return [
@@ -137,7 +136,7 @@ def assembled(outputs: list[dict[str, Any]], uids: list[str]) -> DataProto:
 
 
 def test_plugin_registers_the_estimator_and_patches_the_legacy_trainer() -> None:
-    assert core_algos.get_adv_estimator_fn("corrgrpo") is verl_plugin.compute_corrgrpo_outcome_advantage
+    assert core_algos.get_adv_estimator_fn("corrgrpo") is verl_estimator.compute_corrgrpo_outcome_advantage
     assert getattr(ray_trainer.compute_advantage, "corrgrpo_passes_components", False)
 
 
@@ -154,7 +153,7 @@ def test_the_command_line_passes_verls_config_validation() -> None:
 
 @pytest.mark.parametrize("form", ["pkg", "file"])
 def test_reward_function_loads_by_package_or_file_path(form: str, urls: dict[str, str], tokenizer_dir: str) -> None:
-    path = "pkg://corrgrpo_proto.verl" if form == "pkg" else corrgrpo_proto.verl.__file__
+    path = "pkg://corrgrpo_adapters.verl_reward" if form == "pkg" else verl_reward.__file__
     config = verl_config([*overrides(urls, path), f"actor_rollout_ref.model.path={tokenizer_dir}"])
     (output,) = score(config, [("toolcall", GT, GT, {})])
     assert output["reward_score"] == pytest.approx(4.0)  # format 1 + ToolRL correctness 3

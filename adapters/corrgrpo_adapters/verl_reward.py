@@ -1,6 +1,6 @@
 """verl reward function backed by the corrgrpo services: `compute_score` for verl 0.9's reward loop.
 
-    reward.custom_reward_function.path=pkg://corrgrpo_proto.verl reward.custom_reward_function.name=compute_score
+    reward.custom_reward_function.path=pkg://corrgrpo_adapters.verl_reward reward.custom_reward_function.name=compute_score
 
 (a file path to this module works too). Settings are verl's reward kwargs
 (`+reward.custom_reward_function.reward_kwargs.<name>=...`): `corrgrpo_services`, the services and their
@@ -18,7 +18,7 @@ reference), and the solution as `completion`.
 
 The weights are the service's declared ones (`/v1/components`, `resolve_weights`) with the overrides applied;
 they go with each request, so `score` is the service's `total` under them, and with each result as
-`corrgrpo_weights` (JSON), from which the `corrgrpo` estimator (`corrgrpo_trainer.verl_plugin`) weighs the components.
+`corrgrpo_weights` (JSON), from which the `corrgrpo` estimator (`verl_estimator`) weighs the components.
 
 Each call returns `{"score": total, <component>: value, ..., "corrgrpo_weights": "{...}", "corrgrpo_error": ""}`
 with the same keys for every item: the components of every configured service (0 where a service lacks one),

@@ -1,14 +1,15 @@
 """CorrGRPO as a verl advantage estimator: `algorithm.adv_estimator=corrgrpo` (verl 0.9).
 
-verl imports every `verl.plugins` entry point when `verl` is imported; this package declares this module
-as one, and importing it registers `corrgrpo` with `register_adv_est`.
+verl imports every `verl.plugins` entry point when `verl` is imported; corrgrpo-adapters declares this module
+as one, and importing it registers `corrgrpo` with `register_adv_est`. It needs corrgrpo-trainer (the `verl`
+extra): the advantages are `corrgrpo_trainer.advantages.corrgrpo`.
 
 Per-component rewards: verl 0.9 hands `non_tensor_batch` (where `compute_score`'s extra keys land) only to
 its `gdpo` estimator, and only in the legacy trainer (`trainer.use_v1=false`); the v1 trainer hands no
 estimator any per-component data. So this module also makes the legacy trainer's `compute_advantage`
 (`verl.trainer.ppo.ray_trainer`, patched when it is imported) call `corrgrpo` with `non_tensor_batch`.
 
-Weights: `corrgrpo_proto.verl.compute_score` hands each rollout its service's weights (`corrgrpo_weights`: the
+Weights: `verl_reward.compute_score` hands each rollout its service's weights (`corrgrpo_weights`: the
 declared ones with `reward_kwargs.corrgrpo_weights` applied, the weights of the `score` verl logs), and each
 rollout's components are weighed by its own. The components are those weights' keys, or
 `+algorithm.corrgrpo_reward_keys=[...]` (leaving out one that weighs in the score warns). Another reward
@@ -34,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from corrgrpo_proto.verl import ERROR_KEY, WEIGHTS_KEY
+from corrgrpo_trainer.advantages import corrgrpo
 
-from .advantages import corrgrpo
+from .verl_reward import ERROR_KEY, WEIGHTS_KEY
 
 NAME = "corrgrpo"
 CONFIG_KEYS = "corrgrpo_reward_keys"
