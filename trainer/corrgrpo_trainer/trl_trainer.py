@@ -31,7 +31,7 @@ try:
     from transformers import ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
     from trl.trainer.utils import is_async_callable
-except ImportError as error:  # TRL is an extra: advantages.py and the verl plugin need torch only
+except ImportError as error:  # TRL is an extra: advantages.py (and verl's estimator, which imports it) needs torch only
     raise ImportError(f"corrgrpo_trainer.trl_trainer needs TRL: pip install 'corrgrpo-trainer[trl]' ({error})") from error
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics
