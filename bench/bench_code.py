@@ -27,9 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from bench_sandbox import fork_floor
 
+from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
-from corrgrpo_code.scoring import CodeScorer, ScoringConfig
+from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.similarity import ast_similarity
 from corrgrpo_common import MemoryStore
 from corrgrpo_proto.code import CodeItem, CodeProblem

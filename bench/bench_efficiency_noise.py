@@ -23,9 +23,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from corrgrpo_code.config import HARNESS_LIMITS, ScoringConfig
+from corrgrpo_code.execution import run_tests
 from corrgrpo_code.harness import CHILD_FILE
+from corrgrpo_code.prepared import PreparedProblem
 from corrgrpo_code.problems import humaneval_problems
-from corrgrpo_code.scoring import HARNESS_LIMITS, CodeScorer, PreparedProblem, ScoringConfig, run_tests
+from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Sandbox

@@ -19,9 +19,12 @@ import os
 import statistics
 import sys
 
+from corrgrpo_code.config import HARNESS_LIMITS
+from corrgrpo_code.efficiency import efficiency
+from corrgrpo_code.execution import run_tests
 from corrgrpo_code.harness import CHILD_FILE
+from corrgrpo_code.prepared import PreparedProblem
 from corrgrpo_code.problems import humaneval_problems
-from corrgrpo_code.scoring import HARNESS_LIMITS, PreparedProblem, efficiency, run_tests
 from corrgrpo_sandbox import Sandbox
 
 PROBLEMS, REFERENCE_RUNS, RUNS = 24, 4, 20

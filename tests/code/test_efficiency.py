@@ -12,10 +12,11 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
+from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.efficiency import Calibration, PairedTimes, TimingRunFailed, time_pairs
 from corrgrpo_code.harness import CHILD_FILE, HarnessResult
 from corrgrpo_code.problems import humaneval_problems
-from corrgrpo_code.scoring import CodeScorer, ScoringConfig
+from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.settings import CodeSettings
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem

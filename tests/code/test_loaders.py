@@ -27,10 +27,11 @@ from typing import Any
 import httpx
 import pytest
 
+from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.execution_metrics import evaluate
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import load_problems
-from corrgrpo_code.scoring import CodeScorer, ScoringConfig
+from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CallProblem, CodeItem, MbppProblem, StdinProblem
 from corrgrpo_sandbox import Sandbox

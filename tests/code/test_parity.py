@@ -15,11 +15,13 @@ from dataclasses import replace
 
 import pytest
 
+from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.declaration import COMPONENTS
+from corrgrpo_code.efficiency import efficiency
 from corrgrpo_code.extract import extract, marker_of, split_fences
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
-from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
+from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.similarity import MATCH_BUDGET, OverBudget, Reference, ast_similarity, matched, search, structure
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem

@@ -12,9 +12,11 @@ from dataclasses import replace
 
 import pytest
 
+from corrgrpo_code.config import ScoringConfig
+from corrgrpo_code.efficiency import efficiency
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems, load_problems
-from corrgrpo_code.scoring import CodeScorer, ScoringConfig, efficiency
+from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import CodeItem, CodeProblem

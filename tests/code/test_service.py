@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from corrgrpo_code.scoring import efficiency
+from corrgrpo_code.efficiency import efficiency
 from corrgrpo_testing.servers import start_service
 
 SQUARE = {

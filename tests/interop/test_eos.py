@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from corrgrpo_code.scoring import efficiency
+from corrgrpo_code.efficiency import efficiency
 from corrgrpo_testing.servers import start_service
 
 END_TAILS = ["<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<|im_end|>\n<|endoftext|>", "\n</s></s>"]

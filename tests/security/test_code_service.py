@@ -19,8 +19,8 @@ import httpx
 import pytest
 import redis
 
+from corrgrpo_code.efficiency import efficiency
 from corrgrpo_code.problems import humaneval_problems
-from corrgrpo_code.scoring import efficiency
 from corrgrpo_testing.environment import REDIS_URL
 from corrgrpo_testing.servers import ServiceProcess, start_service
 

@@ -16,9 +16,10 @@ import time
 
 import pytest
 
+from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.harness import IOTest, encode, run_assert, run_io
 from corrgrpo_code.kinds import ReturnMatches, call_tests, tokens_match
-from corrgrpo_code.scoring import CodeScorer, ScoringConfig
+from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.stdio import run_stdin
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, StdinCase, StdinProblem

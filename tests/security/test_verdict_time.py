@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from corrgrpo_code.scoring import PreparedProblem, components, run_tests
+from corrgrpo_code.execution import run_tests
+from corrgrpo_code.prepared import PreparedProblem
+from corrgrpo_code.scoring import components
 from corrgrpo_proto.code import AnyProblem, CallCase, CallProblem, CodeProblem, MbppProblem, StdinCase, StdinProblem
 from corrgrpo_sandbox import Limits, Sandbox
 

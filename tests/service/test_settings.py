@@ -59,7 +59,7 @@ def test_renamed_variables_are_read_and_old_ones_are_not(monkeypatch: pytest.Mon
 
 
 def test_scoring_configs_are_built_from_the_settings_with_the_scorers_defaults() -> None:
-    from corrgrpo_code.scoring import HARNESS_LIMITS, ScoringConfig
+    from corrgrpo_code.config import HARNESS_LIMITS, ScoringConfig
     from corrgrpo_code.settings import CodeSettings
     from corrgrpo_toolcall.calls import ParseCaps
     from corrgrpo_toolcall.response import FormatRules

@@ -14,7 +14,7 @@ from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
 from .declaration import SERVICE
 from .problems import load_problems
-from .scoring import CodeScorer
+from .scorer import CodeScorer
 from .settings import CodeSettings
 
 log = logging.getLogger("corrgrpo.code")

@@ -28,9 +28,12 @@ from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem
 from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
+from .config import ScoringConfig
+from .execution import run_tests
 from .extract import extract
+from .prepared import PreparedProblem
 from .problems import load_problems, read_jsonl
-from .scoring import CodeScorer, PreparedProblem, ScoringConfig, run_tests
+from .scorer import CodeScorer
 
 
 class InputError(ValueError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
 import io
 import json
 import pickle
@@ -182,13 +181,3 @@ def load_problems(spec: str) -> dict[str, AnyProblem]:
             raise ValueError(f"unknown dataset source {source!r}; use humaneval or <{'|'.join(LAYOUTS)}>:<path or hub id>")
         problems.update((problem.task_id, problem) for problem in loaded)
     return problems
-
-
-def problem_hash(problem: AnyProblem) -> str:
-    """Changes whenever anything that affects execution or timing changes (task_id does not). A check problem's hash
-    is what it was before the other kinds existed: the t_ref keys already stored stay valid."""
-    if isinstance(problem, CodeProblem):
-        payload = json.dumps([problem.prompt, problem.entry_point, problem.test, problem.reference])
-    else:
-        payload = type(problem).__name__ + problem.model_dump_json(exclude={"task_id"})
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]

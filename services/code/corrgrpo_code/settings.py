@@ -15,8 +15,8 @@ from corrgrpo_common import ServiceSettings
 from corrgrpo_common.settings import cpu_count
 from corrgrpo_sandbox import Limits
 
+from .config import HARNESS_LIMITS, ScoringConfig
 from .efficiency import FEWEST_PAIRS, EfficiencyMode
-from .scoring import HARNESS_LIMITS, ScoringConfig
 
 DEFAULT = ScoringConfig()
 
