@@ -45,7 +45,7 @@ NGINX_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
 TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
 ITEMS = {
     "toolcall": [{"completion": TOOL_CALL, "ground_truth": TOOL_CALL}] * BATCH,
-    "toy": [{"text": "x" * 200}] * BATCH,
+    "toy": [{"completion": "x" * 200}] * BATCH,
 }
 ENV = {
     "toolcall": {"CORRGRPO_MAX_INFLIGHT_ITEMS": "512"},

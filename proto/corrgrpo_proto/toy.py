@@ -12,10 +12,10 @@ from .common import ScoreRequest, WireModel
 
 
 class ToyItem(WireModel):
-    """A text scored by its length; it holds one of the toy's worker slots for the configured time."""
+    """A completion scored by its length; it holds one of the toy's worker slots for the configured time."""
 
     id: str | None = None
-    text: str = Field(description="Scored by its length in characters")
+    completion: str = Field(description="Scored by its length in characters")
 
 
 class ToyScoreRequest(ScoreRequest[ToyItem]):

@@ -1,10 +1,12 @@
 """Each service is declared once; every list of services is derived from the declarations.
 
-The proof of "a new service is its folder plus one line": a fourth toy service, written into a temp
-folder and installed from its own pyproject.toml (whose entry point is that line), shows up in the
-registry, starts with `python -m`, is a part for the Makefile, first-party for ruff, gets its
-configuration list, its compose block (`docker compose config`), its nginx port (`nginx -t`), its
-Kubernetes manifests (rendered and schema-checked) and passes the reliability suite.
+A new service is its folder plus its wire models' module in proto (the one hand edit outside the folder; JSON
+Schemas and deployment files are generated). The proof: the toy service (`bench/toy/`, wire models in
+`corrgrpo_proto.toy`), copied under `services/` of a scratch repository and installed from its own pyproject.toml
+(whose entry point registers it), shows up in the registry, starts with `python -m`, is a part for the Makefile,
+first-party for ruff, gets its configuration list, its schemas, its compose block (`docker compose config`), its
+nginx port (`nginx -t`), its Kubernetes manifests (rendered and schema-checked) and passes the reliability suite;
+and no build or configuration file outside the service folders names a service.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
-from importlib.metadata import distribution
+import time
+from importlib.metadata import distribution, version
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,10 @@ import httpx
 import pytest
 import yaml
 
+import corrgrpo_proto.toy
 from corrgrpo_common import deploy, docs
 from corrgrpo_common.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
+from corrgrpo_proto import schemas
 from corrgrpo_testing.manifests import compose, compose_errors, k8s_documents, k8s_errors
 from corrgrpo_testing.servers import start_service
 
@@ -99,91 +103,13 @@ def test_a_declaration_must_match_its_entry_point_name(monkeypatch: pytest.Monke
 
 # ---------------------------------------------------------------- a fourth service
 
-TOY = {
-    "pyproject.toml": """
-        [build-system]
-        requires = ["setuptools>=68"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "corrgrpo-toy"
-        version = "0.3.0"
-        dependencies = []
-
-        [project.entry-points."corrgrpo.services"]
-        toy = "corrgrpo_toy.declaration:SERVICE"
-
-        [tool.setuptools]
-        packages = ["corrgrpo_toy"]
-    """,
-    "README.md": "# toy\n\n<!-- settings:begin -->\n<!-- settings:end -->\n",
-    "corrgrpo_toy/__init__.py": '"""A toy service."""\n',
-    "corrgrpo_toy/__main__.py": """
-        from corrgrpo_common.cli import serve
-
-        from .declaration import SERVICE
-
-        serve(SERVICE)
-    """,
-    "corrgrpo_toy/settings.py": """
-        from pydantic import Field
-
-        from corrgrpo_common import ServiceSettings
-
-
-        class ToySettings(ServiceSettings):
-            toy_scale: float = Field(1.0, description="Multiplies the length")
-    """,
-    "corrgrpo_toy/declaration.py": """
-        from importlib.metadata import version
-
-        from corrgrpo_proto import ComponentSpec
-        from corrgrpo_common.registry import ServiceDeclaration
-
-        from .settings import ToySettings
-
-        SERVICE = ServiceDeclaration(
-            name="toy",
-            version=version("corrgrpo-toy"),
-            port=8104,
-            components=(ComponentSpec(name="length", min=0, max=None),),
-            settings=ToySettings,
-            app="corrgrpo_toy.app:build",
-            example=lambda completion: {"completion": "abc" if completion is None else completion},
-        )
-    """,
-    "corrgrpo_toy/app.py": """
-        from corrgrpo_proto import ScoreRequest
-        from corrgrpo_proto.common import WireModel
-        from corrgrpo_common import Scored, add_score_route
-
-        from .declaration import SERVICE
-
-
-        class Item(WireModel):
-            id: str | None = None
-            completion: str
-
-
-        class Request(ScoreRequest[Item]):
-            pass
-
-
-        def build(settings):
-            app = SERVICE.create_app(settings)
-
-            async def scorer(items):
-                return [Scored({"length": settings.toy_scale * len(item.completion)}) for item in items]
-
-            add_score_route(app, Request, scorer)
-            return app
-    """,
-}
+TOY = REPO / "bench" / "toy"  # the house style's fourth service, which bench/bench_load.py runs from its folder
 
 
 @pytest.fixture(scope="module")
 def toy_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the repo's Makefile and ruff.toml with a fourth service folder, installed into `site/`."""
+    """A copy of the repo's Makefile, ruff.toml and deployment files with the toy under services/, installed into
+    `site/`."""
     root = tmp_path_factory.mktemp("repo")
     for name in ("Makefile", "ruff.toml", "docker-compose.yml"):
         (root / name).write_text((REPO / name).read_text())
@@ -191,30 +117,33 @@ def toy_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(REPO / folder, root / folder)
     for folder in ("proto", "sandbox", "services/common", "trainer"):
         (root / folder).mkdir(parents=True)
-    for relative, text in TOY.items():
-        path = root / "services" / "toy" / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
+    shutil.copytree(TOY, root / "services" / "toy", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
     install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
     subprocess.run([*install, str(root / "site"), str(root / "services" / "toy")], check=True, capture_output=True)
     return root
 
 
-def test_a_fourth_service_is_its_folder_plus_one_line(toy_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fourth_service_is_its_folder_and_its_proto_module(toy_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site, folder = toy_repo / "site", toy_repo / "services" / "toy"
     monkeypatch.syspath_prepend(str(site))  # its metadata (the entry point)
     monkeypatch.syspath_prepend(str(folder))  # its code, imported from the folder as an editable install would
     services = declared()
     assert list(services) == ["code", "toolcall", "agentdojo", "toy"]
     toy = services["toy"]
-    assert (toy.version, toy.port, toy.module, toy.settings.__name__) == ("0.3.0", 8104, "corrgrpo_toy", "ToySettings")
+    assert (toy.port, toy.module, toy.settings.__name__) == (8199, "corrgrpo_toy", "ToySettings")
+    assert toy.version == version("corrgrpo-toy")  # its pyproject's
     assert "services/toy" in makefile_parts(toy_repo)
-    assert "- `CORRGRPO_TOY_SCALE` = `1`: Multiplies the length" in docs.tables()[folder / "README.md"]
+    assert docs.tables()[folder / "README.md"] in (TOY / "README.md").read_text()  # the toy's README is its settings'
+    # Its one hand edit outside the folder, its wire models' module, gets its schemas from `make schemas` without a line
+    assert corrgrpo_proto.toy in schemas.wire_modules()
+    assert schemas.drift(REPO / "proto" / "schemas", corrgrpo_proto.toy.SCHEMA_MODELS) == []
 
-    with start_service("toy", env={"PYTHONPATH": str(site), "CORRGRPO_TOY_SCALE": "2"}) as process:
-        assert httpx.get(f"{process.url}/healthz").json() == {"status": "ok", "service": "toy", "version": "0.3.0"}
+    with start_service("toy", env={"PYTHONPATH": str(site), "CORRGRPO_TOY_ITEM_MS": "300"}) as process:
+        assert httpx.get(f"{process.url}/healthz").json() == {"status": "ok", "service": "toy", "version": toy.version}
+        started = time.monotonic()
         body = httpx.post(f"{process.url}/v1/score", json={"items": [toy.example(None)]}).json()
-        assert body["results"][0]["components"] == {"length": 6.0}
+        assert time.monotonic() - started >= 0.3  # its own setting, read from the environment
+        assert body["results"][0]["components"] == {"length": 3.0, "nonempty": 1.0}
 
     # The deployment files: `make manifests` writes the toy's parts into the copy of the repo's.
     assert {path.relative_to(toy_repo).as_posix() for path in deploy.drifted(write=True, root=toy_repo)} >= {
@@ -228,16 +157,16 @@ def test_a_fourth_service_is_its_folder_plus_one_line(toy_repo: Path, monkeypatc
     assert compose_errors(stack) == []
     assert stack["services"]["lb"]["depends_on"]["toy"] == {"condition": "service_healthy"}
     rendered = compose_config(toy_repo)["services"]
-    assert rendered["toy"]["build"]["args"] == {"PYTHON_IMAGE": "python:3.11.7-slim-bookworm", "SERVICE": "toy", "PORT": "8104"}
-    assert rendered["toy"]["image"] == "corrgrpo/toy:0.3.0" and rendered["toy"]["read_only"] is True
-    assert {(port["target"], port["published"]) for port in rendered["lb"]["ports"]} >= {(8104, "8104")}
-    assert "listen 8104;" in nginx_checked(toy_repo / "deploy" / "nginx")
-    assert "8104 toy:8104;" in (toy_repo / "deploy" / "nginx" / "upstreams.conf").read_text()
+    assert rendered["toy"]["build"]["args"] == {"PYTHON_IMAGE": "python:3.11.7-slim-bookworm", "SERVICE": "toy", "PORT": "8199"}
+    assert rendered["toy"]["image"] == f"corrgrpo/toy:{toy.version}" and rendered["toy"]["read_only"] is True
+    assert {(port["target"], port["published"]) for port in rendered["lb"]["ports"]} >= {(8199, "8199")}
+    assert "listen 8199;" in nginx_checked(toy_repo / "deploy" / "nginx")
+    assert "8199 toy:8199;" in (toy_repo / "deploy" / "nginx" / "upstreams.conf").read_text()
     for folder in ("base", "overlays/no-bwrap"):
         documents = k8s_documents(toy_repo / "deploy" / "k8s" / folder)
         assert [error for document in documents for error in k8s_errors(document)] == []
         deployment = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "toy")
-        assert deployment["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"name": "http", "containerPort": 8104}]
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"name": "http", "containerPort": 8199}]
     if shutil.which("kubectl"):  # kustomize itself, where installed
         kustomized = subprocess.run(
             ["kubectl", "kustomize", str(toy_repo / "deploy" / "k8s" / "base")], capture_output=True, text=True, check=True
@@ -295,3 +224,22 @@ def test_ruff_finds_a_new_service_first_party_without_a_line(toy_repo: Path) -> 
     ruff = Path(sys.executable).with_name("ruff")
     result = subprocess.run([str(ruff), "check", "--select", "I", str(sample)], cwd=toy_repo, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+BUILD_FILES = re.compile(r"(^|/)(Makefile|run|[^/]*\.(toml|ini|cfg|sh)|[^/]*Dockerfile)$")
+
+
+def test_no_build_or_configuration_file_outside_the_service_folders_names_a_service() -> None:
+    """The Makefile, pyproject and ruff files, Dockerfiles and scripts derive their lists: a new service needs no line."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    folders = tuple(f"services/{name}/" for name in declared())
+    files = [path for path in listed if BUILD_FILES.search(path) and not path.startswith(folders)]
+    assert {"Makefile", "ruff.toml", "pytest.ini", "deploy/docker/service.Dockerfile"} <= set(files)
+    names = re.compile(r"(services/|corrgrpo[_-])(" + "|".join(declared()) + r")\b")
+    naming = [
+        f"{path}: {line.strip()}"
+        for path in files
+        for line in (REPO / path).read_text().splitlines()
+        if names.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert naming == []

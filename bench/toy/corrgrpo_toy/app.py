@@ -1,5 +1,5 @@
 """HTTP layer of the toy service: each item holds one of `toy_workers` slots for `toy_item_ms` (a stand-in for a
-sandbox run), then scores the length of its text."""
+sandbox run), then scores the length of its completion."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def build(settings: ToySettings) -> FastAPI:
     async def one(item: ToyItem) -> Scored:
         async with slots:
             await asyncio.sleep(settings.toy_item_ms / 1000)
-        return Scored({"length": float(len(item.text)), "nonempty": float(bool(item.text))})
+        return Scored({"length": float(len(item.completion)), "nonempty": float(bool(item.completion))})
 
     async def scorer(items: list[ToyItem]) -> Sequence[Scored | ItemError]:
         return await asyncio.gather(*(one(item) for item in items))

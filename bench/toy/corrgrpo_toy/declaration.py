@@ -10,13 +10,13 @@ from corrgrpo_proto import ComponentSpec
 from .settings import ToySettings
 
 COMPONENTS = (
-    ComponentSpec(name="length", min=0, max=None, weight=0.001, description="characters in `text`"),
-    ComponentSpec(name="nonempty", min=0, max=1, description="`text` is not empty"),
+    ComponentSpec(name="length", min=0, max=None, weight=0.001, description="characters in `completion`"),
+    ComponentSpec(name="nonempty", min=0, max=1, description="`completion` is not empty"),
 )
 
 
 def example(completion: str | None = None) -> dict[str, Any]:
-    return {"text": "abc" if completion is None else completion}
+    return {"completion": "abc" if completion is None else completion}
 
 
 SERVICE = ServiceDeclaration(
