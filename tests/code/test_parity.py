@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import replace
 
+import cydifflib
 import pytest
 
 from corrgrpo_code.config import ScoringConfig
@@ -22,7 +23,16 @@ from corrgrpo_code.extract import extract, marker_of, split_fences
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scorer import CodeScorer
-from corrgrpo_code.similarity import MATCH_BUDGET, OverBudget, Reference, ast_similarity, matched, search, structure
+from corrgrpo_code.similarity import (
+    MATCH_BUDGET,
+    OverBudget,
+    Reference,
+    ast_similarity,
+    matched,
+    reachable_pairs,
+    search,
+    structure,
+)
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Limits, Sandbox
@@ -117,6 +127,35 @@ def test_block_search_is_difflibs_on_real_and_random_sequences() -> None:
         for j, token in enumerate(b):
             where.setdefault(token, []).append(j)
         assert matched(a, b, where) == sum(block.size for block in blocks)
+
+
+def _perturbed(tokens: list[str], rng: random.Random) -> Iterator[list[str]]:
+    """Candidates near a reference: tokens replaced, dropped, duplicated; its first half; its blocks reversed."""
+    for _ in range(3):
+        changed = list(tokens)
+        for _ in range(rng.randrange(1, 6)):
+            k = rng.randrange(len(changed))
+            changed[k : k + 1] = rng.choice(([], [rng.choice(tokens)], [changed[k]] * 2))
+        yield changed
+    yield tokens[: len(tokens) // 2]
+    yield [token for block in reversed([tokens[i : i + 7] for i in range(0, len(tokens), 7)]) for token in block]
+
+
+def test_cydifflib_ratios_are_difflibs_on_humaneval_and_perturbed_candidates() -> None:
+    """The 164 canonical solutions against perturbed copies of themselves and against the next problem's: cydifflib's
+    ratio, and the component computed through it, equal difflib's exactly (the definition)."""
+    rng = random.Random(11)
+    references = [structure(ast.parse(p.reference)) for p in humaneval_problems()]
+    fast = total = 0
+    for index, b in enumerate(references):
+        where = {token: [j for j, t in enumerate(b) if t == token] for token in set(b)}
+        for a in [*_perturbed(b, rng), references[(index + 1) % len(references)]]:
+            expected = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+            assert cydifflib.SequenceMatcher(None, a, b, autojunk=False).ratio() == expected
+            assert 2 * matched(a, b, where) / (len(a) + len(b)) == expected
+            fast += a != b and reachable_pairs(a, b, where) <= MATCH_BUDGET
+            total += 1
+    assert fast >= 0.95 * total  # the comparison above went through cydifflib, not `search`
 
 
 def test_equal_sequences_need_no_search_and_keep_its_budget() -> None:

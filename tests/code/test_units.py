@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import random
 import time
 
 import pytest
 
+from corrgrpo_code import similarity
 from corrgrpo_code.harness import encode
 from corrgrpo_code.problems import humaneval_problems, load_problems
-from corrgrpo_code.similarity import ast_similarity
+from corrgrpo_code.similarity import OverBudget, Reference, ast_similarity, reachable_pairs, search
 from corrgrpo_code.split import split_check
 
 
@@ -28,6 +31,37 @@ def test_ast_similarity_is_cheap_per_item() -> None:
     for problem in problems:
         assert ast_similarity(problem.reference, problem.reference) == 1.0
     assert (time.perf_counter() - start) / len(problems) < 0.05  # generous: ~2 ms measured; only catches a blow-up
+
+
+def test_the_bound_is_never_below_what_the_search_examines() -> None:
+    """Repetitive sequences (small alphabets) are the search's worst case: at a budget of exactly the bound it ends."""
+    rng = random.Random(5)
+    for _ in range(300):
+        alphabet = rng.choice((1, 2, 3, 8))
+        a, b = ([str(rng.randrange(alphabet)) for _ in range(rng.randrange(1, 60))] for _ in range(2))
+        where: dict[str, list[int]] = {}
+        for j, token in enumerate(b):
+            where.setdefault(token, []).append(j)
+        search(a, b, where, reachable_pairs(a, b, where))  # raises OverBudget if the bound were too low
+
+
+def test_a_reference_compares_each_distinct_structure_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    first_source, other_source = [problem.reference for problem in list(humaneval_problems())[:2]]
+    reference = Reference.of(first_source, "")
+    calls: list[int] = []
+    real = similarity.matched
+    monkeypatch.setattr(similarity, "matched", lambda *args: calls.append(1) or real(*args))
+    renamed = ast.parse(first_source.replace("numbers", "values"))  # the same structure
+    other = ast.parse(other_source)
+    first = reference.similarity(ast.parse(first_source))
+    assert first == reference.similarity(renamed) == 1.0 and len(calls) == 1
+    ratio = reference.similarity(other)
+    assert reference.similarity(other) == ratio and len(calls) == 2
+    with pytest.raises(OverBudget):
+        reference.similarity(other, budget=10)  # a budget is part of the key: compared again, and over it
+    with pytest.raises(OverBudget):
+        reference.similarity(other, budget=10)  # remembered as over, raised again
+    assert len(calls) == 3
 
 
 def test_split_check_extracts_calls_and_keeps_expected_values_in_the_parent() -> None:
