@@ -10,12 +10,17 @@ describe the rewards, not the advantages. The estimator's diagnostics go to `sel
 
 The main process also keeps every training rollout in the run directory (rundir.py: rollouts with their components,
 total, advantage and `info.stage`) and shows each step's phases in place of TRL's progress bar (progress.StepPhases).
+
+At exit the trainer ends what still runs on TRL's reward loop on that loop (`finish_event_loop`), before TRL stops it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import functools
 import inspect
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -101,6 +106,8 @@ class CorrGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if getattr(self, "async_loop", None) is not None:  # TRL's daemon loop of async reward functions
+            atexit.register(finish_event_loop, self.async_loop_thread, self.async_loop)  # runs before TRL's stop
         main = self.accelerator.is_main_process
         self.phases = StepPhases() if self.args.show_phases and main else None
         if self.phases is not None:
@@ -174,6 +181,33 @@ class CorrGRPOTrainer(GRPOTrainer):
             advantages.tolist(),
             {name: list(values)[-count:] for name, values in self._logs["extra"].items()},
         )
+
+
+def finish_event_loop(thread: threading.Thread, loop: asyncio.AbstractEventLoop, timeout_s: float = 30.0) -> None:
+    """Cancel what still runs on TRL's reward loop, on that loop, wait for it to end, then stop the loop.
+
+    TRL's exit hook only stops the loop: a reward request still in flight (a step cut short, the sibling of a failed
+    column) stayed frozen where it was, and the garbage collector closed it outside any loop. Caught between its socket
+    connecting and its next step, anyio's connect cleanup then raised `NoEventLoopError` (the race a loaded machine hit);
+    cancelled on its loop, a request closes its connection there. A loop already stopped is finished in this thread.
+    """
+    if loop.is_closed():
+        return
+    if loop.is_running():
+        asyncio.run_coroutine_threadsafe(cancel_pending(), loop).result(timeout_s)
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout_s)
+    if not loop.is_running():  # stopped from outside, maybe with requests frozen in it: finished here
+        loop.run_until_complete(cancel_pending())
+
+
+async def cancel_pending() -> None:
+    """Cancel every other task of the running loop and wait until each has ended (their cleanup runs on the loop)."""
+    tasks = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 class PhaseCallback(TrainerCallback):
