@@ -16,6 +16,7 @@ import httpx
 import pytest
 from reliability.helpers import inflight, post_and_leave, sleepers, wait_for
 
+from corrgrpo_common import declared
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 RETRY_AFTER_S = 3
@@ -120,3 +121,22 @@ def test_refused_before_the_app_and_counted(full: ServiceProcess) -> None:
     assert (counted(full, *overload), counted(full, *app_429)) == (before[0] + 1, before[1])
     assert httpx.get(f"{full.url}/healthz", timeout=5).status_code == 200
     assert inflight(full) == 2, "the budget is still spent: every refusal here was for overload"
+
+
+def test_places_of_requests_refused_before_admission_are_given_back() -> None:
+    """A scoring request is admitted from its request line; refused after that by the auth guard (401) or left
+    half-sent, its place in the budget comes back, so such requests cannot lock out everyone with 429."""
+    env = {"CORRGRPO_API_TOKEN": "t" * 32, "CORRGRPO_MAX_INFLIGHT_ITEMS": "4"}
+    with start_service("toolcall", env=env) as service:
+        for _ in range(8):
+            with connect(service) as sock:
+                sock.sendall(head("/v1/score", 2))
+                assert read_response(sock)[0] == 401
+        for _ in range(8):
+            with connect(service) as sock:
+                sock.sendall(head("/v1/score")[:30])  # the request line, then gone
+        wait_for(lambda: inflight(service) == 0, 10, "every place given back")
+        item = declared()["toolcall"].example(None)
+        auth = {"Authorization": f"Bearer {'t' * 32}"}
+        response = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, headers=auth, timeout=30)
+        assert response.status_code == 200, response.text

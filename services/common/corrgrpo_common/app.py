@@ -25,7 +25,7 @@ from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .guards.admission import EarlyRefusal, InflightItems, ShedWhenFull
+from .guards.admission import AdmitScoring, EarlyAdmission, InflightItems
 from .guards.auth import BearerAuth
 from .guards.cancellation import CancelOnDisconnect
 from .guards.framing import BodyLimit, UnambiguousFraming
@@ -150,8 +150,8 @@ def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits)
     app.add_middleware(CancelOnDisconnect, on_cancel=counters.rejections.labels(service, "disconnected").inc)
     inflight, retry_after_s = app.state.inflight, settings.retry_after_s
     on_overload = counters.rejections.labels(service, "overload").inc
-    app.add_middleware(ShedWhenFull, inflight=inflight, retry_after_s=retry_after_s, on_reject=on_overload)
-    app.state.early_refusal = EarlyRefusal(inflight, retry_after_s, on_overload)  # the server's protocol asks it first
+    app.add_middleware(AdmitScoring, inflight=inflight, retry_after_s=retry_after_s, on_reject=on_overload)
+    app.state.early_admission = EarlyAdmission(inflight, retry_after_s, on_overload)  # the server's protocol asks it first
     if settings.api_token is not None:
         app.add_middleware(
             BearerAuth,

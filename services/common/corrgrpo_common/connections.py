@@ -6,8 +6,8 @@ and it accepts any number of connections. `GuardedH11Protocol` closes a connecti
 headers are not complete `header_timeout_s` after it opened (or after its previous response), or
 whose body is not complete `body_timeout_s` after its headers; and answers a connection beyond
 `max_connections` at once with `503` and `Retry-After` (a client then retries instead of reporting
-a read error), then closes it; and a scoring request while the item budget is spent with `429`
-from its first bytes (`EarlyRefusal`). A closed request's handler sees `http.disconnect` like any other.
+a read error), then closes it; and admits a scoring request from its first bytes, or refuses it
+with `429` when the item budget has no room (`EarlyAdmission`). A closed request's handler sees `http.disconnect` like any other.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .guards.admission import EarlyRefusal, raw_refusal
+from .guards.admission import RESERVATION_KEY, EarlyAdmission, Reservation, raw_refusal
 from .settings import ServiceSettings
 
 log = logging.getLogger("corrgrpo.connections")
@@ -39,13 +39,15 @@ class GuardedH11Protocol(H11Protocol):
     body_timeout_s: float = 60.0
     max_connections: int = 1024
     retry_after_s: int = 1
-    early_refusal: EarlyRefusal | None = None
+    early_admission: EarlyAdmission | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._stage: Stage = "headers"
         self._refused = False
+        self._reservation: Reservation | None = None  # made from the request line, until the request's scope holds it
+        self._cycle_before: object = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -58,11 +60,21 @@ class GuardedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        # the first bytes of a request (none of an earlier one left unparsed): a scoring request line may be refused
+        # the first bytes of a request (none of an earlier one left unparsed): a scoring request is admitted or refused
         first = self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
-        if first and self.early_refusal and self.early_refusal.refuses(data):
-            return self._refuse(self.early_refusal.response())
+        verdict = self.early_admission.screen(data) if first and self.early_admission else None
+        if isinstance(verdict, bytes):
+            return self._refuse(verdict)
+        if verdict is not None:
+            self._reservation, self._cycle_before = verdict, self.cycle
         super().data_received(data)
+
+    def _release_unclaimed(self) -> None:
+        """Releases a reservation no AdmitScoring took: its request was refused before (framing, auth) or never began."""
+        unclaimed = [self._reservation, self.cycle.scope.pop(RESERVATION_KEY, None) if self.cycle else None]
+        for reservation in filter(None, unclaimed):
+            reservation.release()
+        self._reservation = None
 
     def _refuse(self, response: bytes) -> None:
         self._refused = True
@@ -72,10 +84,15 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._release_unclaimed()
         super().connection_lost(exc)
 
     def handle_events(self) -> None:
         super().handle_events()
+        if self._reservation is not None and self.cycle is not self._cycle_before:
+            # the request's task is created, not started: its scope takes the reservation before AdmitScoring looks
+            self.cycle.scope[RESERVATION_KEY] = self._reservation  # type: ignore[union-attr]
+            self._reservation = None
         state = self.conn.their_state
         if state is h11.SEND_BODY and self._stage == "headers":
             self._arm("body", self.body_timeout_s)
@@ -84,6 +101,7 @@ class GuardedH11Protocol(H11Protocol):
             self._stage = "app"  # the request is in; the handler's time is the in-flight budget's business
 
     def on_response_complete(self) -> None:
+        self._release_unclaimed()
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._arm("headers", self.header_timeout_s)
@@ -113,7 +131,7 @@ def run_server(app: FastAPI, settings: ServiceSettings) -> None:
         "body_timeout_s": settings.body_timeout_s,
         "max_connections": settings.max_connections,
         "retry_after_s": settings.retry_after_s,
-        "early_refusal": app.state.early_refusal,
+        "early_admission": app.state.early_admission,
     }
     protocol = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
     # What is left after start-up's garbage (modules, the app, loaded datasets) lives as long as the process: out of

@@ -24,7 +24,7 @@ from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, Scor
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
-from .guards.admission import overloaded
+from .guards.admission import CURRENT_RESERVATION, Reservation, overloaded
 from .openrlhf import add_openrlhf_route
 from .store import Store, StoreUnavailable
 from .text import valid_json, valid_text
@@ -135,7 +135,8 @@ class ScoreRoute:
         settings, metrics, inflight = state.settings, state.metrics, state.inflight
         # one request holds at most its share of the budget: a larger batch is scored in chunks of it
         share = min(len(items), settings.max_request_inflight_items, inflight.limit or len(items))
-        if not inflight.try_acquire(share):
+        reservation = CURRENT_RESERVATION.get() or Reservation(inflight, 0)  # made at the door (AdmitScoring)
+        if not reservation.resize(share):
             metrics.rejections.labels(service, "overload").inc()
             return overloaded(inflight, settings.retry_after_s)
         results: list[ItemResult] = []
@@ -144,7 +145,7 @@ class ScoreRoute:
                 chunk = items[start : start + share]
                 results += await score_batch(service, chunk, weights, self.scorer, state.store, settings.cache_ttl_s)
         finally:
-            inflight.release(share)
+            reservation.release()
         errors = sum(result.error is not None for result in results)
         metrics.items.labels(service, "error").inc(errors)
         metrics.items.labels(service, "scored").inc(len(results) - errors)

@@ -1,17 +1,22 @@
-"""Admission control for scoring: the in-flight item budget, the 429 that refuses a batch beyond it, and the shedding
-of scoring requests before their body is read while the budget is spent.
+"""Admission control for scoring: the in-flight item budget, reserved by each scoring request before its body is read,
+and the 429 that refuses a request the budget has no room for.
 
-Shedding must cost far less than scoring, or past capacity the refusals eat the core the admitted requests need
-(goodput fell to a fifth at 10x load when a 429 went through the ASGI stack: ~0.6 ms of CPU each, mostly the
-middleware's response streaming, h11's header checks and the request log). `EarlyRefusal` refuses from a request's
-first bytes, before h11 parses it, with a prepared response; `ShedWhenFull` is the ASGI fallback for a request line
-that arrived split or in another form, and for servers other than ours (Ray Serve's proxy).
-"""
+Refusing must cost far less than scoring, or past capacity the refusals eat the core the admitted requests need.
+Goodput fell to a half at 4x load and a fifth at 10x when (a) most 429s came from the route, after the body was read,
+parsed and validated (the budget counted only batches in the scorer, so any number of requests were let in to be
+parsed) and (b) the others went through the whole ASGI stack (~0.6 ms of CPU each: the request middleware's response
+streaming, h11's header checks, the request log). So a request reserves its expected share at the door and the route
+only resizes it; `EarlyAdmission` reserves or refuses from a request's first bytes, before h11 parses them, with a
+prepared 429; `AdmitScoring` hands the reservation to the route, and decides itself for a request line that arrived
+split and on servers other than ours (Ray Serve)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from email.utils import formatdate
 
 from fastapi.responses import JSONResponse
@@ -25,31 +30,66 @@ SCORING_PATHS = frozenset({"/v1/score", "/v1/openrlhf"})
 
 
 class InflightItems:
-    """Admission control for scoring: at most `limit` items in the scorer at once (0 = no limit).
+    """Admission control for scoring: at most `limit` items reserved or in the scorer at once (0 = no limit).
 
-    A batch that would exceed the limit is refused (the route answers 429 + Retry-After) rather than
-    queued, so memory and latency stay bounded under overload; the client backs off and retries.
-    The route asks for at most one request's share (`max_request_inflight_items`, never more than
-    the limit), so a large batch is slow, never refused forever. One event loop per process: no lock.
+    A scoring request reserves its expected size at the door, before its body is read (`reserve`, a running mean of
+    recent shares), and the route resizes the reservation to its batch's share once the items are known: a request is
+    refused (429 + Retry-After) rather than queued, nearly always before it costs a parse, so memory, latency and the
+    CPU spent on refusals stay bounded under overload; the client backs off and retries. A request asks for at most one
+    request's share (`max_request_inflight_items`, never more than the limit), so a large batch is slow, never refused
+    forever. One event loop per process: no lock.
     """
 
     def __init__(self, limit: int, on_change: Callable[[int], None]) -> None:
         self.limit, self.count, self.on_change = limit, 0, on_change
+        self.expected = 1.0  # items a scoring request holds: a running mean of the shares
 
-    @property
-    def full(self) -> bool:
-        return bool(self.limit) and self.count >= self.limit
+    def _reservation_size(self) -> int:
+        return max(1, math.ceil(self.expected))
 
-    def try_acquire(self, items: int) -> bool:
-        if self.limit and self.count + items > self.limit:
-            return False
+    def admits_another(self) -> bool:
+        return not self.limit or self.count + self._reservation_size() <= self.limit
+
+    def reserve(self) -> Reservation | None:
+        """A reservation of the expected size, or None when it would pass the limit."""
+        if not self.admits_another():
+            return None
+        reservation = Reservation(self, 0)
+        reservation.take(self._reservation_size())
+        return reservation
+
+    def add(self, items: int) -> None:
         self.count += items
         self.on_change(self.count)
+
+
+@dataclass
+class Reservation:
+    """The items one scoring request holds of the budget, from the door to its answer."""
+
+    inflight: InflightItems
+    items: int
+
+    def take(self, items: int) -> None:
+        self.inflight.add(items - self.items)
+        self.items = items
+
+    def resize(self, items: int) -> bool:
+        """Hold `items` instead (the batch's share, once known); False, holding as before, if that passes the limit."""
+        inflight = self.inflight
+        inflight.expected += (items - inflight.expected) / 4
+        if inflight.limit and inflight.count - self.items + items > inflight.limit:
+            return False
+        self.take(items)
         return True
 
-    def release(self, items: int) -> None:
-        self.count -= items
-        self.on_change(self.count)
+    def release(self) -> None:
+        self.take(0)
+
+
+RESERVATION_KEY = "corrgrpo.reservation"  # the scope key of a reservation made by the server's protocol (EarlyAdmission)
+CURRENT_RESERVATION: ContextVar[Reservation | None] = ContextVar("corrgrpo_reservation", default=None)
+"""The reservation `AdmitScoring` made for the request being handled, for its route to resize."""
 
 
 def overloaded(inflight: InflightItems, retry_after_s: int) -> JSONResponse:
@@ -78,13 +118,15 @@ def raw_refusal(status: str, message: str, retry_after_s: int) -> bytes:
 _SCORING_REQUEST_LINES = tuple(f"POST {path}{end}".encode() for path in sorted(SCORING_PATHS) for end in (" ", "?"))
 
 
-class EarlyRefusal:
-    """429 for a scoring request while the item budget is spent, decided from the first bytes of the request.
+class EarlyAdmission:
+    """Admission of a scoring request from the first bytes of the request, before h11 parses anything.
 
-    The server's protocol asks `refuses(data)` with the first data of a request, before parsing anything; on True it
-    writes `response()` and closes the connection, so a refusal costs an accept, a read and a write (no h11 parse, no
-    ASGI task, no middleware, no log line: `corrgrpo_rejections{reason="overload"}` counts it). The bearer token is not
-    checked first: a client without it learns only that the service is busy.
+    The server's protocol calls `screen(data)` with the first data of each request: a scoring request the budget has
+    room for gets its reservation there (the protocol puts it in the request's scope under `RESERVATION_KEY`, where
+    `AdmitScoring` takes it: no other request can take its place meanwhile), one without room gets the bytes of a
+    prepared 429 to write before the connection is closed: a refusal costs an accept, a read and a write (no h11 parse,
+    no ASGI task, no middleware, no log line; `corrgrpo_rejections{reason="overload"}` counts it). The bearer token is
+    not checked first: a client without it learns only that the service is busy.
     """
 
     def __init__(self, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]) -> None:
@@ -92,11 +134,15 @@ class EarlyRefusal:
         self.message = f"the in-flight item budget ({inflight.limit}) is spent; retry after {retry_after_s}s"
         self._response, self._made_at = b"", 0
 
-    def refuses(self, data: bytes) -> bool:
-        if self.inflight.full and data.startswith(_SCORING_REQUEST_LINES):
+    def screen(self, data: bytes) -> Reservation | bytes | None:
+        """A reservation for a scoring request with room, the refusal to write for one without, None for others."""
+        if not data.startswith(_SCORING_REQUEST_LINES):
+            return None
+        reservation = self.inflight.reserve()
+        if reservation is None:
             self.on_reject()
-            return True
-        return False
+            return self.response()
+        return reservation
 
     def response(self) -> bytes:
         """Made once a second (its `Date` header), not once a refusal: building it took a seventh of one."""
@@ -106,19 +152,27 @@ class EarlyRefusal:
         return self._response
 
 
-class ShedWhenFull:
-    """429 for `POST /v1/score` and `/v1/openrlhf` while the item budget is already spent, before the body is read or parsed.
+class AdmitScoring:
+    """`POST /v1/score` and `/v1/openrlhf` reserve their expected share of the budget before the body is read or parsed,
+    or get 429 at once; the reservation is the route's (`CURRENT_RESERVATION`) and is released when the request ends.
 
-    Refusing after parsing would let rejected requests eat the CPU the admitted ones need; this
-    makes a refusal cost a few microseconds. Batches that would only partly fit are refused by the
-    route, once their item count is known.
+    Refusing after parsing would let rejected requests eat the CPU the admitted ones need. Batches that turn out
+    larger than expected and no longer fit are refused by the route, once their item count is known.
     """
 
     def __init__(self, app: ASGIApp, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]) -> None:
         self.app, self.inflight, self.retry_after_s, self.on_reject = app, inflight, retry_after_s, on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in SCORING_PATHS and self.inflight.full:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in SCORING_PATHS:
+            return await self.app(scope, receive, send)
+        reservation = scope.pop(RESERVATION_KEY, None) or self.inflight.reserve()
+        if reservation is None:
             self.on_reject()
             return await overloaded(self.inflight, self.retry_after_s)(scope, receive, send)
-        await self.app(scope, receive, send)
+        token = CURRENT_RESERVATION.set(reservation)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            reservation.release()
+            CURRENT_RESERVATION.reset(token)
