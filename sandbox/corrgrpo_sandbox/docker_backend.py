@@ -1,6 +1,6 @@
 """The `docker` isolation: each warm worker runs in its own locked-down container (hosts without bubblewrap).
 
-`docker run -i` carries the worker protocol over the container's stdin/stdout; the worker (`worker.py`, mounted
+`docker run -i` carries the worker protocol over the container's stdin/stdout; the worker (`worker/`, mounted
 read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and accounts its
 children's CPU by rusage + /proc (no cgroups of its own inside the container). The container: no network,
 read-only root, no capabilities, no-new-privileges, pids and memory limits, a non-root uid of its own, tmpfs
@@ -51,7 +51,7 @@ def remove_leftovers(client: object) -> int:
 
 # Each worker container gets its own uid, 2000000 + the pid of its `docker run` client (unique among live processes
 # on this host): RLIMIT_NPROC counts processes per uid across the host (no user namespace), so with one shared uid a
-# candidate forking in one container would make a neighbour's fork fail in another.
+# program forking in one container would make a neighbour's fork fail in another.
 UID_BASE = 2_000_000
 WITH_OWN_UID = (
     'u=$((UID_BASE + $$)); docker=$1; shift; exec "$docker" run --user "$u:$u" '
@@ -110,7 +110,7 @@ def docker_launcher(python: str) -> Launcher:
     return Launcher(
         "docker",
         docker_head(memory_mb, pids),
-        ("python3", "-I", f"{INSIDE_PACKAGE_DIR}/worker.py"),
+        ("python3", "-I", f"{INSIDE_PACKAGE_DIR}/worker/__main__.py"),
         namespaced=True,
         scratch=("/tmp", "/dev/shm"),
         mount=docker_mount,

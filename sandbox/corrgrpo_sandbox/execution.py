@@ -25,7 +25,7 @@ class Limits:
 
 @dataclass
 class ExecResult:
-    """Outcome of one execution, measured outside the candidate's process."""
+    """Outcome of one execution, measured outside the program's process."""
 
     exit_code: int | None  # None when killed by a signal (or on an anomaly)
     signal: int | None
@@ -39,3 +39,7 @@ class ExecResult:
     peak_rss_kb: int
     isolation: str  # "bwrap", "docker" or "unsafe-none"
     anomaly: str | None  # worker died / protocol broke: the execution is NOT trustworthy
+
+
+class RunCancelled(Exception):
+    """The caller cancelled the run (`Sandbox.cancellable`): its worker, and every process of the run, was killed."""

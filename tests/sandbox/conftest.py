@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -13,14 +14,20 @@ from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 collect_ignore = [] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else ["test_docker_backend.py"]
 
 
-def isolated_sandbox(mode: str, workers: int) -> Sandbox:
+def isolated_sandbox(mode: str, workers: int, preload: Sequence[Path] = ()) -> Sandbox:
     """A bwrap sandbox; without bubblewrap skip locally, fail under CI (where bwrap is required)."""
     try:
-        return Sandbox(mode, workers=workers, isolation="bwrap")  # type: ignore[arg-type]
+        return Sandbox(mode, workers=workers, isolation="bwrap", preload=preload)  # type: ignore[arg-type]
     except IsolationUnavailable as error:
         if os.environ.get("CI") == "true":
             pytest.fail(str(error))
         pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def new_isolated_sandbox() -> Callable[..., Sandbox]:
+    """`isolated_sandbox` for tests that need a sandbox of their own (the caller closes it)."""
+    return isolated_sandbox
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from corrgrpo_sandbox import ExecResult, Limits, Sandbox
-from corrgrpo_sandbox.isolation import IsolationUnavailable, cgroup_parents
+from corrgrpo_sandbox import ExecResult, IsolationUnavailable, Limits, Sandbox
+from corrgrpo_sandbox.cgroups import cgroup_parents
 
 pytestmark = pytest.mark.usefixtures("require_bwrap")
 
@@ -252,9 +252,9 @@ def test_no_isolation_refuses_with_instructions(tmp_path: Path, monkeypatch: pyt
 
 def test_without_cgroups_the_tree_is_still_counted_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hosts without writable cgroup v1 (containers, cgroup v2 only): rusage of every reaped process + /proc."""
-    monkeypatch.setattr("corrgrpo_sandbox.sandbox.cgroup_parents", lambda: ())
+    monkeypatch.setattr("corrgrpo_sandbox.worker_handle.cgroup_parents", lambda: ())
     with Sandbox("pool", workers=1) as sandbox:
-        assert all(worker.cgroup is None for worker in sandbox._live)
+        assert all(worker.cgroup is None for worker in sandbox._pool.live)
         orphaned = sandbox.run(GRANDCHILD_DOES_THE_WORK.format(ignore_sigchld=False), limits=Limits(wall_s=30))
         assert (orphaned.exit_code, orphaned.stdout) == (0, b"done\n") and orphaned.cpu_s >= 0.5, orphaned
         hog = sandbox.run(SETSID_BUSY_LOOPS, limits=Limits(cpu_s=1, wall_s=120))

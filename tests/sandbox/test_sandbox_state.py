@@ -165,11 +165,11 @@ print(start, resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_
 
 
 def test_a_changed_invariant_is_detected() -> None:
-    """The check after each run (`worker.Invariants`) names what changed; run in a throwaway interpreter."""
+    """The check after each run (`worker.residue.Invariants`) names what changed; run in a throwaway interpreter."""
     source = """
 import os, resource
-from corrgrpo_sandbox import worker
-invariants = worker.Invariants()
+from corrgrpo_sandbox.worker import residue
+invariants = residue.Invariants()
 assert invariants.broken() is None
 os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + 1)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

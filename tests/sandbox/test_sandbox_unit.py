@@ -11,9 +11,9 @@ import warnings
 import pytest
 
 from corrgrpo_sandbox import ExecResult, Limits, RunCancelled, Sandbox
-from corrgrpo_sandbox.isolation import WorkerCgroup, cgroup_parents
-from corrgrpo_sandbox.sandbox import PIPE_MAX, PIPE_SOFT_LIMIT, output_pipe_bytes
-from corrgrpo_sandbox.worker import PIPE_DEFAULT
+from corrgrpo_sandbox.cgroups import WorkerCgroup, cgroup_parents
+from corrgrpo_sandbox.worker.protocol import PIPE_DEFAULT
+from corrgrpo_sandbox.worker_handle import PIPE_MAX, PIPE_SOFT_LIMIT, output_pipe_bytes
 
 
 def test_stdout_stderr_exit_code_and_stdin(sandbox: Sandbox) -> None:
@@ -45,8 +45,8 @@ def test_cwd_is_empty_again_on_the_next_run(pool_sandbox: Sandbox) -> None:
 def test_uncaught_exception_reports_traceback_without_worker_frames(sandbox: Sandbox) -> None:
     result = sandbox.run("def f():\n    raise KeyError('k')\nf()")
     assert result.exit_code == 1
-    assert b"KeyError: 'k'" in result.stderr and b'File "<candidate>", line 3' in result.stderr
-    assert b"worker.py" not in result.stderr
+    assert b"KeyError: 'k'" in result.stderr and b'File "<program>", line 3' in result.stderr
+    assert b"/worker/" not in result.stderr  # no frame of the worker package (worker/child.py runs the program)
 
 
 def test_syntax_error_is_exit_code_one(sandbox: Sandbox) -> None:
@@ -127,10 +127,10 @@ def test_worker_is_recycled_after_n_runs() -> None:
         deadline = time.monotonic() + 30
         while len(seen) < 3 and time.monotonic() < deadline:
             assert sandbox.run("import os; print(os.getppid())").exit_code == 0
-            pids = [worker.process.pid for worker in sandbox._live if not worker.retired]
+            pids = [worker.process.pid for worker in sandbox._pool.live if not worker.retired]
             seen += [pid for pid in pids if pid not in seen]
         assert len(seen) >= 3
-        assert len(sandbox._live) <= 2  # retired workers are closed, not kept
+        assert len(sandbox._pool.live) <= 2  # retired workers are closed, not kept
 
 
 def test_a_worker_started_by_a_thread_that_ended_still_runs() -> None:
@@ -142,7 +142,7 @@ def test_a_worker_started_by_a_thread_that_ended_still_runs() -> None:
         caller.start()
         caller.join()
         time.sleep(0.5)  # SIGKILL from the kernel, asynchronously
-        assert [worker.process.poll() for worker in sandbox._live] == [None] * len(sandbox._live)
+        assert [worker.process.poll() for worker in sandbox._pool.live] == [None] * len(sandbox._pool.live)
         result = sandbox.run("print('alive')")
         assert (result.stdout, result.anomaly) == (b"alive\n", None)
 
@@ -223,7 +223,7 @@ def test_a_cancelled_run_ends_at_once_and_its_worker_is_replaced(pool_sandbox: S
 
 
 def cgroup_directories(sandbox: Sandbox) -> set[str]:
-    return {path for worker in sandbox._live if worker.cgroup is not None for path in worker.cgroup.paths}
+    return {path for worker in sandbox._pool.live if worker.cgroup is not None for path in worker.cgroup.paths}
 
 
 def test_a_clean_close_leaves_no_cgroup_directory() -> None:

@@ -1,7 +1,7 @@
 """The seccomp filter the worker installs on itself before its first run, so every run's child inherits it (stdlib
-only; loaded by `worker.py`).
+only; installed by `server.WorkerServer.serve`).
 
-The candidate shares its uid with the worker (one uid is mapped in bwrap's user namespace; the docker backend gives
+The program shares its uid with the worker (one uid is mapped in bwrap's user namespace; the docker backend gives
 the worker's container one uid), and for the kernel the same uid is enough to change another process's limits,
 priority, CPU affinity or scheduling, or, unless it is non-dumpable, to trace it. So the syscalls that reach another
 process or leave state behind the run are refused with EPERM:
@@ -20,9 +20,9 @@ process or leave state behind the run are refused with EPERM:
 * ways around the filter or the mounts: `io_uring_*` (its operations bypass seccomp), `bpf`, `perf_event_open`,
   `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI.
 
-Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the candidate as another one without a
+Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the program as another one without a
 setuid helper; the filter holds the same under bwrap, docker and for a root service, costs about a microsecond per
-filtered syscall, and is checked after every run anyway (`worker.Invariants`).
+filtered syscall, and is checked after every run anyway (`residue.Invariants`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,216 @@
+"""The parent's side of one worker: starting it inside its isolation, one request and its checked reply at a time."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from corrgrpo_sandbox.cgroups import WorkerCgroup, cgroup_parents
+from corrgrpo_sandbox.execution import RunCancelled
+from corrgrpo_sandbox.isolation import INSIDE_PRELOAD_DIR, Launcher
+from corrgrpo_sandbox.worker.protocol import HEADER, PIPE_DEFAULT, STREAMS, write_all
+
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+CANCEL_POLL_S = 0.05  # how soon a cancelled run notices
+PIPE_MAX = 1 << 20  # the kernel's default pipe-max-size: larger is refused without CAP_SYS_RESOURCE
+PIPE_SOFT_LIMIT = "/proc/sys/fs/pipe-user-pages-soft"
+READ_AHEAD = 65536  # bytes asked for at once from a worker's reply stream
+WORKER_TASKS = 2  # bwrap and the worker (the namespace's init) share the worker's pids cgroup with the run
+REPLY_FIELDS = {
+    "exit_code": (int, type(None)),
+    "signal": (int, type(None)),
+    "stdout": int,  # lengths: the streams' bytes follow the reply in this order
+    "stderr": int,
+    "channel": int,
+    "truncated": bool,
+    "timed_out": bool,
+    "cpu_s": (float, int),
+    "wall_s": (float, int),
+    "peak_rss_kb": int,
+    "spent": bool,  # the worker serves no further run (its pid counter would tell the next one of this one)
+    "anomaly": (str, type(None)),
+}
+
+RESERVED_NAMES = {"worker"}  # the package the worker runs as (`worker/__main__.py`)
+
+
+class WorkerBroken(Exception):
+    """The worker died, hung or answered garbage: nothing it reported can be trusted."""
+
+
+def output_pipe_bytes(workers: int) -> int:
+    """How large each of a run's three output pipes may grow with `workers` running at once: a quarter of the user's
+    soft pipe budget between them (past that budget the kernel gives each new pipe the workers make two pages), within
+    the kernel's default size and `PIPE_MAX`. A worker asks for no more than the run's output cap."""
+    try:
+        with open(PIPE_SOFT_LIMIT) as limit:
+            soft_pages = int(limit.read())
+    except (OSError, ValueError):
+        return PIPE_DEFAULT
+    budget = soft_pages * os.sysconf("SC_PAGE_SIZE") // (4 * len(STREAMS) * workers) if soft_pages else PIPE_MAX
+    return 1 << (max(PIPE_DEFAULT, min(PIPE_MAX, budget)).bit_length() - 1)  # a power of two: the kernel rounds up
+
+
+def preload_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    """The caller's module files, checked: each a `.py` file named as a module that shadows no standard one."""
+    files = tuple(Path(path).resolve(strict=True) for path in paths)
+    names = [file.stem for file in files]
+    for file in files:
+        if not file.is_file() or file.suffix != ".py" or not file.stem.isidentifier():
+            raise ValueError(f"preload {file}: not a Python module file")
+        if file.stem in sys.stdlib_module_names or file.stem in RESERVED_NAMES or names.count(file.stem) > 1:
+            raise ValueError(f"preload {file}: the module name {file.stem!r} is taken")
+    return files
+
+
+def preload_mounts(launcher: Launcher, files: tuple[Path, ...]) -> tuple[list[str], list[str]]:
+    """The launcher's options that show each file (alone of its directory) read-only inside, and its path there."""
+    if launcher.mount is None:  # no isolation: the worker reads the host's files
+        return [], [str(file) for file in files]
+    mounts, inside = [], []
+    for file in files:
+        inside.append(f"{INSIDE_PRELOAD_DIR}/{file.name}")
+        mounts += launcher.mount(str(file), inside[-1])
+    return mounts, inside
+
+
+def checked_reply(text: bytes) -> dict:
+    """The worker's reply, every field present with its type and the streams' sizes possible; else WorkerBroken."""
+    try:
+        reply = json.loads(text)
+    except ValueError as error:
+        raise WorkerBroken(f"worker reply is not JSON: {error}") from error
+    if not isinstance(reply, dict):
+        raise WorkerBroken("worker reply is not an object")
+    if reply.get("anomaly") and set(reply) == {"anomaly"}:
+        raise WorkerBroken(str(reply["anomaly"]))
+    for name, kind in REPLY_FIELDS.items():
+        if not isinstance(reply.get(name), kind) or (kind is int and isinstance(reply.get(name), bool)):
+            raise WorkerBroken(f"worker reply field {name!r} is missing or mistyped")
+    if not 0 <= sum(reply[name] for name in STREAMS) <= MAX_REPLY_BYTES or min(reply[name] for name in STREAMS) < 0:
+        raise WorkerBroken("worker reply announces impossible stream sizes")
+    return reply
+
+
+class WorkerHandle:
+    """The parent's handle on one worker interpreter (sandboxed per `launcher`): starts it, sends it one request at a
+    time and checks its reply (the worker's own side: `worker.server.WorkerServer`)."""
+
+    def __init__(self, launcher: Launcher, preload: tuple[Path, ...] = (), pipe_bytes: int = PIPE_DEFAULT) -> None:
+        self.runs = 0
+        self.retired = False  # replaced (`WorkerPool.retire`): closed instead of serving again
+        self.unread = bytearray()  # read ahead of the reply stream
+        self.host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
+        scratch = [path for path in launcher.scratch if path] + self.host_scratch
+        parents = cgroup_parents() if launcher.cgroups else {}
+        self.cgroup = WorkerCgroup(parents) if parents else None
+        counter_fds: tuple[int, ...] = ()
+        if self.cgroup is not None:  # an open file, not a path: a path the worker can read, every run could (past CPU)
+            counter_fds = (os.open(self.cgroup.cpu_counter, os.O_RDONLY | os.O_CLOEXEC),)
+        if launcher.stdio:
+            pass_fds: tuple[int, ...] = counter_fds
+            protocol = ("0", "1")
+        else:
+            request_read, self.request_fd = os.pipe()
+            self.reply_fd, reply_write = os.pipe()
+            pass_fds, protocol = (request_read, reply_write, *counter_fds), (str(request_read), str(reply_write))
+        counter = str(counter_fds[0]) if counter_fds else "-"
+        mounts, inside = preload_mounts(launcher, preload)
+        arguments = [*protocol, "1" if launcher.namespaced else "0", counter, str(pipe_bytes), json.dumps(inside)]
+        try:
+            self.process = subprocess.Popen(
+                [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments, *scratch],
+                stdin=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=pass_fds,
+                env=launcher.environment,  # never hand the service's environment to anything in the sandbox
+                start_new_session=True,
+                preexec_fn=self.cgroup.enter if self.cgroup else None,
+            )
+        except BaseException:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            raise
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
+        if launcher.stdio:
+            assert self.process.stdin is not None and self.process.stdout is not None
+            self.request_fd, self.reply_fd = self.process.stdin.fileno(), self.process.stdout.fileno()
+
+    def execute(
+        self, header: bytes, body: list[bytes], processes: int, timeout: float, cancel: threading.Event | None = None
+    ) -> tuple[dict, list[bytes]]:
+        """Send one request (the header the worker reads, the body's parts its child reads); the reply and the
+        streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the write)."""
+        self.runs += 1
+        if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
+            try:
+                self.cgroup.limit_tasks(processes + WORKER_TASKS)
+            except OSError as error:
+                raise WorkerBroken(f"cannot set the worker's process limit: {error!r}") from error
+        try:
+            write_all(self.request_fd, [HEADER.pack(len(header)), header, *body])  # one write for a small request
+        except OSError as error:
+            raise WorkerBroken(f"worker unreachable: {error!r}") from error
+        deadline = time.monotonic() + timeout
+        size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
+        if size > MAX_REPLY_BYTES:
+            raise WorkerBroken(f"worker reply of {size} bytes")
+        reply = checked_reply(self.read_exactly(size, deadline))
+        streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
+        if self.unread:
+            raise WorkerBroken("worker wrote past its reply")
+        return reply, streams
+
+    def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
+        """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read), but never
+        past this reply: the worker writes nothing until it is sent the next request."""
+        while len(self.unread) < size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerBroken("worker did not answer in time")
+            if cancel is not None and cancel.is_set():
+                raise RunCancelled("run cancelled")
+            wait = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
+            try:
+                if not select.select([self.reply_fd], [], [], wait)[0]:
+                    continue
+                chunk = os.read(self.reply_fd, min(max(size - len(self.unread), READ_AHEAD), 1 << 20))
+            except OSError as error:  # closed meanwhile (`Sandbox.close` during the run)
+                raise WorkerBroken(f"worker closed: {error!r}") from error
+            if not chunk:
+                raise WorkerBroken(f"worker died (exit status {self.process.poll()})")
+            self.unread += chunk
+        data = bytes(self.unread[:size])
+        del self.unread[:size]
+        return data
+
+    def close(self) -> None:
+        if self.process.stdin is not None and self.process.stdout is not None:  # the protocol runs over stdio
+            for stream in (self.process.stdin, self.process.stdout):
+                with contextlib.suppress(OSError):
+                    stream.close()
+        else:
+            for fd in (self.request_fd, self.reply_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        for path in self.host_scratch:
+            shutil.rmtree(path, ignore_errors=True)
