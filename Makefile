@@ -2,7 +2,7 @@
 VENV  := .venv
 PY    := $(VENV)/bin/python
 # Every folder under services/ with a pyproject.toml is a part: a new service needs no line here.
-PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer adapters testing
+PARTS := proto sandbox services/common $(filter-out services/common,$(patsubst %/pyproject.toml,%,$(sort $(wildcard services/*/pyproject.toml)))) trainer adapters testing devtools
 STAMP := $(VENV)/.installed
 # setuptools warns on every flat-layout editable install ("Editable installation ... be careful"): not ours to act on.
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
@@ -31,7 +31,7 @@ demo: install
 
 # Every declared service as a local process (in-memory state, default ports) until Ctrl-C.
 serve: install
-	$(PY) -m corrgrpo_common up
+	$(PY) -m corrgrpo_devtools up
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -47,13 +47,13 @@ schemas: install
 
 # The READMEs' configuration lists, from the settings' Field descriptions (tests/service/test_settings.py checks them).
 docs: install
-	$(PY) -m corrgrpo_common.docs
+	$(PY) -m corrgrpo_devtools.docs
 
 # Each declared service's part of docker-compose.yml, deploy/nginx/ and deploy/k8s/base/, from its declaration.py
 # (tests/deploy/test_static.py checks them), and deploy/ray/serve.yaml (tests/deploy/test_ray_config.py).
 manifests: install
-	$(PY) -m corrgrpo_common.deploy
-	$(PY) -m corrgrpo_common.ray_config
+	$(PY) -m corrgrpo_devtools.manifests
+	$(PY) -m corrgrpo_devtools.ray_config
 
 # docker compose up for real (engine, stand-in base images, scaling, faults): deploy/compose-test.sh.
 compose-test: install

@@ -1,6 +1,6 @@
 """Plain TRL against a running reward service: its components as TRL reward functions, its weights as TRL's.
 
-    python -m corrgrpo_common up toolcall        # in another terminal
+    python -m corrgrpo_devtools up toolcall        # in another terminal
     python examples/trl_plain.py [URL] [MODEL] [OUTPUT_DIR]
 
 The dataset's columns are named like the service's item fields (the tool-call service's: `ground_truth`); each

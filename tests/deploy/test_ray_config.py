@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from corrgrpo_common import declared, ray_config
+from corrgrpo_common import declared
 from corrgrpo_common.settings import env_name
+from corrgrpo_devtools import ray_config
 
 REPO = Path(__file__).resolve().parents[2]
 

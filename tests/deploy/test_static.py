@@ -23,7 +23,8 @@ import jsonpatch
 import pytest
 from packaging.requirements import Requirement
 
-from corrgrpo_common import ServiceSettings, create_app, declared, deploy
+from corrgrpo_common import ServiceSettings, create_app, declared
+from corrgrpo_devtools import manifests
 from corrgrpo_proto import ComponentSpec
 from corrgrpo_testing import servers
 from corrgrpo_testing.manifests import compose, compose_errors, compose_validator, k8s_documents, k8s_errors
@@ -220,8 +221,8 @@ def health_paths() -> set[str]:
 
 
 def test_generated_parts_of_the_deployment_files_match_the_declarations() -> None:
-    """`make manifests` (python -m corrgrpo_common.deploy) was run after the last change to a declaration."""
-    assert deploy.drifted(write=False) == [], "run `make manifests`"
+    """`make manifests` (python -m corrgrpo_devtools.manifests) was run after the last change to a declaration."""
+    assert manifests.drifted(write=False) == [], "run `make manifests`"
 
 
 def test_compose_file_matches_the_compose_spec() -> None:
@@ -477,7 +478,7 @@ def test_kubernetes_network_policies_admit_only_the_services_to_redis_and_client
     redis = policies["redis"]["spec"]
     assert redis["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "redis"}}
     (rule,) = redis["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": deploy.SERVICE_COMPONENT}}}]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": manifests.SERVICE_COMPONENT}}}]
     assert rule["ports"] == [{"protocol": "TCP", "port": "redis"}]
     carriers = {
         name for name, d in deployments.items() if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
@@ -487,7 +488,7 @@ def test_kubernetes_network_policies_admit_only_the_services_to_redis_and_client
         spec = policies[name]["spec"]
         assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
         (rule,) = spec["ingress"]
-        client = {"namespaceSelector": {}, "podSelector": {"matchLabels": {deploy.CLIENT_LABEL: "true"}}}
+        client = {"namespaceSelector": {}, "podSelector": {"matchLabels": {manifests.CLIENT_LABEL: "true"}}}
         assert rule["from"] == [client] and rule["ports"] == [{"protocol": "TCP", "port": "http"}]
 
 

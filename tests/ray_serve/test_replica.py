@@ -9,8 +9,8 @@ import yaml
 from ray.serve.schema import ServeDeploySchema
 
 from corrgrpo_common import declared
-from corrgrpo_common.ray_config import SERVE_CONFIG
 from corrgrpo_common.ray_serve import application, replica_settings
+from corrgrpo_devtools.ray_config import SERVE_CONFIG
 from corrgrpo_testing.environment import REDIS_URL
 
 REPO = Path(__file__).resolve().parents[2]

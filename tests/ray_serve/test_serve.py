@@ -1,6 +1,6 @@
 """The services as Ray Serve deployments on a real two-node cluster (conftest.py): every declared service scores,
 a batch spreads over replicas on both nodes, a replica SIGKILLed mid-batch costs the client retries and nothing
-else, the code deployment grows under load and shrinks after it, and Serve scores as `corrgrpo_common up` does.
+else, the code deployment grows under load and shrinks after it, and Serve scores as `corrgrpo_devtools up` does.
 
 Run in order on one deployment (the package-scoped fixture).
 """
@@ -185,9 +185,9 @@ def test_replicas_added_under_load_and_removed_after(deployed: Deployed, capsys:
 
 @contextmanager
 def local_service(name: str) -> Iterator[str]:
-    """`python -m corrgrpo_common up NAME` on a free port: the service as a local process."""
+    """`python -m corrgrpo_devtools up NAME` on a free port: the service as a local process."""
     port = free_port()
-    command = [sys.executable, "-m", "corrgrpo_common", "up", name, "--port", f"{name}={port}"]
+    command = [sys.executable, "-m", "corrgrpo_devtools", "up", name, "--port", f"{name}={port}"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -218,5 +218,5 @@ def test_serve_scores_as_the_local_process_does(deployed: Deployed, capsys: pyte
     report(
         capsys,
         f"toolcall, {len(items)} items, chunks of 256: Serve (2 replicas) {served_rate:.0f} items/s, "
-        f"`corrgrpo_common up` {local_rate:.0f} items/s, ratio {served_rate / local_rate:.2f} ({load()})",
+        f"`corrgrpo_devtools up` {local_rate:.0f} items/s, ratio {served_rate / local_rate:.2f} ({load()})",
     )

@@ -1,4 +1,4 @@
-"""Plain-text logs (`make serve`, `python -m corrgrpo_common up`) carry what the JSON logs carry: a request's
+"""Plain-text logs (`make serve`, `python -m corrgrpo_devtools up`) carry what the JSON logs carry: a request's
 method, path, status and milliseconds, and any other `extra=` field, on the message's line."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_a_plain_line_carries_the_extra_fields_after_the_message() -> None:
 
 def test_up_prints_each_request_with_method_path_status_and_ms() -> None:
     port = free_port()
-    command = [sys.executable, "-m", "corrgrpo_common", "up", "toolcall", "--port", f"toolcall={port}"]
+    command = [sys.executable, "-m", "corrgrpo_devtools", "up", "toolcall", "--port", f"toolcall={port}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in process.stdout or []), daemon=True)

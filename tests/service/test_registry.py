@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 import corrgrpo_proto.toy
-from corrgrpo_common import deploy, docs
 from corrgrpo_common.registry import ENTRY_POINT_GROUP, ServiceDeclaration, declared, default_ports
+from corrgrpo_devtools import docs, manifests
 from corrgrpo_proto import schemas
 from corrgrpo_testing.manifests import compose, compose_errors, k8s_documents, k8s_errors
 from corrgrpo_testing.servers import start_service
@@ -146,7 +146,7 @@ def test_a_fourth_service_is_its_folder_and_its_proto_module(toy_repo: Path, mon
         assert body["results"][0]["components"] == {"length": 3.0, "nonempty": 1.0}
 
     # The deployment files: `make manifests` writes the toy's parts into the copy of the repo's.
-    assert {path.relative_to(toy_repo).as_posix() for path in deploy.drifted(write=True, root=toy_repo)} >= {
+    assert {path.relative_to(toy_repo).as_posix() for path in manifests.drifted(write=True, root=toy_repo)} >= {
         "docker-compose.yml",
         "deploy/nginx/nginx.conf",
         "deploy/nginx/upstreams.conf",

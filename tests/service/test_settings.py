@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from corrgrpo_common import ServiceSettings, declared
-from corrgrpo_common.docs import BEGIN, END, drifted, rewritten, table
 from corrgrpo_common.settings import env_name
+from corrgrpo_devtools.docs import BEGIN, END, drifted, rewritten, table
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = declared()
@@ -73,7 +73,7 @@ def test_scoring_configs_are_built_from_the_settings_with_the_scorers_defaults()
 
 def test_readme_tables_match_the_settings() -> None:
     stale = drifted(write=False)
-    assert stale == [], f"run `make docs` (python -m corrgrpo_common.docs): {stale} drifted from the Field descriptions"
+    assert stale == [], f"run `make docs` (python -m corrgrpo_devtools.docs): {stale} drifted from the Field descriptions"
 
 
 def test_a_stale_or_missing_table_is_caught() -> None:

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_common up`: the real services as local processes, on free ports, stopped without orphans."""
+"""`python -m corrgrpo_devtools up`: the real services as local processes, on free ports, stopped without orphans."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import httpx
 import psutil
 import pytest
 
-from corrgrpo_common.launcher import main
 from corrgrpo_common.registry import declared
+from corrgrpo_devtools.launcher import main
 from corrgrpo_testing.servers import free_port
 
-UP = [sys.executable, "-m", "corrgrpo_common", "up"]
+UP = [sys.executable, "-m", "corrgrpo_devtools", "up"]
 READY_S = 240  # AgentDojo imports for tens of seconds on a loaded 2-core machine
 
 
@@ -149,7 +149,7 @@ def test_a_taken_port_is_refused_in_one_line_before_anything_starts() -> None:
         run = subprocess.run([*UP, "toolcall", "--port", f"toolcall={port}"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == (
-        f"python -m corrgrpo_common up: error: port {port} (toolcall) on 127.0.0.1 already in use: stop what listens "
+        f"python -m corrgrpo_devtools up: error: port {port} (toolcall) on 127.0.0.1 already in use: stop what listens "
         "there (another `up`, `docker compose up`?) or move the service with --port NAME=PORT\n"
     )
 
@@ -175,4 +175,4 @@ def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], message: str, ca
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.startswith(f"python -m corrgrpo_common up: error: {message}") and err.count("\n") == 1
+    assert exit_.value.code == 2 and err.startswith(f"python -m corrgrpo_devtools up: error: {message}") and err.count("\n") == 1

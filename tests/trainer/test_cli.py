@@ -253,7 +253,7 @@ def unreachable_config(tmp_path: Path, domain: str) -> tuple[Path, str]:
 def down_line(command: str, domain: str, url: str) -> str:
     return (
         f"{command}: error: no answer from the {domain} service at {url} (ConnectError: [Errno 111] Connection refused); "
-        "start the services with `python -m corrgrpo_common up` (local processes) or `docker compose up -d`\n"
+        "start the services with `python -m corrgrpo_devtools up` (local processes) or `docker compose up -d`\n"
     )
 
 
@@ -371,8 +371,8 @@ def every_cli() -> dict[str, Callable[[], object]]:
     """`--help` of every command line of the repository's packages, as a call."""
     from corrgrpo_code import execution_metrics
     from corrgrpo_common import cli as service_cli
-    from corrgrpo_common import docs, launcher
     from corrgrpo_common.registry import declared
+    from corrgrpo_devtools import docs, launcher
     from corrgrpo_toolcall import match_metrics
 
     clis: dict[str, Callable[[], object]] = {f"corrgrpo_trainer {name}": partial(main, [name, "--help"]) for name in COMMANDS}
@@ -381,9 +381,9 @@ def every_cli() -> dict[str, Callable[[], object]]:
         "corrgrpo_trainer": partial(main, ["--help"]),
         "corrgrpo_code.execution_metrics": partial(execution_metrics.main, ["--help"]),
         "corrgrpo_toolcall.match_metrics": partial(match_metrics.main, ["--help"]),
-        "corrgrpo_common": partial(launcher.main, ["--help"]),
-        "corrgrpo_common up": partial(launcher.main, ["up", "--help"]),
-        "corrgrpo_common.docs": partial(docs.main, ["--help"]),
+        "corrgrpo_devtools": partial(launcher.main, ["--help"]),
+        "corrgrpo_devtools up": partial(launcher.main, ["up", "--help"]),
+        "corrgrpo_devtools.docs": partial(docs.main, ["--help"]),
     }
 
 

@@ -28,7 +28,7 @@ from corrgrpo_proto import RewardClient, RewardServiceError, RewardServiceUnavai
 from .config_shape import SHAPES, Kind
 from .models import EMBEDDED, TINY
 
-START_SERVICES = "start the services with `python -m corrgrpo_common up` (local processes) or `docker compose up -d`"
+START_SERVICES = "start the services with `python -m corrgrpo_devtools up` (local processes) or `docker compose up -d`"
 
 
 class InputError(ValueError):

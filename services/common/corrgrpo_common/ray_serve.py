@@ -6,7 +6,7 @@ engine but three things. The declared worker setting is sized to the CPUs Ray
 granted the replica (its `num_cpus`, rounded up) unless its variable is set: the node's CPU count would start a
 pool per replica as large as the whole machine. A replica without `CORRGRPO_REDIS_URL` refuses to start: replicas
 on several nodes share idempotency, caches and episodes only through Redis. Every response names the node and the
-replica that answered (`x-corrgrpo-node`, `x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_common.ray_config)
+replica that answered (`x-corrgrpo-node`, `x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_devtools.ray_config)
 holds the options; needs the `ray` extra (`ray[serve]`), which the images and the default install leave out.
 """
 

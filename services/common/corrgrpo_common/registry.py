@@ -12,7 +12,7 @@ and registers it with one entry point in its own pyproject.toml:
     code = "corrgrpo_code.declaration:SERVICE"
 
 `python -m corrgrpo_<name>` serves its `SERVICE`; `declared()` finds every installed one for the
-tests' service lists, the deployment files (`python -m corrgrpo_common.deploy`) and local launchers.
+tests' service lists, the deployment files (`python -m corrgrpo_devtools.manifests`) and local launchers.
 Importing a declaration is cheap (settings and component specs only); the app module, which may import
 heavy packages (agentdojo takes seconds), is imported only by `build`.
 """
@@ -48,7 +48,7 @@ class Resources:
 
 @dataclass(frozen=True)
 class Deploy:
-    """How the deployment files run the service, beyond its name and port (python -m corrgrpo_common.deploy)."""
+    """How the deployment files run the service, beyond its name and port (python -m corrgrpo_devtools.manifests)."""
 
     resources: Resources = Resources()
     replicas: int = 2

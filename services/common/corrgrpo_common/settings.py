@@ -3,7 +3,7 @@
 Naming rule: a setting every service has is `CORRGRPO_<NAME>`; a setting of one service is a field
 `<service>_<name>` of its subclass, so its variable is `CORRGRPO_<SERVICE>_<NAME>` (a test holds every
 declared service to it). Every field has a description: the READMEs' configuration lists are
-generated from them (`python -m corrgrpo_common.docs`).
+generated from them (`python -m corrgrpo_devtools.docs`).
 """
 
 from __future__ import annotations
@@ -79,12 +79,3 @@ class ServiceSettings(BaseSettings):
     shutdown_grace_s: int = Field(10, ge=0, description="On SIGTERM, in-flight requests get this long, then are cancelled")
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR")
     log_json: bool = Field(True, description="One JSON object per log line (false: plain text)")
-
-
-def local_service_env() -> dict[str, str]:
-    """The environment `python -m corrgrpo_common up` gives each service: this one less the Redis URL (in-memory
-    state) and the port (each gets its own `--port`), with plain-text logs unless `CORRGRPO_LOG_JSON` is set."""
-    dropped = {env_name(ServiceSettings, "redis_url"), env_name(ServiceSettings, "port")}
-    env = {key: value for key, value in os.environ.items() if key not in dropped}
-    env.setdefault(env_name(ServiceSettings, "log_json"), "false")
-    return env | {"PYTHONUNBUFFERED": "1"}  # each line reaches the launcher's prefixed stream as it is written

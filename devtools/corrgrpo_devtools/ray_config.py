@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_common.ray_config [--check]`: deploy/ray/serve.yaml, the Ray Serve config, from the declarations.
+"""`python -m corrgrpo_devtools.ray_config [--check]`: deploy/ray/serve.yaml, the Ray Serve config, from the declarations.
 
 One Serve application per declared service, at `/<name>` on Serve's HTTP port, each a deployment of
 `corrgrpo_common.ray_serve:application` (the app `python -m corrgrpo_<name>` serves). From the declaration: the
@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .registry import ServiceDeclaration, declared
-from .settings import env_name
+from corrgrpo_common.registry import ServiceDeclaration, declared
+from corrgrpo_common.settings import env_name
 
-REPO = Path(__file__).resolve().parents[3]
-COMMAND = "python -m corrgrpo_common.ray_config"
+REPO = Path(__file__).resolve().parents[2]
+COMMAND = "python -m corrgrpo_devtools.ray_config"
 SERVE_CONFIG = "deploy/ray/serve.yaml"
 IMPORT_PATH = "corrgrpo_common.ray_serve:application"
 HTTP_PORT = 8000  # Serve's default

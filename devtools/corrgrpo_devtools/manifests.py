@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_common.deploy [--check] [--root DIR]`: the deployment files' per-service parts, from the declarations.
+"""`python -m corrgrpo_devtools.manifests [--check] [--root DIR]`: the deployment files' per-service parts, from the declarations.
 
 Generated files beside hand-written ones, as the README tables (docs.py) and the JSON Schemas are: the
 files stay plain compose, nginx and kustomize input that runs without this tool, a drift test
@@ -19,10 +19,10 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from .registry import ServiceDeclaration, declared
+from corrgrpo_common.registry import ServiceDeclaration, declared
 
-REPO = Path(__file__).resolve().parents[3]
-COMMAND = "python -m corrgrpo_common.deploy"
+REPO = Path(__file__).resolve().parents[2]
+COMMAND = "python -m corrgrpo_devtools.manifests"
 COMPOSE = "docker-compose.yml"
 NGINX_CONF = "deploy/nginx/nginx.conf"
 UPSTREAMS = "deploy/nginx/upstreams.conf"

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_common.docs [--check]`: the READMEs' configuration lists, from the `Field` descriptions.
+"""`python -m corrgrpo_devtools.docs [--check]`: the READMEs' configuration lists, from the `Field` descriptions.
 
 Each list lies between `<!-- settings:begin -->` and `<!-- settings:end -->`: the kit's shared settings
 in services/common/README.md, each declared service's own ones in its folder's README.md. Without
@@ -18,8 +18,9 @@ from typing import Any
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .registry import declared
-from .settings import ServiceSettings, env_name
+import corrgrpo_common
+from corrgrpo_common.registry import declared
+from corrgrpo_common.settings import ServiceSettings, env_name
 
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
 BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
@@ -59,7 +60,7 @@ def own_fields(settings: type[ServiceSettings]) -> list[str]:
 
 def tables() -> dict[Path, str]:
     """README path → the settings list it must hold: the kit's shared settings, then each declared service's own."""
-    kit = Path(__file__).resolve().parents[1] / "README.md"
+    kit = Path(corrgrpo_common.__file__).resolve().parents[1] / "README.md"
     wanted = {kit: table(ServiceSettings, list(ServiceSettings.model_fields))}
     for service in declared().values():
         folder = Path(importlib.import_module(service.settings.__module__).__file__ or "").resolve().parents[1]
@@ -87,7 +88,7 @@ def drifted(write: bool) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_common.docs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_devtools.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report READMEs whose lists drifted (exit 1)")
     args = parser.parse_args(argv)
     stale = drifted(write=not args.check)

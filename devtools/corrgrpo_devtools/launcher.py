@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_common up [NAME ...]`: every declared service (or the named ones) as local processes.
+"""`python -m corrgrpo_devtools up [NAME ...]`: every declared service (or the named ones) as local processes.
 
 Each runs as its container does (`python -m corrgrpo_<name> --host H --port P`) with in-memory state
 (`CORRGRPO_REDIS_URL` is not passed on) and plain-text logs unless `CORRGRPO_LOG_JSON` is set, on its
@@ -29,10 +29,10 @@ from typing import IO
 
 import httpx
 
-from .registry import ServiceDeclaration, declared
-from .settings import ServiceSettings, local_service_env
+from corrgrpo_common.registry import ServiceDeclaration, declared
+from corrgrpo_common.settings import ServiceSettings, env_name
 
-PROG = "python -m corrgrpo_common"
+PROG = "python -m corrgrpo_devtools"
 START_TIMEOUT_S = 300  # AgentDojo imports for tens of seconds on a loaded 2-core machine
 STOP_MARGIN_S = 5  # beyond a service's own shutdown grace before its process group is killed
 PR_SET_PDEATHSIG = 1
@@ -88,7 +88,16 @@ def die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def launch(service: ServiceDeclaration, host: str, port: int) -> Running:
+def local_service_env() -> dict[str, str]:
+    """The environment each service gets: this one less the Redis URL (in-memory state) and the port (each gets its
+    own `--port`), with plain-text logs unless `CORRGRPO_LOG_JSON` is set."""
+    dropped = {env_name(ServiceSettings, "redis_url"), env_name(ServiceSettings, "port")}
+    env = {key: value for key, value in os.environ.items() if key not in dropped}
+    env.setdefault(env_name(ServiceSettings, "log_json"), "false")
+    return env | {"PYTHONUNBUFFERED": "1"}  # each line reaches the launcher's prefixed stream as it is written
+
+
+def start_service_process(service: ServiceDeclaration, host: str, port: int) -> Running:
     process = subprocess.Popen(
         [sys.executable, "-m", service.module, "--host", host, "--port", str(port)],
         env=local_service_env(),
@@ -188,7 +197,7 @@ def up(names: Sequence[str], moves: Sequence[str], host: str) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     out.say("up", f"starting {', '.join(targets)} on {host} (in-memory state; logs below, prefixed with the name)")
-    running = [launch(service, host, port) for service, port in targets.values()]
+    running = [start_service_process(service, host, port) for service, port in targets.values()]
     streams = [out.stream(r.service.name, r.process.stdout) for r in running if r.process.stdout]
     try:
         code = supervise(running, out, stop)
@@ -201,7 +210,7 @@ def up(names: Sequence[str], moves: Sequence[str], host: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="The corrgrpo services' shared kit: run them locally.")
+    parser = argparse.ArgumentParser(prog=PROG, description="The corrgrpo services as local processes (dev only).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{up}")
     about = "start every declared service (or the named ones) as local processes, in-memory state, until Ctrl-C"
     command = commands.add_parser("up", help=about, description=about)
