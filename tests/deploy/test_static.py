@@ -24,7 +24,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from corrgrpo_common import ServiceSettings, create_app, declared
-from corrgrpo_devtools import manifests
+from corrgrpo_devtools import k8s, manifests
 from corrgrpo_proto import ComponentSpec
 from corrgrpo_testing import servers
 from corrgrpo_testing.manifests import compose, compose_errors, compose_validator, k8s_documents, k8s_errors
@@ -147,6 +147,16 @@ def test_dockerfile_is_multistage_pinned_and_unprivileged(service: str) -> None:
     assert {part for part in installed if (REPO / part).is_dir()} == IMAGE_PARTS[service]
     for source in copied:
         assert (REPO / source).exists(), f"{dockerfile.name} copies {source}, which is not in the repository"
+
+
+def test_no_part_of_an_image_imports_the_dev_tools() -> None:
+    """The launcher, the README and manifest writers (devtools/) and the tests' helpers (testing/) are in no image."""
+    parts = set().union(*(IMAGE_PARTS[name] for name in SERVICES))
+    sources = [path for part in sorted(parts) for path in (REPO / part).rglob("*.py")]
+    assert len(sources) > 20, parts  # the kit, proto and the services were found
+    imports = re.compile(r"^\s*(from|import)\s+corrgrpo_(devtools|testing)\b", re.M)
+    importing = [str(p.relative_to(REPO)) for p in sources if imports.search(p.read_text())]
+    assert importing == []
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -478,7 +488,7 @@ def test_kubernetes_network_policies_admit_only_the_services_to_redis_and_client
     redis = policies["redis"]["spec"]
     assert redis["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "redis"}}
     (rule,) = redis["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": manifests.SERVICE_COMPONENT}}}]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": k8s.SERVICE_COMPONENT}}}]
     assert rule["ports"] == [{"protocol": "TCP", "port": "redis"}]
     carriers = {
         name for name, d in deployments.items() if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
@@ -488,7 +498,7 @@ def test_kubernetes_network_policies_admit_only_the_services_to_redis_and_client
         spec = policies[name]["spec"]
         assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
         (rule,) = spec["ingress"]
-        client = {"namespaceSelector": {}, "podSelector": {"matchLabels": {manifests.CLIENT_LABEL: "true"}}}
+        client = {"namespaceSelector": {}, "podSelector": {"matchLabels": {k8s.CLIENT_LABEL: "true"}}}
         assert rule["from"] == [client] and rule["ports"] == [{"protocol": "TCP", "port": "http"}]
 
 
