@@ -9,17 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from corrgrpo_code.harness import (
-    CHILD_FILE,
-    Expect,
-    HarnessResult,
-    IOTest,
-    canonical,
-    encode,
-    run_assert,
-    run_io,
-)
+from corrgrpo_code.harness import CHILD_FILE, HarnessResult, IOTest, run_assert, run_io
 from corrgrpo_code.harness_child import UNCHANGED, NotData, ProtocolError, changes, held, pack, unpack
+from corrgrpo_code.harness_data import Expect, canonical, encode
 from corrgrpo_code.parsing import parse_solution
 from corrgrpo_sandbox import Limits, Sandbox
 

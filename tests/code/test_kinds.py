@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from corrgrpo_code.harness import HarnessResult, encode
+from corrgrpo_code.harness import HarnessResult
+from corrgrpo_code.harness_data import encode
 from corrgrpo_code.kinds import ProblemError, ReturnMatches, call_tests, mbpp_check, outputs_match, tokens_match
 from corrgrpo_code.runs import dump, load, run_key
 from corrgrpo_code.split import split_check

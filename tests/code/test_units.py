@@ -9,7 +9,7 @@ import time
 import pytest
 
 from corrgrpo_code import similarity
-from corrgrpo_code.harness import encode
+from corrgrpo_code.harness_data import encode
 from corrgrpo_code.problems import humaneval_problems, load_problems
 from corrgrpo_code.similarity import OverBudget, Reference, ast_similarity, reachable_pairs, search
 from corrgrpo_code.split import split_check

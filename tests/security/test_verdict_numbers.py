@@ -17,7 +17,8 @@ import time
 import pytest
 
 from corrgrpo_code.config import ScoringConfig
-from corrgrpo_code.harness import IOTest, encode, run_assert, run_io
+from corrgrpo_code.harness import IOTest, run_assert, run_io
+from corrgrpo_code.harness_data import encode
 from corrgrpo_code.kinds import ReturnMatches, call_tests, tokens_match
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.stdio import run_stdin

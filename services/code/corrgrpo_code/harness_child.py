@@ -5,6 +5,10 @@ forked child inherits it compiled and initialised and a run's whole program is o
 (assert mode's test source comes on stdin): compiling and executing this code in every child cost about 1.5 ms a
 run, as much as a typical HumanEval test.
 
+One module over 300 lines on purpose: the sandbox preloads each file under its own name, so a second file would be
+imported by its bare name inside the sandbox but as `corrgrpo_code.<name>` here (the tests import this one), and the
+half that runs next to hostile code is easier to audit whole.
+
 I/O mode (`run_io`): the child is the candidate's process; the parent trusts none of it beyond the data it writes to
 fd 3, and the judge (`judge`) never sees the candidate's code. Assert mode (`run_assert`): the run's process is the
 *judge*; it forks the candidate's process (`serve`) before it reads the test from stdin, so no object in the

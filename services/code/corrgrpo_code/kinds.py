@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from corrgrpo_code.harness import Expect, IOTest, canonical, encode
+from corrgrpo_code.harness import IOTest
+from corrgrpo_code.harness_data import Expect, canonical, encode
 from corrgrpo_code.parsing import parse_python
 from corrgrpo_proto.code import CallCase, CodeProblem, MbppProblem
 

@@ -23,7 +23,8 @@ import math
 import re
 from typing import Any
 
-from corrgrpo_code.harness import Expect, IOTest
+from corrgrpo_code.harness import IOTest
+from corrgrpo_code.harness_data import Expect
 from corrgrpo_code.parsing import parse_python
 
 _OUTPUT = "_out"
