@@ -26,10 +26,7 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -38,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from corrgrpo_testing.servers import free_port, start_service, wait_healthy
+from corrgrpo_testing.servers import nginx_in_front, start_service
 
 BATCH = 32
 NGINX_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
@@ -170,33 +167,11 @@ def pinned(cpu: int) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-@contextmanager
-def nginx_in_front(service_url: str) -> Iterator[int]:
-    """deploy/nginx/nginx.conf listening on a free port, proxying to `service_url`; yields the port."""
-    port = free_port()
-    conf = (NGINX_DIR / "nginx.conf").read_text()
-    begin, end = conf.index("# listen:begin"), conf.index("# listen:end")
-    conf = conf[: conf.index("\n", begin) + 1] + f"        listen {port};\n" + conf[conf.rindex("\n", 0, end) + 1 :]
-    upstreams = f"upstream service {{\n    server {service_url.removeprefix('http://')};\n}}\n"
-    upstreams += "map $server_port $pool {\n    default service;\n}\n"
-    with tempfile.TemporaryDirectory(prefix="bench-nginx-") as tmp:
-        Path(tmp, "nginx.conf").write_text(conf)
-        Path(tmp, "upstreams.conf").write_text(upstreams)
-        argv = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf", "-e", f"{tmp}/error.log"]
-        nginx = subprocess.Popen([*argv, "-g", f"daemon off; pid {tmp}/nginx.pid;"], start_new_session=True)
-        try:
-            wait_healthy(f"http://127.0.0.1:{port}", nginx, 10)
-            yield port
-        finally:
-            nginx.terminate()
-            nginx.wait(10)
-
-
 async def bench(name: str, seconds: float, cap: int, cores: tuple[int, int], via_nginx: bool) -> list[str]:
     body = json.dumps({"items": ITEMS[name]}).encode()
     service_cpu, generator_cpu = cores
     with pinned(service_cpu), start_service(name, env=ENV[name]) as service, ExitStack() as front:
-        port = front.enter_context(nginx_in_front(service.url)) if via_nginx else int(service.url.rsplit(":", 1)[1])
+        port = front.enter_context(nginx_in_front(service.url, NGINX_DIR)) if via_nginx else int(service.url.rsplit(":", 1)[1])
         os.sched_setaffinity(0, {generator_cpu})
         process = psutil.Process(service.process.pid)
         await closed_loop(port, body, 1.0)  # warm-up

@@ -1,5 +1,6 @@
 """The dev-only process launcher of tests, bench and examples: start a service exactly as its container
-does (`python -m corrgrpo_<name> --host --port`), wait for its /healthz, stop it after.
+does (`python -m corrgrpo_<name> --host --port`), wait for its /healthz, stop it after; `nginx_in_front` puts
+the compose stack's nginx configuration in front of one.
 
 `start_service` runs one for the length of a `with`; `launch` starts one without waiting, so a demo can
 start every service at once and wait for each only when it needs it (AgentDojo starts slowest).
@@ -10,13 +11,16 @@ line; this module imports nothing of ours because make interop also runs it in t
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -101,3 +105,26 @@ def start_service(
         raise
     finally:
         service.stop()
+
+
+@contextmanager
+def nginx_in_front(service_url: str, nginx_dir: Path) -> Iterator[int]:
+    """`nginx_dir`/nginx.conf (deploy/nginx: the compose stack's) on a free loopback port, its `listen` lines and
+    upstreams.conf replaced so that it proxies to `service_url`; yields the port once /healthz answers through it."""
+    port = free_port()
+    conf = (nginx_dir / "nginx.conf").read_text()
+    begin, end = conf.index("# listen:begin"), conf.index("# listen:end")
+    conf = conf[: conf.index("\n", begin) + 1] + f"        listen 127.0.0.1:{port};\n" + conf[conf.rindex("\n", 0, end) + 1 :]
+    upstreams = f"upstream service {{\n    server {service_url.removeprefix('http://')};\n}}\n"
+    upstreams += "map $server_port $pool {\n    default service;\n}\n"
+    with tempfile.TemporaryDirectory(prefix="corrgrpo-nginx-") as tmp:
+        Path(tmp, "nginx.conf").write_text(conf)
+        Path(tmp, "upstreams.conf").write_text(upstreams)
+        argv = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf", "-e", f"{tmp}/error.log"]
+        nginx = subprocess.Popen([*argv, "-g", f"daemon off; pid {tmp}/nginx.pid;"], start_new_session=True)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", nginx, 10)
+            yield port
+        finally:
+            nginx.terminate()
+            nginx.wait(10)

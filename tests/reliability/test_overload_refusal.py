@@ -2,7 +2,8 @@
 
 While the in-flight budget is spent, a scoring request gets its 429 with `Retry-After` as soon as its request line
 arrives: before its body is read (a client that declares 50 MB and sends none is answered at once), on a fresh or a
-kept-alive connection, and also when the request line arrives split (the ASGI fallback). Other routes stay served.
+kept-alive connection, and also when the request line arrives split (the ASGI fallback). Other routes stay served,
+and nginx in front passes the refusal on (and answers 503 + Retry-After itself when no replica answers).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from reliability.helpers import inflight, post_and_leave, sleepers, wait_for
 
 from corrgrpo_common import declared
-from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_testing.servers import ServiceProcess, nginx_in_front, start_service
 
 RETRY_AFTER_S = 3
 ENV = {
@@ -28,6 +30,7 @@ ENV = {
     "CORRGRPO_RETRY_AFTER_S": str(RETRY_AFTER_S),
     "CORRGRPO_SHUTDOWN_GRACE_S": "1",
 }
+NGINX_DIR = Path(__file__).resolve().parents[2] / "deploy" / "nginx"
 UNSENT_BODY = 50_000_000  # declared, never sent; under the 64 MiB body limit, so only the budget can refuse it
 
 
@@ -140,3 +143,17 @@ def test_places_of_requests_refused_before_admission_are_given_back() -> None:
         auth = {"Authorization": f"Bearer {'t' * 32}"}
         response = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, headers=auth, timeout=30)
         assert response.status_code == 200, response.text
+
+
+def test_through_nginx_refusals_keep_their_retry_after(full: ServiceProcess) -> None:
+    """deploy/nginx/nginx.conf passes a replica's 429 on with its Retry-After, and answers 503 + Retry-After with the
+    kit's error body itself when no replica answers (compose's nginx, Kubernetes' clients back off the same way)."""
+    with nginx_in_front(full.url, NGINX_DIR) as port:
+        refused = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"items": []}, timeout=10)
+        assert (refused.status_code, refused.headers["retry-after"]) == (429, str(RETRY_AFTER_S))
+        assert refused.json()["error"] == "overloaded"
+    with start_service("toolcall") as service, nginx_in_front(service.url, NGINX_DIR) as port:
+        service.stop()
+        unavailable = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"items": []}, timeout=30)
+        assert (unavailable.status_code, unavailable.headers["retry-after"]) == (503, "1")
+        assert unavailable.json()["error"] == "unavailable"
