@@ -21,7 +21,8 @@ from corrgrpo_sandbox import Limits, Sandbox
 
 NETWORK_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix", "snmp", "snmp6", "netstat", "dev", "sockstat")
 
-# What a later run can read of its network namespace. sockstat's `alloc` and `mem` count the whole host's sockets;
+# What a later run can read of its network namespace. sockstat's `alloc`, `mem` and `orphan` count the whole host's
+# sockets (the kernel keeps them global, not per namespace);
 # its `used` drops to 0 only an RCU grace period after bwrap's netlink socket (it brings up lo) is closed.
 READER = f"""
 import json, re
@@ -29,7 +30,7 @@ seen = {{}}
 for name in {NETWORK_TABLES!r}:
     try:
         with open("/proc/net/" + name) as table:
-            seen[name] = re.sub(r" (alloc|mem|used) \\d+", "", table.read())
+            seen[name] = re.sub(r" (alloc|mem|orphan|used) \\d+", "", table.read())
     except OSError as error:
         seen[name] = type(error).__name__
 print(json.dumps(seen))
