@@ -40,7 +40,7 @@ class PreparedProblem:
         return problem_kind(self.problem)
 
     @property
-    def run_key(self) -> str:
+    def judged_key(self) -> str:
         """The key and the time limit the problem is judged under (a stdin problem's depends on the config's)."""
         return f"{self.key}:{self.time_limit_s}"
 

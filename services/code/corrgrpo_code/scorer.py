@@ -112,7 +112,7 @@ class CodeScorer:
         outcome = functools.partial(conclude, prepared, extracted, tree, isolation=isolation, timed=config.efficiency)
         if runs is None:
             return outcome(execute(), "run")
-        key = run_key(code, prepared.run_key, config.limits, isolation)
+        key = run_key(code, prepared.judged_key, config.limits, isolation)
         future, owned = runs.claim(key)
         if owned:
             runs.run(future, key, execute)
