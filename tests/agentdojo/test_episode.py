@@ -17,7 +17,7 @@ from corrgrpo_agentdojo.episode_service import EpisodeError, EpisodeService
 from corrgrpo_agentdojo.settings import AgentDojoSettings
 from corrgrpo_agentdojo.start_environments import load_injected_environment
 from corrgrpo_common import MemoryStore, Scored
-from corrgrpo_common import store as store_module
+from corrgrpo_common.store import memory as memory_store
 from corrgrpo_proto.agentdojo import EpisodeSpec, StepRequest, ToolCall, TrajectoryItem
 
 SUITES = ["workspace", "travel", "banking", "slack"]
@@ -155,7 +155,7 @@ async def test_expired_episode_is_unknown(service: EpisodeService, monkeypatch: 
     short.catalog, short.starts = service.catalog, service.starts
     episode = await short.create(EpisodeSpec(suite="banking", user_task="user_task_0"))
     later = time.monotonic() + 2  # the store's clock, two seconds on: past the episode's TTL
-    monkeypatch.setattr(store_module, "time", SimpleNamespace(monotonic=lambda: later))
+    monkeypatch.setattr(memory_store, "time", SimpleNamespace(monotonic=lambda: later))
     with pytest.raises(EpisodeError) as refused:
         await short.step(episode.episode_id, StepRequest(tool_calls=[ToolCall(function="get_balance")]))
     assert refused.value.status == 404 and "unknown or expired" in refused.value.message

@@ -412,7 +412,8 @@ def compose_redis_argv(variables: dict[str, str]) -> list[str]:
 async def test_compose_redis_command_runs_and_admits_only_the_password(tmp_path: Path) -> None:
     """The compose file's own Redis command on a real redis-server: the services' store gets in with
     CORRGRPO_REDIS_PASSWORD, a client without it is refused, the healthcheck's redis-cli answers with REDISCLI_AUTH."""
-    from corrgrpo_common.store import RedisStore, StoreUnavailable
+    from corrgrpo_common.store.errors import StoreUnavailable
+    from corrgrpo_common.store.redis_store import RedisStore
 
     if shutil.which("redis-server") is None:
         if os.environ.get("CI") == "true":

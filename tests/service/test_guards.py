@@ -12,7 +12,7 @@ import pytest
 from corrgrpo_common import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
 from corrgrpo_common.guards.json_checks import Checked, JsonLimits, Problem, check_json
 from corrgrpo_common.guards.parsed_json import PARSED_JSON, ParsedJsonRequest
-from corrgrpo_common.store import RedisStore, redacted
+from corrgrpo_common.store.redis_store import RedisStore, redacted
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from corrgrpo_common import MemoryStore, RedisStore, ServiceSettings, Store, StoreUnavailable, make_store
-from corrgrpo_common.store import StoreMisconfigured, StoreTampered
+from corrgrpo_common.store.errors import StoreMisconfigured, StoreTampered
 
 SECRET = "test-store-secret-0123456789"
 

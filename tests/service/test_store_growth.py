@@ -8,7 +8,9 @@ import pytest
 import redis
 
 from corrgrpo_common.registry import declared
-from corrgrpo_common.store import MemoryStore, RedisStore, StoreFull, StoreUnavailable
+from corrgrpo_common.store.errors import StoreFull, StoreUnavailable
+from corrgrpo_common.store.memory import MemoryStore
+from corrgrpo_common.store.redis_store import RedisStore
 
 
 async def test_expired_keys_are_freed_not_just_hidden() -> None:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from corrgrpo_common import StoreUnavailable, add_score_route, error_response
-from corrgrpo_common.store import StoreTampered
+from corrgrpo_common.store.errors import StoreTampered
 from corrgrpo_proto import ErrorBody
 from corrgrpo_proto.agentdojo import (
     AgentDojoScoreRequest,

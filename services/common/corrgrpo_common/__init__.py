@@ -4,7 +4,11 @@ from .app import create_app, error_response
 from .registry import ServiceDeclaration, declared
 from .scoring import Scored, add_score_route
 from .settings import ServiceSettings
-from .store import MemoryStore, RedisStore, Store, StoreUnavailable, make_store
+from .store.errors import StoreUnavailable
+from .store.factory import make_store
+from .store.interface import Store
+from .store.memory import MemoryStore
+from .store.redis_store import RedisStore
 
 __all__ = [
     "MemoryStore",

@@ -32,7 +32,8 @@ from .guards.framing import BodyLimit, UnambiguousFraming
 from .guards.json_checks import JsonLimits
 from .guards.parsed_json import JsonGuard, ParsedJsonRoute
 from .settings import ServiceSettings
-from .store import Store, make_store
+from .store.factory import make_store
+from .store.interface import Store
 
 log = logging.getLogger("corrgrpo.service")
 ReadinessCheck = Callable[[], Awaitable[str | None]]

@@ -26,7 +26,8 @@ from corrgrpo_proto.common import ErrorDetail
 from .errors import error_response
 from .guards.admission import CURRENT_RESERVATION, Reservation, overloaded
 from .openrlhf import add_openrlhf_route
-from .store import Store, StoreUnavailable
+from .store.errors import StoreUnavailable
+from .store.interface import Store
 from .text import valid_json, valid_text
 
 log = logging.getLogger("corrgrpo.scoring")

@@ -13,7 +13,7 @@ import os
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, MIN_SECRET_CHARS
+from .store.interface import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, MIN_SECRET_CHARS
 
 
 def env_name(settings: type[BaseSettings], field: str) -> str:
