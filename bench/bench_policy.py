@@ -12,6 +12,9 @@ with greedy decoding. Metrics are the services' own evaluators: code `python -m 
 (Executable, Pass@1, Efficiency; run as a subprocess because it pins itself to one core), toolcall
 `corrgrpo_toolcall.match_metrics` (format, name, parameter name / value, all-exact, %). Each run's results are
 written as soon as it ends, so `--report-only` can tabulate a partial run.
+
+One file of ~340 lines on purpose: a bench script is run by path (`bench/` is no package) and read top-down,
+from the rows to the table.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@
 4. Writes demo_out/demo.png and ends with what each column meant and which isolation the code service used.
 
 A part whose service does not start or score is reported and skipped; the rest still runs.
+
+One file of ~330 lines on purpose: the example a newcomer reads top-down, steps 1-4 in order.
 """
 
 from __future__ import annotations
