@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import docker
 import pytest
@@ -146,3 +147,25 @@ def test_a_neighbours_processes_do_not_count_against_a_run(sandbox: Sandbox) -> 
         assert not holding.done(), "the runs did not overlap: no evidence either way"
         assert holding.result().exit_code == 0
     assert forking.exit_code == 0 and forking.stdout == b"forked\n", forking
+
+
+def test_a_preloaded_file_alone_of_its_tree_is_mounted_read_only(engine: object, tmp_path: Path) -> None:
+    """One read-only `-v` per preloaded file: the worker imports it, a run cannot write it or see its folder."""
+    (tmp_path / "greeting.py").write_text("import os\nLOADED_IN = os.getpid()\n\ndef greet(name):\n    return f'hello {name}'\n")
+    (tmp_path / "greeting.py").chmod(0o666)  # writable by any uid: only the read-only mount can refuse the write
+    (tmp_path / "secret.txt").write_text("beside the module")
+    program = (
+        "import errno, json, os, sys\n"
+        "preloaded = 'greeting' in sys.modules\n"
+        "import greeting\n"
+        "try:\n"
+        "    open(greeting.__file__, 'a').write('X = 1\\n')\n"
+        "    written = 'written'\n"
+        "except OSError as error:\n"
+        "    written = errno.errorcode[error.errno]\n"
+        "print(json.dumps([preloaded, greeting.greet('run'), greeting.LOADED_IN != os.getpid(), greeting.__file__,\n"
+        f"                  sorted(os.listdir('/opt/corrgrpo_preload')), os.path.exists({str(tmp_path)!r}), written]))\n"
+    )
+    with Sandbox("pool", workers=1, isolation="docker", preload=[tmp_path / "greeting.py"]) as sandbox:
+        seen = observe(sandbox, program)
+    assert seen == [True, "hello run", True, "/opt/corrgrpo_preload/greeting.py", ["greeting.py"], False, "EROFS"]
