@@ -2,9 +2,10 @@
 
 Builds the images, starts the services-only stack (Compose v2), and checks through nginx: every service
 scores, `code` scaled to 3 replicas spreads requests, a replica killed mid-batch loses and duplicates no
-item (the client retries), a Redis restart gives an AgentDojo episode a 503/404 or its true reward, and
+item (the client retries), a Redis restart gives an AgentDojo episode a 503/404 or its true reward,
 candidates inside the code container run under bwrap (no network, read-only file system, clean
-environment). The engine is reached with the Docker SDK for Python; `down -v` at the end.
+environment), and each service image holds only its own parts (no dev tools). The engine is reached with
+the Docker SDK for Python; `down -v` at the end.
 
 Not collected by `make test` (no `test_` prefix): it needs a Docker engine and builds images.
 """
@@ -30,6 +31,7 @@ from docker.models.containers import Container
 
 from corrgrpo_common.registry import declared, default_ports
 from corrgrpo_proto import RewardClient
+from corrgrpo_testing.manifests import compose as compose_file
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE = Path(__file__).with_name("compose.test.yml")
@@ -130,6 +132,26 @@ def test_every_service_is_healthy_and_scores_through_nginx(stack: Stack) -> None
         suites = http.get(f"{stack.url('agentdojo')}/v1/tasks").json()["suites"]
         assert {"workspace", "travel", "banking", "slack"} <= set(suites)
     SUMMARY["services_scored"] = sorted(PORTS)
+
+
+# What a service image holds of ours, by distribution name (importlib.metadata inside its container).
+INSTALLED = (
+    "import importlib.metadata as m, json; names = (d.metadata['Name'].lower().replace('_', '-') for d in m.distributions()); "
+    "print(json.dumps(sorted(name for name in names if name.startswith('corrgrpo-'))))"
+)
+
+
+def test_each_service_image_holds_its_parts_and_no_dev_tools(stack: Stack) -> None:
+    """proto, services/common, the service and its LOCAL_PARTS build args; devtools, testing, trainer never."""
+    for name, service in compose_file()["services"].items():
+        if name not in PORTS:
+            continue
+        local = service["build"]["args"].get("LOCAL_PARTS", "").split()
+        expected = sorted({"corrgrpo-proto", "corrgrpo-common", f"corrgrpo-{name}", *(f"corrgrpo-{p}" for p in local)})
+        run = stack.containers(name)[0].exec_run(["python", "-c", INSTALLED])
+        assert run.exit_code == 0, run.output
+        assert json.loads(run.output) == expected, name
+    SUMMARY["image_parts"] = "only each service's own parts"
 
 
 # What a candidate sees, as JSON (the service compares it with the expected value in its own process).
