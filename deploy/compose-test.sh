@@ -28,6 +28,6 @@ bash deploy/standin/build-base-images.sh
 .venv/bin/python -m pytest tests/deploy/compose_stack.py -p no:cacheprovider -s -q
 # The `docker` sandbox isolation, while an engine is up (no engine is a failure here).
 CORRGRPO_TEST_DOCKER=1 CORRGRPO_SANDBOX_DOCKER_IMAGE=$CORRGRPO_PYTHON_IMAGE \
-  .venv/bin/python -m pytest tests/sandbox/test_docker_backend.py tests/sandbox/test_sandbox_state.py -k "not bwrap" \
-  -p no:cacheprovider -q
+  .venv/bin/python -m pytest tests/sandbox/test_docker_backend.py tests/sandbox/test_sandbox_state.py \
+  tests/security/test_cross_run_channels.py -k "not bwrap" -p no:cacheprovider -q
 echo "compose-test: $((SECONDS - started)) s in all"
