@@ -126,10 +126,11 @@ class _Client:
         self._http = self._http_class(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)  # type: ignore[arg-type]
 
     def retry_delay(self, attempt: int, response: httpx.Response | None) -> float:
-        """Seconds to wait before retry `attempt` (0-based): Retry-After if given, else jittered backoff."""
+        """Seconds to wait before retry `attempt` (0-based): jittered backoff, or with a Retry-After of `a` seconds a
+        time in [a, 2a]: clients refused at the same instant (every rank of a job) must not all return at once."""
         if response is not None and (after := response.headers.get("Retry-After")):
             try:
-                return min(float(after), self.max_backoff)
+                return min(float(after) * random.uniform(1, 2), self.max_backoff)
             except ValueError:
                 pass
         return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))

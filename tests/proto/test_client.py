@@ -129,10 +129,13 @@ def test_client_error_is_not_retried() -> None:
     assert len(script.bodies) == 1
 
 
-def test_retry_after_is_honoured() -> None:
+def test_retry_after_is_honoured_and_spread() -> None:
     client = RewardClient("http://svc", backoff=5, max_backoff=30)
     response = httpx.Response(429, headers={"Retry-After": "0.25"})
-    assert client.retry_delay(0, response) == 0.25
+    delays = [client.retry_delay(0, response) for _ in range(200)]
+    assert all(0.25 <= delay <= 0.5 for delay in delays)  # never before the service asked, at most one window later
+    assert max(delays) - min(delays) > 0.1  # clients refused together come back spread over the window
+    assert client.retry_delay(0, httpx.Response(503, headers={"Retry-After": "3600"})) == 30  # capped
     assert 0 <= client.retry_delay(3, None) <= 30
 
 
