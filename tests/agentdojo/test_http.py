@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corrgrpo_agentdojo.episode_service import EpisodeService
+from corrgrpo_agentdojo.catalog import Catalog
 from corrgrpo_proto.agentdojo import TrajectoryItem
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
@@ -41,16 +41,16 @@ def replicas() -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
         yield a, b
 
 
-def ground_truth_items(service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]) -> list[dict[str, Any]]:
+def ground_truth_items(catalog: Catalog, ground_truth: Callable[..., TrajectoryItem]) -> list[dict[str, Any]]:
     """The user tasks' ground truths for PAIRS, each computed on its own injected start environment."""
-    return [ground_truth(service.catalog.resolve(*pair, None)).model_dump() for pair in PAIRS]
+    return [ground_truth(catalog.resolve(*pair, None)).model_dump() for pair in PAIRS]
 
 
 def test_score_replays_ground_truths_under_important_instructions(
-    server: ServiceProcess, service: EpisodeService, ground_truth: Callable[..., TrajectoryItem]
+    server: ServiceProcess, catalog: Catalog, ground_truth: Callable[..., TrajectoryItem]
 ) -> None:
     """The HTTP path of the 949-pair check in test_episode.py (same `replay`), on the PAIRS sample."""
-    items = ground_truth_items(service, ground_truth)
+    items = ground_truth_items(catalog, ground_truth)
     response = httpx.post(f"{server.url}/v1/score", json={"items": items}, timeout=300)
     assert response.status_code == 200, response.text
     results = response.json()["results"]
@@ -102,7 +102,7 @@ def test_score_reports_bad_items_per_item(server: ServiceProcess) -> None:
 @pytest.mark.parametrize(("suite", "user_task", "injection_task"), PAIRS)
 def test_step_api_split_across_two_replicas_sharing_redis(
     replicas: tuple[ServiceProcess, ServiceProcess],
-    service: EpisodeService,
+    catalog: Catalog,
     ground_truth: Callable[..., TrajectoryItem],
     suite: str,
     user_task: str,
@@ -113,16 +113,14 @@ def test_step_api_split_across_two_replicas_sharing_redis(
     episode = httpx.post(f"{next(urls)}/v1/episodes", json=spec, timeout=60).json()
     episode_id = episode["episode_id"]
     seen = []
-    calls = [
-        call.model_dump() for call in ground_truth(service.catalog.resolve(suite, user_task, injection_task, None)).tool_calls
-    ]
+    calls = [call.model_dump() for call in ground_truth(catalog.resolve(suite, user_task, injection_task, None)).tool_calls]
     for index, call in enumerate(calls):
         step = httpx.post(f"{next(urls)}/v1/episodes/{episode_id}/step", json={"tool_calls": [call]}, timeout=60)
         assert step.status_code == 200, step.text
         assert step.json()["tool_calls_so_far"] == index + 1
         seen.extend(result["content"] for result in step.json()["results"])
     assert any("<INFORMATION>" in text for text in seen), "the injection should reach the agent"
-    answer = service.catalog.suites[suite].user_tasks[user_task].GROUND_TRUTH_OUTPUT
+    answer = catalog.suites[suite].user_tasks[user_task].GROUND_TRUTH_OUTPUT
     finished = httpx.post(f"{next(urls)}/v1/episodes/{episode_id}/finish", json={"final_answer": answer}, timeout=60)
     assert finished.status_code == 200, finished.text
     assert finished.json()["components"] == {"utility": 1.0, "security": 1.0}

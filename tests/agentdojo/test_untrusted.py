@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corrgrpo_agentdojo.episode_service import number_list
+from corrgrpo_agentdojo.task_listing import number_list
 from corrgrpo_agentdojo.tool_calls import read_completion, strip_special_tokens
 from corrgrpo_testing.bodies import valid_utf8_json
 from corrgrpo_testing.servers import ServiceProcess, start_service

@@ -1,4 +1,5 @@
-"""HTTP layer of the AgentDojo episode service: routes only; episodes live in `episode_service` and `episode_state`."""
+"""HTTP layer of the AgentDojo episode service: routes only; the work is in `task_listing`, `live_episodes` and
+`trajectory_replay`, over one catalog and one start-environment cache."""
 
 from __future__ import annotations
 
@@ -23,9 +24,14 @@ from corrgrpo_proto.agentdojo import (
 )
 from corrgrpo_proto.common import ErrorDetail
 
+from .catalog import Catalog
 from .declaration import SERVICE
-from .episode_service import EpisodeError, EpisodeService
+from .live_episodes import LiveEpisodes
+from .request_checks import EpisodeError
 from .settings import AgentDojoSettings
+from .start_environments import StartCache
+from .task_listing import TaskListing
+from .trajectory_replay import TrajectoryReplay
 
 ERRORS = {status: {"model": ErrorBody} for status in (404, 409, 422, 429, 500, 503)}
 T = TypeVar("T")
@@ -47,20 +53,25 @@ async def answer(work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
         return error_response(503, "store_unavailable", f"episode state is unreachable: {error}")
 
 
-def episodes_of(request: Request) -> EpisodeService:
+def listing_of(request: Request) -> TaskListing:
+    return request.app.state.listing
+
+
+def episodes_of(request: Request) -> LiveEpisodes:
     return request.app.state.episodes
 
 
-Episodes = Annotated[EpisodeService, Depends(episodes_of)]
+Listing = Annotated[TaskListing, Depends(listing_of)]
+Episodes = Annotated[LiveEpisodes, Depends(episodes_of)]
 router = APIRouter()
 
 
 @router.get("/v1/tasks", response_model=TasksResponse, responses=ERRORS)
 async def tasks(
-    episodes: Episodes,
+    listing: Listing,
     suite: Annotated[list[str] | None, Query(description="Suites to list (repeatable); all by default")] = None,
 ) -> TasksResponse | JSONResponse:
-    return await answer(lambda: episodes.tasks(suite))
+    return await answer(lambda: listing.tasks(suite))
 
 
 def client_of(request: Request) -> str:
@@ -87,7 +98,10 @@ async def finish(episode_id: str, request: FinishRequest, episodes: Episodes) ->
 
 def build(settings: AgentDojoSettings) -> FastAPI:
     app = SERVICE.create_app(settings)
-    app.state.episodes = EpisodeService(settings, app.state.store)
+    catalog = Catalog(settings.agentdojo_version, settings.agentdojo_attack, settings.agentdojo_model_name)
+    starts = StartCache(settings.agentdojo_env_cache_size)
+    app.state.listing = TaskListing(settings, catalog, starts)
+    app.state.episodes = LiveEpisodes(settings, app.state.store, catalog, starts)
     app.include_router(router)
-    add_score_route(app, AgentDojoScoreRequest, app.state.episodes.score_items)
+    add_score_route(app, AgentDojoScoreRequest, TrajectoryReplay(settings, catalog, starts).score_items)
     return app
