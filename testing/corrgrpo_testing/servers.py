@@ -4,8 +4,8 @@ the compose stack's nginx configuration in front of one.
 
 `start_service` runs one for the length of a `with`; `launch` starts one without waiting, so a demo can
 start every service at once and wait for each only when it needs it (AgentDojo starts slowest).
-People start services with `python -m corrgrpo_common up` (corrgrpo_common/launcher.py), the same command
-line; this module imports nothing of ours because make interop also runs it in the verl venv, without the kit.
+People start services with `python -m corrgrpo_devtools up` (devtools/corrgrpo_devtools/launcher.py), the same
+command line; this module imports nothing of ours because make interop also runs it in the verl venv, without the kit.
 """
 
 from __future__ import annotations
