@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 import yaml
-from ray_serve.cluster import NODE_CPUS, RAY_ENV, Deployed, sized_config, wait_running
 
 from corrgrpo_devtools.ray_config import SERVE_CONFIG
 from corrgrpo_testing.environment import REDIS_URL
 from corrgrpo_testing.servers import free_port
+
+from .cluster import NODE_CPUS, RAY_ENV, Deployed, sized_config, wait_running
 
 if TYPE_CHECKING:
     from ray.cluster_utils import Cluster

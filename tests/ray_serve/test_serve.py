@@ -21,12 +21,13 @@ from typing import Any
 
 import httpx
 import pytest
-from ray_serve.cluster import Deployed
 
 from corrgrpo_common import declared
 from corrgrpo_common.ray_serve import NODE_HEADER, REPLICA_HEADER
 from corrgrpo_proto import ItemResult, RewardClient
 from corrgrpo_testing.servers import free_port, wait_healthy
+
+from .cluster import Deployed
 
 SCALE_TIMEOUT_S = 180  # each way: Serve's autoscaler decides in seconds, a code replica starts in tens of them
 LOAD_CLIENTS = 6  # concurrent requests while scaling up: three per replica, target 1

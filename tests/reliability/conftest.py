@@ -9,9 +9,11 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
-from reliability.helpers import BODY_LIMIT, ThrowawayRedis
 
+from corrgrpo_testing.redis_server import ThrowawayRedis
 from corrgrpo_testing.servers import ServiceProcess, free_port, start_service
+
+from .helpers import BODY_LIMIT
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,8 @@ import random
 
 import httpx
 import pytest
-from reliability.helpers import BODY_LIMIT, SCORING_SERVICES, Services, assert_healthy, valid_item
+
+from .helpers import BODY_LIMIT, SCORING_SERVICES, Services, assert_healthy, valid_item
 
 JSON = {"content-type": "application/json"}
 HOSTILE_BODIES = {

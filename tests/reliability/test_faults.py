@@ -14,10 +14,12 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from reliability.helpers import PROBLEM, ThrowawayRedis, valid_item
 
 from corrgrpo_proto.client import AsyncRewardClient
+from corrgrpo_testing.redis_server import ThrowawayRedis
 from corrgrpo_testing.servers import free_port, start_service
+
+from .helpers import PROBLEM, valid_item
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30) -> None:

@@ -12,7 +12,8 @@ import socket
 import time
 
 import pytest
-from reliability.helpers import Services
+
+from .helpers import Services
 
 BODY = json.dumps({"items": [{"ground_truth": "x", "completion": "y"}]}).encode()
 CHUNKED = f"{len(BODY):x}\r\n".encode() + BODY + b"\r\n0\r\n\r\n"

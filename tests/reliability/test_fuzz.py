@@ -7,9 +7,10 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from reliability.helpers import SCORING_SERVICES, Services, assert_healthy
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+
+from .helpers import SCORING_SERVICES, Services, assert_healthy
 
 EXAMPLES = 8
 """Per operation and mode; with derandomize the same cases run every time, so a failure reproduces."""

@@ -11,9 +11,10 @@ import signal
 import time
 
 import httpx
-from reliability.helpers import PROBLEM, inflight, post_and_leave, sleepers, wait_for
 
 from corrgrpo_testing.servers import start_service
+
+from .helpers import PROBLEM, inflight, post_and_leave, sleepers, wait_for
 
 CODE_ENV = {
     "CORRGRPO_CODE_WORKERS": "2",

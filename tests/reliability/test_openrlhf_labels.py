@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from reliability.helpers import PROBLEM, SCORING_SERVICES, Services, assert_healthy, valid_item
+
+from .helpers import PROBLEM, SCORING_SERVICES, Services, assert_healthy, valid_item
 
 LIMIT_DEPTH = 64  # CORRGRPO_MAX_JSON_DEPTH's default; an item sits at level 3 of a /v1/score body
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from reliability.helpers import inflight, post_and_leave, sleepers, wait_for
 
 from corrgrpo_common import declared
 from corrgrpo_testing.servers import ServiceProcess, nginx_in_front, start_service
+
+from .helpers import inflight, post_and_leave, sleepers, wait_for
 
 RETRY_AFTER_S = 3
 ENV = {

@@ -6,10 +6,11 @@ import uuid
 
 import httpx
 import pytest
-from reliability.helpers import valid_item
 
 from corrgrpo_proto.client import RewardClient, RewardServiceError
 from corrgrpo_testing.servers import start_service
+
+from .helpers import valid_item
 
 
 def test_token_guards_scoring_and_never_reaches_the_log(http: httpx.Client) -> None:

@@ -8,9 +8,11 @@ from contextlib import ExitStack
 
 import httpx
 import redis
-from reliability.helpers import PROBLEM, ThrowawayRedis, valid_item
 
+from corrgrpo_testing.redis_server import ThrowawayRedis
 from corrgrpo_testing.servers import start_service
+
+from .helpers import PROBLEM, valid_item
 
 EPISODE = {"suite": "banking", "user_task": "user_task_0", "injection_task": "injection_task_0"}
 STEP = {"tool_calls": [{"function": "get_most_recent_transactions", "args": {"n": 5}}]}

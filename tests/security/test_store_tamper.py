@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from reliability.helpers import ThrowawayRedis
 
 from corrgrpo_testing.environment import REDIS_URL
+from corrgrpo_testing.redis_server import ThrowawayRedis
 from corrgrpo_testing.servers import ServiceProcess, free_port, start_service
 
 EPISODE = {"suite": "banking", "user_task": "user_task_0", "injection_task": "injection_task_1"}

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interop.stacks.common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_intact
-from interop.stacks.scripted_policy import Reply, ScriptedPolicy, Turn
 
 from corrgrpo_adapters.nemo_gym import episode_rows
 from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess, free_port
+
+from .common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_intact
+from .scripted_policy import Reply, ScriptedPolicy, Turn
 
 HERE = Path(__file__).parent
 CODE_ANSWERS = {"A": CODE, "B": WRONG_CODE, "C": "no code at all"}

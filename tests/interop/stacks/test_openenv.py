@@ -20,10 +20,11 @@ from typing import Any
 
 import httpx
 import pytest
-from interop.stacks.common import CODE, GT, INJECTED, WRONG_CODE, check_intact
 
 from corrgrpo_adapters.openenv import AgentDojoAction, AgentDojoEnv, ScoreAction, ScoreEnv
 from corrgrpo_testing.servers import ServiceProcess, free_port
+
+from .common import CODE, GT, INJECTED, WRONG_CODE, check_intact
 
 READ_BILL = {"name": "read_file", "arguments": '{"file_path": "bill-december-2023.txt"}', "id": "call_1"}
 

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 import verifiers as vf
-from interop.stacks.common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_intact, score_requests
-from interop.stacks.scripted_policy import Reply, ScriptedPolicy, Turn
 from verifiers.types import ClientConfig
 
 from corrgrpo_adapters.service import describe
@@ -24,6 +22,9 @@ from corrgrpo_adapters.verifiers import ServiceRubric
 from corrgrpo_proto import ItemError, ItemResult, RewardClient, resolve_weights
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess
+
+from .common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_intact, score_requests
+from .scripted_policy import Reply, ScriptedPolicy, Turn
 
 
 @pytest.fixture
