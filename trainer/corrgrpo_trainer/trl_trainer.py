@@ -20,6 +20,7 @@ import asyncio
 import atexit
 import functools
 import inspect
+import math
 import threading
 import time
 import warnings
@@ -167,6 +168,14 @@ class CorrGRPOTrainer(GRPOTrainer):
         if self.phases is not None:
             self.phases.begin("updating")
         return out
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """A diagnostic undefined at every step since the last log (no group varied: a scale of nothing) is left out,
+        not logged as None: TensorBoard warned about each such key, a dozen lines burying "nothing is learned"."""
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        for name in [name for name, values in metrics.items() if values and all(map(math.isnan, values))]:
+            del metrics[name]
+        super().log(logs, start_time)
 
     def _keep_rollouts(self, rows: list[dict[str, Any]], rewards: torch.Tensor, advantages: torch.Tensor) -> None:
         """The generation's rollouts into the run directory; completions and extra columns as TRL logged them."""
