@@ -14,6 +14,7 @@ from .kernel import LIBC, KernelFile
 DOMAINNAME = "/proc/sys/kernel/domainname"
 LAST_PID = "/proc/sys/kernel/ns_last_pid"  # the pid namespace's counter: the last pid it gave out
 PID_ALLOWANCE = 1  # processes and threads a run may start besides its child and leave no trace (see PidCounter)
+PID_START = 64  # where a new worker puts the counter: above what a launcher spends before the worker begins
 INODE_STRIDE = 4  # inode numbers of each writable mount a run may take (cwd, files, the worker's check: InodeCounters)
 RLIMITS = tuple(getattr(resource, name) for name in sorted(dir(resource)) if name.startswith("RLIMIT_"))
 UNIX_SOCKETS = "net/unix"  # in /proc/<pid>: the network namespace's unix sockets, one line each after a header
@@ -93,7 +94,10 @@ class PidCounter:
         self.last = KernelFile.open(LAST_PID)
         # a thread that starts in pthread_exit(NULL) (the start routine's own signature) ends as it begins
         self.start, self.thread = ctypes.cast(LIBC.pthread_exit, ctypes.c_void_p), ctypes.c_ulong()
-        self.owed = 0
+        # docker's runtime init spends a varying number of pids (its threads) before it becomes the worker: from
+        # PID_START a new worker's first run gets the same pid, so a replaced worker's tells nothing either
+        self.owed = max(0, PID_START - int(self.last.read_small()))
+        self.settle()
 
     def check(self, child: int) -> bool:
         """After the run whose child was `child`: True when `settle` can put the counter where it is after any run."""
