@@ -59,7 +59,7 @@ def component_table(log_history: list[dict[str, Any]], names: Sequence[str]) -> 
 
 
 HEARTBEAT_S = 30.0  # off a terminal (a log file, CI), a long phase still says every 30 s that it is running
-SHOWN_S = 0.05  # a phase shorter than this is left out of the step's line (log-probs without a reference model)
+SHOWN_S = 0.05  # a phase shorter than this and without detail is left out of the step's line (log-probs, no ref model)
 
 
 class StepPhases:
@@ -122,7 +122,7 @@ class StepPhases:
         phases = ", ".join(
             f"{phase} {seconds:.1f} s" + (f" ({detail})" if detail else "")
             for phase, detail, seconds in self.done
-            if seconds >= SHOWN_S
+            if seconds >= SHOWN_S or detail  # scoring answered from the store in 0.0 s still names its services
         )
         return f"[train] step {self.step}/{self.max_steps} took {time.monotonic() - self.step_start:.1f} s: {phases}"
 
