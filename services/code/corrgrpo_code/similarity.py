@@ -89,7 +89,7 @@ def matched(a: list[str], b: list[str], where: dict[str, list[int]], budget: int
     and the budget's verdict come without the search, whose first and only region would examine every position of
     each of `a`'s tokens in `b`, plus one per token of `a`."""
     if a == b:
-        if sum(len(where[token]) for token in a) + len(a) > budget:
+        if first_region_pairs(a, where) > budget:
             raise OverBudget(f"over {budget} pairs")
         return len(a)
     if reachable_pairs(a, b, where) <= budget:
@@ -101,7 +101,13 @@ def reachable_pairs(a: list[str], b: list[str], where: dict[str, list[int]]) -> 
     """An upper bound of the pairs `search` examines: the regions of one depth of its recursion are disjoint in `a`
     and in `b`, so together they examine at most what the first region does (each of `a`'s positions once, and its
     token's positions in `b`); each depth's regions are shorter by at least one, so there are at most min(|a|, |b|)."""
-    return (sum(len(where.get(token, ())) for token in a) + len(a)) * min(len(a), len(b))
+    return first_region_pairs(a, where) * min(len(a), len(b))
+
+
+def first_region_pairs(a: list[str], where: dict[str, list[int]]) -> int:
+    """The pairs the search's first region (all of `a` against all of `b`) examines: each of `a`'s positions, and
+    each position of its token in `b`."""
+    return sum(len(where.get(token, ())) for token in a) + len(a)
 
 
 def search(a: list[str], b: list[str], where: dict[str, list[int]], budget: int) -> int:
