@@ -43,13 +43,17 @@ FAKE_OPENAPI = {
 
 
 class FakeService:
-    """An httpx transport that scores `completion` as float(completion) and fails items whose completion is "bad"."""
+    """An httpx transport that scores `completion` as float(completion) and fails items whose completion is "bad"; each
+    answer takes a moment (as over a network), so concurrent columns really overlap."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.openapi_reads = 0
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.01)
         if request.url.path == "/openapi.json":
+            self.openapi_reads += 1
             return httpx.Response(200, json=FAKE_OPENAPI)
         body = json.loads(request.content)
         self.requests.append(body)
@@ -79,7 +83,7 @@ async def test_columns_share_one_request_and_failed_items_are_none() -> None:
     completions = ["1", "bad", [{"role": "assistant", "content": "2.5"}]]
     a, b = await call_columns(columns, completions, ground_truth=["g0", "g1", "g2"], trainer_state=object())
     assert a == [1.0, None, 2.5] and b == [-1.0, None, -2.5]
-    assert len(service.requests) == 1
+    assert len(service.requests) == 1 and service.openapi_reads == 1  # the item shape too: read once, not per column
     assert service.requests[0]["items"][0] == {"ground_truth": "g0", "completion": "1"}  # item fields only
     assert [item["ground_truth"] for item in service.requests[0]["items"]] == ["g0", "g1", "g2"]
 

@@ -79,13 +79,21 @@ class ServiceRewards:
         self.service, self.url, self.components, self.prefix = service, url, list(components), prefix
         self.client_options = client_options or {}
         self.weights = dict(weights) if weights is not None else None
-        self._shape: ItemShape | None = None
+        self._shape: asyncio.Task[ItemShape] | ItemShape | None = None  # fetched once, shared like the results
         self._cache: tuple[str, asyncio.Task[list[ItemResult]] | list[ItemResult]] | None = None
 
     async def items(self, completions: Sequence[Any], rows: Sequence[Row]) -> list[dict[str, Any]]:
-        if self._shape is None:
-            self._shape = await self._call(lambda client: client.item_shape())
         shape = self._shape
+        if not isinstance(shape, ItemShape):  # the columns of a step start together: the first one fetches for all
+            task = shape or asyncio.ensure_future(self._call(lambda client: client.item_shape()))
+            self._shape = task
+            try:
+                shape = await asyncio.shield(task)
+            except BaseException:
+                if self._shape is task:
+                    self._shape = None  # let the next step try again
+                raise
+            self._shape = shape
         return [shape.item(completion_text(c), row) for c, row in zip(completions, rows, strict=True)]
 
     async def _call(self, request: Callable[[AsyncRewardClient], Awaitable[T]]) -> T:
