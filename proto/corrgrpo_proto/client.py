@@ -68,6 +68,14 @@ class _Chunk:
     items: int
 
 
+def _body(items: list[bytes], tail: bytes) -> bytes:
+    """A request's body from its encoded items, copied once: megabytes of inline test cases are copied once, not three
+    times (a join, then two concatenations)."""
+    separated = [b","] * (2 * len(items) - 1)
+    separated[::2] = items
+    return b"".join([b'{"items":[', *separated, tail])
+
+
 def encode_item(item: BaseModel | dict[str, Any]) -> bytes:
     """An item's JSON as the clients send it: encode a batch once when you also need its bytes (e.g. to key a cache),
     then give the bytes to `score`."""
@@ -160,7 +168,7 @@ class _Client:
                 size = 0
             groups[-1].append(encoded)
             size += len(encoded) + 1
-        return [_Chunk(b'{"items":[' + b",".join(group) + tail, len(group)) for group in groups]  # no items, no request
+        return [_Chunk(_body(group, tail), len(group)) for group in groups]  # no items, no request
 
     def _results(self, chunk: _Chunk, answer: Any) -> list[ItemResult]:
         results = ScoreResponse.model_validate(answer).results

@@ -11,7 +11,7 @@ import pytest
 
 from corrgrpo_common import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
 from corrgrpo_common.guards.json_checks import Checked, JsonLimits, Problem, check_json
-from corrgrpo_common.guards.parsed_json import PARSED_JSON, ParsedJsonRequest
+from corrgrpo_common.guards.parsed_json import PARSED_BODY, PARSED_JSON, ParsedJsonRequest
 from corrgrpo_common.store.redis_store import RedisStore, redacted
 from corrgrpo_proto import ComponentSpec, ItemError, ScoreRequest
 from corrgrpo_proto.common import WireModel
@@ -99,12 +99,15 @@ def test_check_json_accepts_what_is_fine() -> None:
     assert not isinstance(check_json(b'{"a": [[]]}', JsonLimits(max_depth=3)), Problem)
 
 
-async def test_fastapi_gets_the_guards_document_without_parsing_the_body_again() -> None:
+async def test_fastapi_gets_the_guards_document_and_body_without_reading_or_copying_them_again() -> None:
     async def no_body() -> dict[str, object]:
         raise AssertionError("the body was read again")
 
-    scope = {"type": "http", "method": "POST", "headers": [], PARSED_JSON: {"items": [1]}}
-    assert await ParsedJsonRequest(scope, no_body).json() == {"items": [1]}
+    body = b'{"items": [1]}'
+    scope = {"type": "http", "method": "POST", "headers": [], PARSED_JSON: {"items": [1]}, PARSED_BODY: body}
+    request = ParsedJsonRequest(scope, no_body)
+    assert await request.json() == {"items": [1]}
+    assert await request.body() is body  # starlette's `body` joins a copy: megabytes for inline test cases
 
 
 async def test_extra_deep_but_allowed_nesting_scores() -> None:
