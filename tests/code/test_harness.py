@@ -11,7 +11,7 @@ import pytest
 
 from corrgrpo_code.harness import CHILD_FILE, HarnessResult, IOTest, run_assert, run_io
 from corrgrpo_code.harness_child import UNCHANGED, NotData, ProtocolError, changes, held, pack, unpack
-from corrgrpo_code.harness_data import Expect, canonical, encode
+from corrgrpo_code.harness_data import Expect, Near, canonical, encode
 from corrgrpo_code.parsing import parse_solution
 from corrgrpo_sandbox import Limits, Sandbox
 
@@ -193,6 +193,17 @@ def test_judged_checks_run_outside_the_candidate(sandbox: Sandbox) -> None:
     raising = run_io(sandbox, "", "def f(x):\n    return 'nine'", "f", JUDGED, LIMITS)
     assert raising.stage == "test_error" and "TypeError" in str(raising.error)
     assert run_io(sandbox, "", READ_THE_TESTS, "f", JUDGED, LIMITS).stage == "assertion"  # the judge's text never enters
+
+
+def test_a_data_check_leaves_what_it_cannot_decide_to_the_judge(sandbox: Sandbox) -> None:
+    """`Near` decides a number without a judge run; a string output goes to the judge, whose TypeError it is."""
+    near = [IOTest("candidate(3)", "abs(_out - 9) < 1e-9", Near("close", 9, 1e-9))]
+    right = run_io(sandbox, "", RIGHT, "f", near, LIMITS)
+    assert (right.stage, right.passed, right.judge) == ("passed", 1, None)
+    wrong = run_io(sandbox, "", "def f(x):\n    return 9.5", "f", near, LIMITS)
+    assert (wrong.stage, wrong.judge) == ("assertion", None)
+    text = run_io(sandbox, "", "def f(x):\n    return 'nine'", "f", near, LIMITS)
+    assert text.stage == "test_error" and "TypeError" in str(text.error) and text.judge is not None
 
 
 FORGED_COLLIDING_SET = """

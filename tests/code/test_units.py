@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import random
 import time
 
@@ -78,10 +79,11 @@ def test_split_check_extracts_calls_and_keeps_expected_values_in_the_parent() ->
     assert tests is not None
     assert [t.call for t in tests] == ["candidate(n = 7, q = [[0, 5]])", "candidate(2.5)", "candidate('')", "candidate(1)"]
     assert "[2, 2]" not in tests[0].call
-    equals, judged, falsy, infinite = (test.expect for test in tests)
+    equals, near, falsy, infinite = (test.expect for test in tests)
     assert equals and equals.holds(encode([2, 2])) and equals.holds(encode([2.0, 2]))
     assert not equals.holds(encode((2, 2))) and not equals.holds(encode([2, 3]))
-    assert judged is None and tests[1].check.strip("(\n)") == "abs(_out - 0.5) < 1e-6"  # for the sandboxed judge
+    assert near and near.holds(0.5000001) and not near.holds(0.6) and near.holds("0.5") is None  # a str: the judge's
+    assert tests[1].check.strip("(\n)") == "abs(_out - 0.5) < 1e-6"  # the judge's text, for what the parent leaves
     assert falsy and falsy.holds(encode([])) and not falsy.holds(encode("x"))
     assert infinite and infinite.holds(encode(float("-inf"))) and not infinite.holds(encode(float("inf")))
 
@@ -101,9 +103,56 @@ def test_other_test_shapes_go_to_assert_mode(test_source: str) -> None:
     assert split_check(test_source) is None
 
 
+DATA_CHECKS = [  # each decided by the parent on a number or a list/tuple (see `test_data_checks_agree_with_python`)
+    "abs(_out - 2.0/3.0) < 1e-6",
+    "abs(0.33 - _out) <= 1e-6",
+    "math.isclose(_out, 0.3)",
+    "math.isclose(_out, -3 * 0.1, rel_tol=1e-3, abs_tol=1e-12)",
+    "tuple(_out) == tuple([1, 2, 3])",
+    "list(_out) == [1, 2, 3]",
+    "tuple(_out) == ((1, 2), 3)",
+    "_out == (3 + 5 + 7, 3 * 5 * 7)",
+]
+OUTPUTS = [0.6666667, 2 / 3, 0.33, 0.3300011, 0.1 + 0.2, -0.3, 1, True, float("nan"), float("inf"), 10**400, "0.3", None]
+OUTPUTS += [[1, 2, 3], (1, 2, 3), [1, 2], [1.0, True, 3], ((1, 2), 3), [[1, 2], 3], {1, 2, 3}, "123", {1: 2}, (15, 105)]
+
+
+@pytest.mark.parametrize("check", DATA_CHECKS)
+def test_data_checks_agree_with_python(check: str) -> None:
+    """The parent's verdict on data is Python's own (the judge's), or left to the judge (None): never another."""
+    (test,) = split_check(f"def check(candidate):\n    assert {check.replace('_out', 'candidate(1)')}\n") or []
+    assert test.expect is not None, f"{check} should be decided on data"
+    decided = 0
+    for output in OUTPUTS:
+        verdict = test.expect.holds(encode(output))
+        if verdict is not None:
+            decided += 1
+            assert verdict is bool(eval(check, {"math": math, "_out": output})), (check, output)  # the test text, in the test
+    assert decided >= 3
+
+
+def test_checks_not_decidable_on_data_stay_with_the_judge() -> None:
+    checks = ["abs(_out - len([1])) < 1e-6", "abs(_out) < 1e-6", "math.isclose(_out, 1, tol=2)", "tuple(_out) == [1]"]
+    checks += ["_out == 2 ** 3", "abs(_out - 1) > 1e-6", "sorted(_out) == [1]"]  # no `**` folded
+    for check in checks:
+        (test,) = split_check(f"def check(candidate):\n    assert {check.replace('_out', 'candidate(1)')}\n") or [None]
+        assert test is not None and test.expect is None, check
+
+
+def test_a_stray_builtin_name_is_not_a_test() -> None:
+    tests = split_check("def check(candidate):\n    print\n    assert candidate(1) == [1]\n")
+    assert tests is not None and [t.call for t in tests] == ["candidate(1)"]
+    assert split_check("def check(candidate):\n    undefined_name\n    assert candidate(1) == [1]\n") is None
+
+
+def test_no_humaneval_io_problem_needs_a_judge() -> None:
+    tests = [split_check(p.test) for p in humaneval_problems()]
+    assert [t.check for split in tests if split for t in split if t.expect is None] == []
+
+
 def test_mode_share_of_humaneval() -> None:
     humaneval = list(humaneval_problems())
-    assert sum(split_check(p.test) is not None for p in humaneval) == 156  # of 164; 8 use loops/helpers → assert mode
+    assert sum(split_check(p.test) is not None for p in humaneval) == 157  # of 164; 7 use loops/locals/helpers → assert mode
 
 
 def test_unknown_dataset_source_is_an_error() -> None:

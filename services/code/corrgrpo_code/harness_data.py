@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -89,7 +90,8 @@ def _truth(tagged: Any) -> bool | None:
 
 @dataclass(frozen=True)
 class Expect:
-    """A check the parent decides on data alone: `_out == <literal>`, `_out is True/False/None`, `_out`, `not _out`."""
+    """A check the parent decides on data alone: `_out == <literal>`, `_out is True/False/None`, `_out`, `not _out`
+    (and the subclasses' forms)."""
 
     kind: Literal["equals", "is", "truthy", "falsy"]
     value: Any = None  # equals: the literal's `canonical` form; is: True, False or None
@@ -98,13 +100,53 @@ class Expect:
     def equals(cls, literal: Any) -> Expect:
         return cls("equals", canonical(encode(literal)))
 
-    def holds(self, tagged: Any) -> bool:
+    def holds(self, tagged: Any) -> bool | None:
+        """Whether the check holds of the output; None: not decidable on data here (the judge decides)."""
         if self.kind == "equals":
             return canonical(tagged) == self.value
         if self.kind == "is":
             return type(tagged) is type(self.value) and tagged == self.value
         truth = _truth(tagged)
         return truth is (self.kind == "truthy")
+
+
+_NUMBERS = (int, float, bool)  # the JSON numbers the child writes (a long int crosses tagged: left to the judge)
+
+
+@dataclass(frozen=True)
+class Near(Expect):
+    """`abs(_out - value) < tolerance` (`<=` unless `strict`), or with `relative` set `math.isclose(_out, value,
+    rel_tol=relative, abs_tol=tolerance)`: the same arithmetic on the same numbers as the judge's. Decided when the
+    output is a number; anything else (and an overflow) is left to the judge, whose error it is."""
+
+    tolerance: float = 0.0
+    relative: float | None = None
+    strict: bool = True
+
+    def holds(self, tagged: Any) -> bool | None:
+        if type(tagged) not in _NUMBERS:
+            return None
+        try:
+            if self.relative is not None:
+                return math.isclose(tagged, self.value, rel_tol=self.relative, abs_tol=self.tolerance)
+            gap = abs(tagged - self.value)
+        except (OverflowError, ValueError):
+            return None
+        return gap < self.tolerance if self.strict else gap <= self.tolerance
+
+
+@dataclass(frozen=True)
+class Items(Expect):
+    """`tuple(_out) == tuple(<literal>)` or `list(_out) == list(<literal>)`: `value` holds the literal's items in
+    `canonical` form. Decided when the output is a list or a tuple (item by item, as `==` compares); another iterable
+    (a str, a set, a dict) is left to the judge."""
+
+    def holds(self, tagged: Any) -> bool | None:
+        if type(tagged) is dict and tagged.get("__t") == "tuple":
+            tagged = tagged.get("v")
+        if type(tagged) is not list:
+            return None
+        return len(tagged) == len(self.value) and tuple(map(canonical, tagged)) == self.value
 
 
 def channel_messages(channel: bytes) -> list[dict[str, Any]]:

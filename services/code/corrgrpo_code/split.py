@@ -1,7 +1,7 @@
 """Split `check(candidate)` into I/O tests, so expected values never enter the candidate's process.
 
 A check qualifies when its body is only `assert <expr>[, msg]` statements (plus docstrings, `pass`,
-`assert True` and imports of modules the judge provides), each `<expr>` containing exactly one
+`assert True`, a builtin's bare name and imports of modules the judge provides), each `<expr>` containing exactly one
 call of the candidate, and the rest of `<expr>` using only names the judge provides (`SAFE_NAMES`).
 The call is sent to the child; the rest of the assertion becomes the check with the call replaced
 by the output, e.g. `assert abs(candidate(2.5) - 0.5) < 1e-6` → child: `candidate(2.5)`, check:
@@ -19,12 +19,14 @@ doubt (the name inside a string, say) sends the problem to assert mode, never to
 from __future__ import annotations
 
 import ast
+import builtins
 import math
+import operator
 import re
 from typing import Any
 
 from corrgrpo_code.harness import IOTest
-from corrgrpo_code.harness_data import Expect
+from corrgrpo_code.harness_data import Expect, Items, Near, canonical, encode
 from corrgrpo_code.parsing import parse_python
 
 _OUTPUT = "_out"
@@ -84,17 +86,98 @@ def _is_output(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == _OUTPUT
 
 
+class _Constants(ast.NodeTransformer):
+    """`inf`/`nan` as constants, and `+ - * /` of two numbers folded (`2.0/3.0`, `3 * 5 * 7`): the operation the judge's
+    compiler would fold, on numbers read from the AST; operands of any other kind, or ints over `_FOLDED_INT`, stay."""
+
+    def visit_Name(self, name: ast.Name) -> ast.AST:
+        return ast.Constant(_CONSTANTS[name.id]) if name.id in _CONSTANTS else name
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        operation, left, right = _ARITHMETIC.get(type(node.op)), _number(node.left), _number(node.right)
+        if operation is None or left is None or right is None:
+            return node
+        try:
+            value = operation(left, right)
+        except ZeroDivisionError:
+            return node
+        return ast.Constant(value) if _number(ast.Constant(value)) is not None else node
+
+
+def _number(node: ast.expr) -> int | float | None:
+    """An int (at most `_FOLDED_INT` in size) or float constant, signed or not; None for anything else (bool too)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _number(node.operand)
+        return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
+    if not isinstance(node, ast.Constant) or type(node.value) not in (int, float):
+        return None
+    return node.value if type(node.value) is float or abs(node.value) <= _FOLDED_INT else None
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_FOLDED_INT = 1 << 64
+
+
 def _literal(node: ast.expr) -> Any:
-    """The value of a literal (`inf`/`nan` allowed) read as data, or `_NOT_DATA`; never evaluates an expression."""
-
-    class Constants(ast.NodeTransformer):
-        def visit_Name(self, name: ast.Name) -> ast.AST:
-            return ast.Constant(_CONSTANTS[name.id]) if name.id in _CONSTANTS else name
-
+    """The value of a literal (`inf`/`nan` and `_Constants`' arithmetic allowed) read as data, or `_NOT_DATA`; never
+    evaluates an expression."""
     try:
-        return ast.literal_eval(Constants().visit(node))
+        return ast.literal_eval(_Constants().visit(node))
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return _NOT_DATA
+
+
+def _call_of(node: ast.expr, names: tuple[str, ...]) -> ast.expr | None:
+    """The only argument of `name(argument)` for a name in `names` (no keywords), else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+        return node.args[0] if len(node.args) == 1 and not node.keywords else None
+    return None
+
+
+def _near(check: ast.expr) -> Expect | None:
+    """`abs(_out - x) < t` (or `abs(x - _out)`, `<=`), `math.isclose(_out, x[, rel_tol=r][, abs_tol=t])`, numbers."""
+    if isinstance(check, ast.Call) and ast.unparse(check.func) == "math.isclose" and len(check.args) == 2:
+        tolerances = {"rel_tol": 1e-09, "abs_tol": 0.0}
+        for keyword in check.keywords:
+            if keyword.arg not in tolerances or (number := _literal(keyword.value)) is _NOT_DATA:
+                return None
+            tolerances[keyword.arg] = number
+        value = _literal(check.args[1]) if _is_output(check.args[0]) else _NOT_DATA
+        numbers = (value, *tolerances.values())
+        if not all(type(x) in (int, float) for x in numbers):
+            return None
+        return Near("close", value, tolerances["abs_tol"], tolerances["rel_tol"])
+    if not (isinstance(check, ast.Compare) and len(check.ops) == 1 and isinstance(check.ops[0], ast.Lt | ast.LtE)):
+        return None
+    gap, tolerance = _call_of(check.left, ("abs",)), _literal(check.comparators[0])
+    if not isinstance(gap, ast.BinOp) or not isinstance(gap.op, ast.Sub) or type(tolerance) not in (int, float):
+        return None
+    if _is_output(gap.left) == _is_output(gap.right):
+        return None
+    value = _literal(gap.right if _is_output(gap.left) else gap.left)
+    if type(value) not in (int, float):
+        return None
+    return Near("close", value, tolerance, strict=isinstance(check.ops[0], ast.Lt))
+
+
+def _items(check: ast.Compare) -> Expect | None:
+    """`tuple(_out) == tuple(<list or tuple>)` or `== <tuple>`, and the same with `list`."""
+    output, other = check.left, check.comparators[0]
+    if not isinstance(output, ast.Call) or not isinstance(output.func, ast.Name):
+        return None
+    kind = {"tuple": tuple, "list": list}.get(output.func.id)
+    argument = _call_of(output, ("tuple", "list"))
+    if kind is None or argument is None or not _is_output(argument):
+        return None
+    inner = _call_of(other, (output.func.id,))
+    value = _literal(other if inner is None else inner)
+    if type(value) not in (list, tuple) or (inner is None and type(value) is not kind):
+        return None  # a tuple is never equal to a list: such a check is the judge's
+    try:
+        return Items("equals", tuple(canonical(encode(item)) for item in value))
+    except (TypeError, RecursionError):
+        return None
 
 
 def _expect(check: ast.expr) -> Expect | None:
@@ -103,13 +186,15 @@ def _expect(check: ast.expr) -> Expect | None:
         return Expect("truthy")
     if isinstance(check, ast.UnaryOp) and isinstance(check.op, ast.Not) and _is_output(check.operand):
         return Expect("falsy")
-    if not isinstance(check, ast.Compare) or len(check.ops) != 1:
-        return None
-    (operator,), left, right = check.ops, check.left, check.comparators[0]
-    if isinstance(operator, ast.Is) and _is_output(left) and isinstance(right, ast.Constant):
+    if not isinstance(check, ast.Compare) or len(check.ops) != 1 or isinstance(check.ops[0], ast.Lt | ast.LtE):
+        return _near(check)
+    (comparison,), left, right = check.ops, check.left, check.comparators[0]
+    if isinstance(comparison, ast.Is) and _is_output(left) and isinstance(right, ast.Constant):
         return Expect("is", right.value) if type(right.value) in (bool, type(None)) else None
-    if not isinstance(operator, ast.Eq) or _is_output(left) == _is_output(right):
+    if not isinstance(comparison, ast.Eq):
         return None
+    if _is_output(left) == _is_output(right):
+        return _items(check)
     value = _literal(right if _is_output(left) else left)
     try:
         return None if value is _NOT_DATA else Expect.equals(value)
@@ -139,8 +224,12 @@ def _io_test(assertion: ast.Assert, parameter: str, module_names: re.Pattern[str
 
 
 def _skippable(statement: ast.stmt) -> bool:
+    """A statement with no effect on the tests: `pass`, a docstring, `assert True`, a safe import, or a builtin's bare
+    name (HumanEval/129's stray `print`: reading a name runs nothing)."""
     if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):
         return True
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Name):
+        return hasattr(builtins, statement.value.id)
     if isinstance(statement, ast.Import):
         return all(alias.name in _SAFE_MODULES and alias.asname is None for alias in statement.names)
     return isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Constant) and bool(statement.test.value)
