@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
 import gc
 import json
 import math
@@ -36,6 +37,7 @@ CALLS, REPLIES = 4, 5  # assert mode: the candidate's ends of its pipes from and
 SCALARS = (type(None), bool, int, float, str)
 SCALAR_TYPES = frozenset(SCALARS)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+LIBC = ctypes.CDLL(None, use_errno=True)  # for prctl: opened once with the preload, not by every assert-mode run
 LINE_CAP = 1 << 28  # the longest message the judge reads from the candidate
 COMPILED = b'{"compiled": true}\n'
 INT_BITS = 14_000  # a longer int (about 4,200 digits) crosses as hex: JSON writes ints in decimal, and Python's
@@ -435,11 +437,8 @@ def run_assert(prelude: str, solution: str, entry: str) -> None:
     """The judge: fork the candidate's process, then read the test source from stdin and run its `check` in the
     prelude's namespace here, with a `Candidate` standing in for the function under test. Only this process
     writes on fd 3."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<judge>/fd or mem for the candidate (same uid)
-    if libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+    LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<judge>/fd or mem for the candidate (same uid)
+    if LIBC.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
         send({"anomaly": "the judge could not make itself non-dumpable"})
         os._exit(1)
     calls_read, calls = os.pipe()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +36,8 @@ class PreparedProblem:
     t_ref: dict[str, Any] | None = None  # a successful t_ref, kept until `t_ref_until` (`ReferenceTimes.get`)
     t_ref_until: float = 0.0
 
-    @property
-    def kind(self) -> str | None:
+    @functools.cached_property
+    def kind(self) -> str | None:  # once: read for every item's `info`
         return problem_kind(self.problem)
 
     @property
