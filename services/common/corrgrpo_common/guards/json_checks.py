@@ -60,6 +60,7 @@ class Problem:
 
 
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[,\[{]')  # a whole string, or a mark that opens a value
+_NOT_MARKS = bytes(byte for byte in range(256) if byte not in b",[{")
 
 
 def too_many_values(body: bytes, limit: int) -> bool:
@@ -73,7 +74,9 @@ def too_many_values(body: bytes, limit: int) -> bool:
     # are at most 2/3 of the bytes. A short body needs no count (invalid JSON may hold more marks, and fails its parse).
     if 2 * len(body) + 3 <= 3 * limit:
         return False
-    if len(body) - len(body.translate(None, b",[{")) + 1 <= limit:  # one pass, where three counts took twice as long
+    # one pass that keeps the marks alone: deleting the marks instead took half as long again (it wrote a copy of the
+    # body), three counts twice as long
+    if len(body.translate(None, _NOT_MARKS)) + 1 <= limit:
         return False
     count = 1
     for token in _TOKEN.finditer(body):
