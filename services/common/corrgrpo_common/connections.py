@@ -7,7 +7,9 @@ headers are not complete `header_timeout_s` after it opened (or after its previo
 whose body is not complete `body_timeout_s` after its headers; and answers a connection beyond
 `max_connections` at once with `503` and `Retry-After` (a client then retries instead of reporting
 a read error), then closes it; and admits a scoring request from its first bytes, or refuses it
-with `429` when the item budget has no room (`EarlyAdmission`). A closed request's handler sees `http.disconnect` like any other.
+with `429` when the item budget has no room (`EarlyAdmission`; on a fresh connection already at accept, by the
+listening socket, `ScreeningListener`, whose reservation the connection's protocol adopts). A closed request's handler
+sees `http.disconnect` like any other.
 """
 
 from __future__ import annotations
@@ -15,21 +17,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from typing import Any, Literal
 
 import h11
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .guards.admission import RESERVATION_KEY, EarlyAdmission, Reservation, raw_refusal
+from .listener import REFUSED_LINGER_S, ScreeningListener
 from .settings import ServiceSettings
 
 log = logging.getLogger("corrgrpo.connections")
 Stage = Literal["headers", "body", "app"]
-# A refused connection is closed this long after its 503 or 429 (or when the client closes first): closing
-# while its request is still arriving would send a reset, which can drop the answer before the client reads it.
-REFUSED_LINGER_S = 1.0
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -40,6 +42,7 @@ class GuardedH11Protocol(H11Protocol):
     max_connections: int = 1024
     retry_after_s: int = 1
     early_admission: EarlyAdmission | None = None
+    listener: ScreeningListener | None = None  # holds the reservations made at accept
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -51,6 +54,8 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self.listener is not None:
+            self._reservation = self.listener.adopt(transport.get_extra_info("socket").fileno())
         if len(self.connections) > self.max_connections:
             log.debug("connection over the cap refused with 503", extra={"limit": self.max_connections})
             message = f"connection limit ({self.max_connections}) reached; retry after {self.retry_after_s}s"
@@ -62,11 +67,13 @@ class GuardedH11Protocol(H11Protocol):
             return
         # the first bytes of a request (none of an earlier one left unparsed): a scoring request is admitted or refused
         first = self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
-        verdict = self.early_admission.screen(data) if first and self.early_admission else None
-        if isinstance(verdict, bytes):
-            return self._refuse(verdict)
-        if verdict is not None:
-            self._reservation, self._cycle_before = verdict, self.cycle
+        if first and self._reservation is None and self.early_admission:  # none taken at accept
+            verdict = self.early_admission.screen(data)
+            if isinstance(verdict, bytes):
+                return self._refuse(verdict)
+            self._reservation = verdict
+        if first and self._reservation is not None:
+            self._cycle_before = self.cycle
         super().data_received(data)
 
     def _release_unclaimed(self) -> None:
@@ -126,27 +133,33 @@ class GuardedH11Protocol(H11Protocol):
 
 def run_server(app: FastAPI, settings: ServiceSettings) -> None:
     """Serve `app` with the kit's connection limits, idle timeout and bounded graceful shutdown."""
-    limits = {
-        "header_timeout_s": settings.header_timeout_s,
-        "body_timeout_s": settings.body_timeout_s,
-        "max_connections": settings.max_connections,
-        "retry_after_s": settings.retry_after_s,
-        "early_admission": app.state.early_admission,
-    }
-    protocol = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
-    # What is left after start-up's garbage (modules, the app, loaded datasets) lives as long as the process: out of
-    # the collector's sight, no collection a request triggers walks it again (6% of the code service's CPU on inline
-    # batches, HumanEval loaded)
-    gc.collect()
-    gc.freeze()
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
-        http=protocol,
         timeout_keep_alive=settings.idle_timeout_s,
         forwarded_allow_ips=settings.forwarded_allow_ips,
         timeout_graceful_shutdown=settings.shutdown_grace_s,
         log_config=None,
         access_log=False,
     )
+    # bound (and announced) as uvicorn.run would, then refusing at accept what the budget has no room for
+    listener = ScreeningListener.wrap(config.bind_socket(), app.state.early_admission)
+    limits = {
+        "header_timeout_s": settings.header_timeout_s,
+        "body_timeout_s": settings.body_timeout_s,
+        "max_connections": settings.max_connections,
+        "retry_after_s": settings.retry_after_s,
+        "early_admission": app.state.early_admission,
+        "listener": listener,
+    }
+    config.http = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
+    # What is left after start-up's garbage (modules, the app, loaded datasets) lives as long as the process: out of
+    # the collector's sight, no collection a request triggers walks it again (6% of the code service's CPU on inline
+    # batches, HumanEval loaded)
+    gc.collect()
+    gc.freeze()
+    server = uvicorn.Server(config)
+    server.run(sockets=[listener])
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)

@@ -121,7 +121,8 @@ _SCORING_REQUEST_LINES = tuple(f"POST {path}{end}".encode() for path in sorted(S
 class EarlyAdmission:
     """Admission of a scoring request from the first bytes of the request, before h11 parses anything.
 
-    The server's protocol calls `screen(data)` with the first data of each request: a scoring request the budget has
+    The listening socket (`listener.py`, at accept: the first bytes of a fresh connection, peeked at) and the server's
+    protocol (later ones) call `screen(data)` with the first data of each request: a scoring request the budget has
     room for gets its reservation there (the protocol puts it in the request's scope under `RESERVATION_KEY`, where
     `AdmitScoring` takes it: no other request can take its place meanwhile), one without room gets the bytes of a
     prepared 429 to write before the connection is closed: a refusal costs an accept, a read and a write (no h11 parse,
