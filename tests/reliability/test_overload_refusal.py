@@ -9,6 +9,7 @@ and nginx in front passes the refusal on (and answers 503 + Retry-After itself w
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ ENV = {
     "CORRGRPO_SHUTDOWN_GRACE_S": "1",
 }
 NGINX_DIR = Path(__file__).resolve().parents[2] / "deploy" / "nginx"
+NGINX_SCORING_LIMIT = int(re.search(r"limit_conn scoring (\d+);", (NGINX_DIR / "nginx.conf").read_text()).group(1))  # type: ignore[union-attr]
 UNSENT_BODY = 50_000_000  # declared, never sent; under the 64 MiB body limit, so only the budget can refuse it
 
 
@@ -182,3 +184,25 @@ def test_a_refusal_costs_the_server_little_cpu(full: ServiceProcess) -> None:
     per_refusal = refuse(count) / count
     assert per_refusal < 60e-6, f"{per_refusal * 1e6:.0f} µs of the server's CPU per refusal"
 
+
+def test_nginx_refuses_scoring_past_its_limit_itself_and_still_answers_probes() -> None:
+    """Past its scoring limit per service nginx answers 429 + Retry-After itself, without asking a replica that has
+    room (a refusal there costs twice the CPU); health probes and other routes are not counted."""
+    env = {**ENV, "CORRGRPO_MAX_INFLIGHT_ITEMS": str(4 * NGINX_SCORING_LIMIT)}  # the replica's budget has room
+    with start_service("code", env=env) as service, nginx_in_front(service.url, NGINX_DIR) as port:
+        front = f"http://127.0.0.1:{port}"
+        body = sleepers(1)
+        request = head("/v1/score", len(body)) + body
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(NGINX_SCORING_LIMIT)]
+        try:
+            for sock in held:
+                sock.sendall(request)
+            wait_for(lambda: inflight(service) == NGINX_SCORING_LIMIT, 60, "the limit's requests in the replica")
+            refused = httpx.post(f"{front}/v1/score", json={"items": []}, timeout=10)
+            assert (refused.status_code, refused.headers["retry-after"]) == (429, "1"), refused.text
+            assert refused.json()["error"] == "overloaded" and "x-upstream-addr" not in refused.headers
+            assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200
+            assert inflight(service) == NGINX_SCORING_LIMIT, "the refused request never reached the replica"
+        finally:
+            for sock in held:
+                sock.close()
