@@ -16,8 +16,12 @@ local nginx, pinned with the service, in front of it with deploy/nginx/nginx.con
 measure what compose and Kubernetes clients get.
 
 `toy` is a toy service on the kit (`bench/toy/`) whose items wait asynchronously
-(`CORRGRPO_TOY_ITEM_MS`, like a sandbox run), so the in-flight budget applies; `toolcall` scores
-inline on the event loop (tens of µs per item), so overload queues in the socket backlog instead.
+(`CORRGRPO_TOY_ITEM_MS`, like a sandbox run); `toolcall` spends CPU on each item (tens of µs) in a
+worker thread. Past the in-flight budget (512 items: 16 batches) a fresh connection's scoring
+request is refused at accept (429, ~25 µs of the service's CPU: `corrgrpo_common/listener.py`);
+through nginx, past 16 scoring requests at once nginx refuses it itself (429), without a
+connection to the service. At 10x nine requests are refused per batch scored, so the answered rate
+holds only while a refusal costs a sliver of a batch (~2.5 ms of CPU for toolcall's 32 items).
 """
 
 from __future__ import annotations
