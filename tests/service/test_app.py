@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import httpx
@@ -103,3 +104,25 @@ async def test_kit_endpoints() -> None:
         metrics = (await client.get("/metrics")).text
         assert 'corrgrpo_items_total{outcome="scored",service="toy"} 1.0' in metrics
         assert (await client.get("/nope")).json()["error"] == "not_found"
+
+
+async def test_every_request_is_counted_under_its_route_and_status_a_crash_as_500() -> None:
+    app = create_app("toy", "0", SPECS, ServiceSettings(), store=MemoryStore())
+
+    @app.get("/crash")
+    async def crash() -> None:
+        raise ValueError("boom")
+
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # starlette re-raises after its 500 is sent
+    async with httpx.AsyncClient(transport=transport, base_url="http://toy") as toy:
+        assert (await toy.get("/crash")).status_code == 500
+        assert (await toy.get("/healthz")).status_code == 200
+        assert (await toy.get("/nowhere")).status_code == 404
+        metrics = (await toy.get("/metrics")).text
+    counted = {
+        (route, status): float(value)
+        for route, status, value in re.findall(
+            r'corrgrpo_requests_total\{route="([^"]*)",service="toy",status="(\d+)"\} (\S+)', metrics
+        )
+    }
+    assert counted == {("/crash", "500"): 1.0, ("/healthz", "200"): 1.0, ("unmatched", "404"): 1.0}

@@ -1,7 +1,7 @@
 """The app factory every service uses: health, readiness, metrics, guards, errors, logging.
 
 `create_app` assembles an app from this module's parts: the kit's `router` (health, readiness, metrics,
-components; each handler reads the app's state), the guards, the `observe` middleware and the error
+components; each handler reads the app's state), the guards, the `Observe` middleware and the error
 handlers. A service builds its routes on top of it; scoring routes come from
 `corrgrpo_common.scoring.add_score_route`, so the envelope, totals and idempotency are the same
 everywhere.
@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corrgrpo_proto import ComponentSpec, ComponentsResponse, Health, Readiness
 from corrgrpo_proto.common import ErrorDetail
@@ -125,21 +126,33 @@ async def crash(request: Request, exc: Exception) -> JSONResponse:
 # ---------------------------------------------------------------- request pipeline
 
 
-async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """Counts, times and logs each request under its route's path."""
-    start = time.perf_counter()
-    response = await call_next(request)
-    route = request.scope.get("route")
-    path = getattr(route, "path", "unmatched")
-    seconds = time.perf_counter() - start
-    state = request.app.state
-    state.metrics.requests.labels(state.service, path, str(response.status_code)).inc()
-    state.metrics.latency.labels(state.service, path).observe(seconds)
-    log.info(
-        "request",
-        extra={"method": request.method, "path": path, "status": response.status_code, "ms": round(seconds * 1e3, 2)},
-    )
-    return response
+class Observe:
+    """Counts, times and logs each request under its route's path. Plain ASGI: starlette's `BaseHTTPMiddleware` (what
+    `app.middleware("http")` makes) passes every body message through a task group, ~8 ms of CPU for 6 MB inline."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500  # 500 unless a response starts: the app raised
+
+        async def noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting_status)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")  # the router sets it on this scope when it matches
+            seconds = time.perf_counter() - start
+            state = scope["app"].state
+            state.metrics.requests.labels(state.service, path, str(status)).inc()
+            state.metrics.latency.labels(state.service, path).observe(seconds)
+            log.info("request", extra={"method": scope["method"], "path": path, "status": status, "ms": round(seconds * 1e3, 2)})
 
 
 def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits) -> None:
@@ -194,7 +207,7 @@ def create_app(
     # OpenRLHF's labels are held to the same JSON limits (state.json_limits).
     state.json_limits = JsonLimits(settings.max_json_depth, settings.max_json_nodes, settings.max_batch_items, field_limits or {})
     add_guards(app, settings, state.json_limits)
-    app.middleware("http")(observe)
+    app.add_middleware(Observe)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, crash)
