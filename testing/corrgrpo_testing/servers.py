@@ -109,12 +109,15 @@ def start_service(
 
 @contextmanager
 def nginx_in_front(service_url: str, nginx_dir: Path) -> Iterator[int]:
-    """`nginx_dir`/nginx.conf (deploy/nginx: the compose stack's) on a free loopback port, its `listen` lines and
-    upstreams.conf replaced so that it proxies to `service_url`; yields the port once /healthz answers through it."""
+    """`nginx_dir`/nginx.conf (deploy/nginx: the compose stack's) on a free loopback port (one `listen` line for all,
+    its options kept) and its upstreams.conf replaced so that it proxies to `service_url`; yields the port once /healthz
+    answers through it."""
     port = free_port()
     conf = (nginx_dir / "nginx.conf").read_text()
     begin, end = conf.index("# listen:begin"), conf.index("# listen:end")
-    conf = conf[: conf.index("\n", begin) + 1] + f"        listen 127.0.0.1:{port};\n" + conf[conf.rindex("\n", 0, end) + 1 :]
+    options = conf[begin:end].splitlines()[1].split(";")[0].split()[2:]  # the first service's `listen` options, kept
+    listen = " ".join([f"listen 127.0.0.1:{port}", *options])
+    conf = conf[: conf.index("\n", begin) + 1] + f"        {listen};\n" + conf[conf.rindex("\n", 0, end) + 1 :]
     upstreams = f"upstream service {{\n    server {service_url.removeprefix('http://')};\n}}\n"
     upstreams += "map $server_port $pool {\n    default service;\n}\n"
     with tempfile.TemporaryDirectory(prefix="corrgrpo-nginx-") as tmp:

@@ -99,7 +99,7 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
         ports = {name: free_port() for name in SERVICE_PORTS}
         conf = (NGINX_DIR / "nginx.conf").read_text()
         for name, port in SERVICE_PORTS.items():
-            conf = conf.replace(f"listen {port};", f"listen {ports[name]};")
+            conf = re.sub(rf"listen {port}\b", f"listen {ports[name]}", conf)
         # The other services' groups only have to exist for the config to load: nothing listens there.
         upstreams = {name: [f"127.0.0.1:{free_port()}"] for name in SERVICE_PORTS}
         upstreams["code"] = [replica.url.removeprefix("http://") for replica in replicas]

@@ -294,7 +294,7 @@ def test_nginx_routes_each_port_to_its_service() -> None:
     assert not re.search(r"\bupstream\s+\w+\s*\{", upstreams_conf + conf)
     assert re.search(r"^resolver 127\.0\.0\.11 valid=\d+s", upstreams_conf, flags=re.M), "Docker's DNS, short cache"
     pools = dict(re.findall(r"^\s*(\d+)\s+([\w:]+);", upstreams_conf, flags=re.M))
-    listens = set(re.findall(r"listen\s+(\d+);", conf))
+    listens = set(re.findall(r"listen\s+(\d+)[ ;]", conf))
     assert "proxy_pass http://$pool;" in conf
     for name in SERVICES:
         port = str(default_port(name))

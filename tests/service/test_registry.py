@@ -160,7 +160,7 @@ def test_a_fourth_service_is_its_folder_and_its_proto_module(toy_repo: Path, mon
     assert rendered["toy"]["build"]["args"] == {"PYTHON_IMAGE": "python:3.11.7-slim-bookworm", "SERVICE": "toy", "PORT": "8199"}
     assert rendered["toy"]["image"] == f"corrgrpo/toy:{toy.version}" and rendered["toy"]["read_only"] is True
     assert {(port["target"], port["published"]) for port in rendered["lb"]["ports"]} >= {(8199, "8199")}
-    assert "listen 8199;" in nginx_checked(toy_repo / "deploy" / "nginx")
+    assert "listen 8199 deferred;" in nginx_checked(toy_repo / "deploy" / "nginx")
     assert "8199 toy:8199;" in (toy_repo / "deploy" / "nginx" / "upstreams.conf").read_text()
     for folder in ("base", "overlays/no-bwrap"):
         documents = k8s_documents(toy_repo / "deploy" / "k8s" / folder)
