@@ -52,6 +52,8 @@ class ScreeningListener(socket.socket):
         self._defer_while_full()
         for _ in range(_REFUSALS_PER_CALL):
             fd, address = self._accept()  # type: ignore[attr-defined]
+            if (stale := self.reserved.pop(fd, None)) is not None:  # its connection closed before a protocol took it
+                stale.release()
             conn = socket.socket(self.family, self.type, self.proto, fileno=fd)
             try:
                 first = conn.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
