@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
+from corrgrpo_code import parsing
 from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.efficiency import Calibration, PairedTimes, TimingRunFailed, time_pairs
 from corrgrpo_code.harness import CHILD_FILE, HarnessResult
@@ -75,6 +76,25 @@ def test_copies_in_a_batch_share_one_timing(sandbox: Sandbox) -> None:
 def passed(cpu_s: float) -> HarnessResult:
     run = ExecResult(0, None, b"", b"", b"", False, False, cpu_s, cpu_s, 0, "unsafe-none", None)
     return HarnessResult("passed", "io", 1, 1, exec=run)
+
+
+@pytest.mark.parametrize("mode", ["paper", "calibrated"])
+def test_timing_runs_do_not_parse_their_programs_again(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """The reference is parsed when its problem is prepared, the candidate when it is scored: t_ref's runs and the
+    calibrated pairs (4 to 48 runs a program) run them without parsing them again."""
+    parses: list[str] = []
+    parse = parsing.parse_python
+
+    def counted(source: str, mode: str = "exec") -> object:
+        parses.append(source)
+        return parse(source, mode)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parsing, "parse_python", counted)
+    scorer = CodeScorer(sandbox, MemoryStore(), {}, replace(ScoringConfig(), efficiency_mode=mode, run_ttl_s=0), workers=2)
+    [result] = asyncio.run(scorer.score([CodeItem(problem=SQUARE, completion=fenced("def square(x):\n    return x * x\n"))]))
+    scorer.close()
+    assert isinstance(result, Scored) and result.components["correct"] == 1 and result.info["t_ref"] > 0, result
+    assert len(parses) == 1  # the candidate's, when it was scored
 
 
 def test_pairs_alternate_order_and_stop_early_when_nothing_can_be_paid() -> None:

@@ -76,7 +76,9 @@ def calibrate(
 ) -> tuple[float, dict[str, Any]]:
     """`code`'s calibrated efficiency against the reference, and what `info` shows of the pairs (blocking)."""
     calibration = config.calibration
-    run = functools.partial(run_tests, sandbox, prepared, limits=config.limits, cases=(cases, cancelled))
+    # Both programs parse when the reference did at preparation (`available`): the candidate passed its tests already.
+    parsed = prepared.reference.available
+    run = functools.partial(run_tests, sandbox, prepared, limits=config.limits, parsed=parsed, cases=(cases, cancelled))
     with sandbox.cancellable(cancelled or threading.Event()):
         try:
             times = time_pairs(run, code, prepared.reference.code, calibration)

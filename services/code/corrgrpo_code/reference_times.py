@@ -54,9 +54,9 @@ class ReferenceTimes:
         return {**measured, "attempts": attempt + 1}
 
     def _measure_once(self, prepared: PreparedProblem) -> dict[str, Any]:
-        times = []
-        for _ in range(self.config.reference_runs):
-            result = run_tests(self.sandbox, prepared, prepared.reference.code, self.config.limits, cases=(self.cases, None))
+        times, reference, limits = [], prepared.reference, self.config.limits
+        for _ in range(self.config.reference_runs):  # parsed at preparation (`available`): not parsed again per run
+            result = run_tests(self.sandbox, prepared, reference.code, limits, reference.available, (self.cases, None))
             if not result.ok or result.exec is None:
                 return {"t_ref": None, "error": f"reference fails its tests: {result.stage}: {result.error}"}
             times.append(result.exec.cpu_s)
