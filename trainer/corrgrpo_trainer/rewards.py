@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from corrgrpo_proto import (
     AsyncRewardClient,
@@ -54,6 +54,32 @@ def batch_rows(count: int, columns: dict[str, Any]) -> list[Row]:
     return [{k: v[i] for k, v in lists.items()} for i in range(count)]
 
 
+class SharedCall(Generic[T]):
+    """The latest call's result by key, shared by concurrent callers (TRL starts a step's columns together): the first
+    caller with a new key starts the call, the others await the same task; a failure lets the next caller try again;
+    a success is kept as a plain value, readable from any later event loop."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[str, asyncio.Future[T] | T] | None = None
+
+    async def get(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
+        if self._entry is None or self._entry[0] != key:
+            self._entry = (key, asyncio.ensure_future(call()))
+        entry = self._entry
+        held = entry[1]
+        if not isinstance(held, asyncio.Future):
+            return held
+        try:
+            value = await asyncio.shield(held)
+        except BaseException:
+            if self._entry is entry:
+                self._entry = None
+            raise
+        if self._entry is entry:
+            self._entry = (key, value)
+        return value
+
+
 class ServiceRewards:
     """The reward components of one service as TRL reward functions sharing one request per batch.
 
@@ -79,21 +105,11 @@ class ServiceRewards:
         self.service, self.url, self.components, self.prefix = service, url, list(components), prefix
         self.client_options = client_options or {}
         self.weights = dict(weights) if weights is not None else None
-        self._shape: asyncio.Task[ItemShape] | ItemShape | None = None  # fetched once, shared like the results
-        self._cache: tuple[str, asyncio.Task[list[ItemResult]] | list[ItemResult]] | None = None
+        self._shape = SharedCall[ItemShape]()  # fetched once for all columns (they start together)
+        self._results = SharedCall[list[ItemResult]]()  # one request per batch for all columns
 
     async def items(self, completions: Sequence[Any], rows: Sequence[Row]) -> list[dict[str, Any]]:
-        shape = self._shape
-        if not isinstance(shape, ItemShape):  # the columns of a step start together: the first one fetches for all
-            task = shape or asyncio.ensure_future(self._call(lambda client: client.item_shape()))
-            self._shape = task
-            try:
-                shape = await asyncio.shield(task)
-            except BaseException:
-                if self._shape is task:
-                    self._shape = None  # let the next step try again
-                raise
-            self._shape = shape
+        shape = await self._shape.get("", lambda: self._call(lambda client: client.item_shape()))
         return [shape.item(completion_text(c), row) for c, row in zip(completions, rows, strict=True)]
 
     async def _call(self, request: Callable[[AsyncRewardClient], Awaitable[T]]) -> T:
@@ -113,20 +129,7 @@ class ServiceRewards:
         """Scored results of `items`; concurrent callers with the same batch share one request."""
         encoded = [encode_item(item) for item in items]  # once: the cache key is the hash of what goes on the wire
         key = hashlib.sha256(b"\n".join(encoded)).hexdigest()  # an item's JSON has no raw newline
-        if self._cache is not None and self._cache[0] == key:
-            cached = self._cache[1]
-            return cached if isinstance(cached, list) else await asyncio.shield(cached)
-        task = asyncio.ensure_future(self._call(lambda client: client.score(encoded, self.weights)))
-        self._cache = (key, task)
-        try:
-            results = await asyncio.shield(task)
-        except BaseException:
-            if self._cache is not None and self._cache[1] is task:
-                self._cache = None  # let the next step try again
-            raise
-        if self._cache is not None and self._cache[1] is task:
-            self._cache = (key, results)  # plain results: readable from any later event loop
-        return results
+        return await self._results.get(key, lambda: self._call(lambda client: client.score(encoded, self.weights)))
 
     @classmethod
     def of_service(
