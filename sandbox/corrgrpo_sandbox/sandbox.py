@@ -18,10 +18,11 @@ from typing import Literal
 from corrgrpo_sandbox.execution import ExecResult, Limits
 from corrgrpo_sandbox.isolation import resolve_launcher
 from corrgrpo_sandbox.pool import WorkerPool
-from corrgrpo_sandbox.worker_handle import WorkerBroken, WorkerHandle, output_pipe_bytes, preload_files
+from corrgrpo_sandbox.worker_handle import WorkerBroken, WorkerHandle, WorkerLost, output_pipe_bytes, preload_files
 
 DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
+LOST_RETRIES = 8  # a request whose worker broke on the run before it never started: run it elsewhere, this often
 
 
 @functools.lru_cache(maxsize=64)
@@ -97,17 +98,22 @@ class Sandbox:
         body = [encoded_source, encoded_files, stdin]
         header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (_encoded_limits(limits), *map(len, body))
         cancel: threading.Event | None = getattr(self._cancel, "event", None)
-        worker = self._pool.take(cancel)
-        started = time.monotonic()
-        reply: dict | None = None
-        streams: list[bytes] = []
-        try:
-            reply, streams = worker.execute(header, body, limits.processes, limits.wall_s + REPLY_GRACE_S, cancel)
-            anomaly = reply["anomaly"]
-        except WorkerBroken as error:
-            anomaly = str(error)
-        finally:
-            self._pool.release(worker, healthy=reply is not None and not reply["anomaly"] and not reply["spent"])
+        for _ in range(LOST_RETRIES):  # a request queued behind a run that broke its worker goes to another worker
+            worker = self._pool.take(cancel)
+            started = time.monotonic()
+            reply: dict | None = None
+            streams: list[bytes] = []
+            try:
+                reply, streams = worker.execute(header, body, limits.processes, limits.wall_s + REPLY_GRACE_S, cancel)
+                anomaly = reply["anomaly"]
+            except WorkerLost as error:
+                anomaly = str(error)
+                continue
+            except WorkerBroken as error:
+                anomaly = str(error)
+            finally:
+                self._pool.release(worker, healthy=reply is not None and not reply["anomaly"] and not reply["spent"])
+            break
         if reply is None:
             return ExecResult(
                 None, None, b"", b"", b"", False, False, 0.0, time.monotonic() - started, 0, self.isolation, anomaly

@@ -1,4 +1,10 @@
-"""The parent's side of one worker: starting it inside its isolation, one request and its checked reply at a time."""
+"""The parent's side of one worker: starting it inside its isolation, sending it requests and checking its replies.
+
+A worker serves one run at a time, but a second request may wait in its request pipe (`QUEUE_DEPTH`): the worker starts
+it as soon as it has written the reply before, without waiting for the parent to read that reply and send another (on
+a busy machine, the parent's threads got a core only after a fraction of a millisecond, each time). The replies come in
+the order of the requests; each caller reads its own in turn. A request queued behind a run that broke the worker
+never started: the caller gets `WorkerLost` and runs it elsewhere."""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ CANCEL_POLL_S = 0.05  # how soon a cancelled run notices
 PIPE_MAX = 1 << 20  # the kernel's default pipe-max-size: larger is refused without CAP_SYS_RESOURCE
 PIPE_SOFT_LIMIT = "/proc/sys/fs/pipe-user-pages-soft"
 READ_AHEAD = 65536  # bytes asked for at once from a worker's reply stream
+QUEUE_DEPTH = 2  # requests a pool's worker holds at once: the one it runs and the next
 WORKER_TASKS = 2  # bwrap and the worker (the namespace's init) share the worker's pids cgroup with the run
 REPLY_FIELDS = {
     "exit_code": (int, type(None)),
@@ -47,6 +54,10 @@ RESERVED_NAMES = {"worker"}  # the package the worker runs as (`worker/__main__.
 
 class WorkerBroken(Exception):
     """The worker died, hung or answered garbage: nothing it reported can be trusted."""
+
+
+class WorkerLost(Exception):
+    """The worker broke (or ended) on a run before this request's: this request never started."""
 
 
 def output_pipe_bytes(workers: int) -> int:
@@ -104,13 +115,19 @@ def checked_reply(text: bytes) -> dict:
 
 
 class WorkerHandle:
-    """The parent's handle on one worker interpreter (sandboxed per `launcher`): starts it, sends it one request at a
-    time and checks its reply (the worker's own side: `worker.server.WorkerServer`)."""
+    """The parent's handle on one worker interpreter (sandboxed per `launcher`): starts it, sends it requests (up to
+    `QUEUE_DEPTH` in flight) and checks each reply (the worker's own side: `worker.server.WorkerServer`)."""
 
     def __init__(self, launcher: Launcher, preload: tuple[Path, ...] = (), pipe_bytes: int = PIPE_DEFAULT) -> None:
         self.runs = 0
-        self.retired = False  # replaced (`WorkerPool.retire`): closed instead of serving again
+        self.retired = False  # replaced (`WorkerPool.retire`): closed once its last request is answered
+        self.taken = 0  # requests the pool handed out on this worker and not yet given back (`WorkerPool`)
         self.unread = bytearray()  # read ahead of the reply stream
+        self._sending = threading.Lock()  # requests go out whole and in ticket order
+        self._turns = threading.Condition()  # guards the tickets: replies are read in the order requests were sent
+        self._sent = self._answered = 0  # requests written, replies read
+        self._tasks: int | None = None  # the process limit of the requests in flight
+        self.lost: str | None = None  # why the worker can serve nothing more: requests still queued never started
         self.host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
         scratch = [path for path in launcher.scratch if path] + self.host_scratch
         parents = cgroup_parents() if launcher.cgroups else {}
@@ -154,26 +171,61 @@ class WorkerHandle:
         self, header: bytes, body: list[bytes], processes: int, timeout: float, cancel: threading.Event | None = None
     ) -> tuple[dict, list[bytes]]:
         """Send one request (the header the worker reads, the body's parts its child reads); the reply and the
-        streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the write)."""
-        self.runs += 1
-        if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
-            try:
-                self.cgroup.limit_tasks(processes + WORKER_TASKS)
-            except OSError as error:
-                raise WorkerBroken(f"cannot set the worker's process limit: {error!r}") from error
+        streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the write).
+        Raises WorkerLost, before or after sending, when an earlier request broke the worker: this one never ran.
+        `timeout` counts from this request's turn; a cancel is noticed from then on (before it, another's run holds
+        the worker)."""
+        with self._sending:
+            ticket = self._send(header, body, processes)
+        with self._turns:
+            while self._answered < ticket and self.lost is None:
+                self._turns.wait()
+            if self.lost is not None:
+                raise WorkerLost(self.lost)
         try:
+            deadline = time.monotonic() + timeout
+            size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
+            if size > MAX_REPLY_BYTES:
+                raise WorkerBroken(f"worker reply of {size} bytes")
+            reply = checked_reply(self.read_exactly(size, deadline))
+            streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
+            with self._turns:
+                if self.unread and self._sent == ticket + 1:  # nothing else asked: the worker writes only replies
+                    raise WorkerBroken("worker wrote past its reply")
+                self._answered += 1
+                if reply["anomaly"] or reply["spent"]:  # the worker ends after this reply
+                    self.lost = "the worker ended after the run before this one"
+                self._turns.notify_all()
+        except BaseException as error:
+            self.end(f"the worker broke on the run before this one: {error!r}")
+            raise
+        return reply, streams
+
+    def _send(self, header: bytes, body: list[bytes], processes: int) -> int:
+        """Write one request behind those in flight (with the same process limit: it is the worker's, not the run's);
+        its ticket."""
+        with self._turns:
+            while self.lost is None and self._answered < self._sent and self._tasks != processes:
+                self._turns.wait()
+            if self.lost is not None:
+                raise WorkerLost(self.lost)
+            ticket, self._tasks = self._sent, processes
+            self._sent += 1  # before the write: its reply may be read ahead before this thread runs again
+        self.runs += 1
+        try:
+            if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
+                self.cgroup.limit_tasks(processes + WORKER_TASKS)
             write_all(self.request_fd, [HEADER.pack(len(header)), header, *body])  # one write for a small request
         except OSError as error:
+            self.end(f"worker unreachable: {error!r}")
             raise WorkerBroken(f"worker unreachable: {error!r}") from error
-        deadline = time.monotonic() + timeout
-        size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
-        if size > MAX_REPLY_BYTES:
-            raise WorkerBroken(f"worker reply of {size} bytes")
-        reply = checked_reply(self.read_exactly(size, deadline))
-        streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
-        if self.unread:
-            raise WorkerBroken("worker wrote past its reply")
-        return reply, streams
+        return ticket
+
+    def end(self, why: str) -> None:
+        """No more requests: those queued never start (their callers get WorkerLost)."""
+        with self._turns:
+            self.lost = self.lost or why
+            self._turns.notify_all()
 
     def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
         """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read), but never
@@ -199,16 +251,20 @@ class WorkerHandle:
         return data
 
     def close(self) -> None:
-        if self.process.stdin is not None and self.process.stdout is not None:  # the protocol runs over stdio
-            for stream in (self.process.stdin, self.process.stdout):
-                with contextlib.suppress(OSError):
-                    stream.close()
-        else:
-            for fd in (self.request_fd, self.reply_fd):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        """Kill the worker and every process of its runs, then close its pipes: a request being written fails at once
+        (its reader is gone), so the pipes are closed only after it, never under a writer's feet."""
+        self.end("the worker was closed")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        with self._sending:
+            if self.process.stdin is not None and self.process.stdout is not None:  # the protocol runs over stdio
+                for stream in (self.process.stdin, self.process.stdout):
+                    with contextlib.suppress(OSError):
+                        stream.close()
+            else:
+                for fd in (self.request_fd, self.reply_fd):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
         self.process.wait()
         if self.cgroup is not None:
             self.cgroup.remove()

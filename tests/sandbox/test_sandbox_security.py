@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -113,18 +114,33 @@ def test_a_dozen_setsid_busy_loops_are_capped_killed_and_counted() -> None:
     assert 1.5 <= hog_result.cpu_s <= 5.0 and hog_result.wall_s < 60, hog_result
 
 
+FORK_40 = (
+    "import os, time\nforked = 0\nfor _ in range(40):\n    try:\n        if os.fork() == 0:\n"
+    "            time.sleep(60)\n        forked += 1\n    except OSError:\n        pass\nprint(forked)"
+)
+
+
 def test_the_process_limit_holds_for_root() -> None:
     """The kernel ignores RLIMIT_NPROC for uid 0 (a root service's sandbox): 40 forks all succeeded."""
     if "pids" not in cgroup_parents():
         pytest.skip("no writable cgroup v1 pids controller here: RLIMIT_NPROC only (see README)")
-    source = (
-        "import os, time\nforked = 0\nfor _ in range(40):\n    try:\n        if os.fork() == 0:\n"
-        "            time.sleep(60)\n        forked += 1\n    except OSError:\n        pass\nprint(forked)"
-    )
     with Sandbox("pool", workers=1) as sandbox:
-        result = sandbox.run(source, limits=Limits(processes=8))
+        result = sandbox.run(FORK_40, limits=Limits(processes=8))
         assert result.exit_code == 0 and int(result.stdout) == 7, result  # the child itself is the 8th
-        assert int(sandbox.run(source).stdout) == 15  # the limit follows each run's Limits.processes (16)
+        assert int(sandbox.run(FORK_40).stdout) == 15  # the limit follows each run's Limits.processes (16)
+        assert only_worker_remains(sandbox)
+
+
+def test_a_request_queued_behind_a_run_leaves_it_its_process_limit() -> None:
+    """A worker holds the next request while it runs one (`QUEUE_DEPTH`); the pids limit is the worker's, so a
+    request with another limit waits until the run is over, instead of lifting the run's limit under it."""
+    if "pids" not in cgroup_parents():
+        pytest.skip("no writable cgroup v1 pids controller here: RLIMIT_NPROC only (see README)")
+    with Sandbox("pool", workers=1) as sandbox, ThreadPoolExecutor(1) as thread:
+        limited = thread.submit(sandbox.run, "import time\ntime.sleep(1.0)\n" + FORK_40, limits=Limits(processes=8))
+        time.sleep(0.5)  # the run sleeps before it forks
+        assert sandbox.run("print('next')", limits=Limits(processes=16)).stdout == b"next\n"
+        assert int(limited.result().stdout) == 7
         assert only_worker_remains(sandbox)
 
 

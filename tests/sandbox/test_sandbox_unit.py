@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -220,6 +221,50 @@ def test_a_cancelled_run_ends_at_once_and_its_worker_is_replaced(pool_sandbox: S
     with pool_sandbox.cancellable(cancel), pytest.raises(RunCancelled):  # still set: a run under it never begins
         pool_sandbox.run("print(1)")
     assert pool_sandbox.run("print(2)").stdout == b"2\n"  # outside the block, runs go on as before
+
+
+def test_a_request_queued_behind_a_run_that_breaks_its_worker_runs_on_the_replacement() -> None:
+    """The only worker holds a second request while it runs the first (`QUEUE_DEPTH`); the first is cancelled, which
+    kills the worker: the second never started there, and runs on its replacement as if nothing happened."""
+    cancel = threading.Event()
+
+    def sleep_a_minute() -> None:
+        with sandbox.cancellable(cancel):
+            sandbox.run("import time\ntime.sleep(60)", limits=Limits(wall_s=60))
+
+    with Sandbox("pool", workers=1) as sandbox, ThreadPoolExecutor(2) as threads:
+        sleeping = threads.submit(sleep_a_minute)
+        time.sleep(0.5)
+        queued = threads.submit(sandbox.run, "print('queued')")
+        deadline = time.monotonic() + 10
+        while [worker.taken for worker in sandbox._pool.live] != [2] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [worker.taken for worker in sandbox._pool.live] == [2], "the second request did not go to the busy worker"
+        cancel.set()
+        with pytest.raises(RunCancelled):
+            sleeping.result(20)
+        result = queued.result(20)
+        assert (result.exit_code, result.stdout, result.anomaly) == (0, b"queued\n", None)
+
+
+def test_a_request_cancelled_while_queued_leaves_the_run_before_it_alone() -> None:
+    """Its turn comes when the run before it is answered; only then is it cancelled (its worker killed)."""
+    cancel = threading.Event()
+
+    def queued() -> None:
+        with sandbox.cancellable(cancel):
+            sandbox.run("print('never')")
+
+    with Sandbox("pool", workers=1) as sandbox, ThreadPoolExecutor(2) as threads:
+        first = threads.submit(sandbox.run, "import time\ntime.sleep(1)\nprint('first')")
+        time.sleep(0.3)
+        second = threads.submit(queued)
+        time.sleep(0.3)
+        cancel.set()
+        assert (first.result(20).exit_code, first.result().stdout) == (0, b"first\n")
+        with pytest.raises(RunCancelled):
+            second.result(20)
+        assert sandbox.run("print('after')").stdout == b"after\n"
 
 
 def cgroup_directories(sandbox: Sandbox) -> set[str]:
