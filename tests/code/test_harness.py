@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import gc
 import sys
 import threading
 from collections.abc import Iterator
@@ -10,7 +11,18 @@ from collections.abc import Iterator
 import pytest
 
 from corrgrpo_code.harness import CHILD_FILE, HarnessResult, IOTest, run_assert, run_io
-from corrgrpo_code.harness_child import UNCHANGED, NotData, ProtocolError, changes, held, pack, unpack
+from corrgrpo_code.harness_child import (
+    UNCHANGED,
+    NotData,
+    ProtocolError,
+    changes,
+    collector_paused,
+    decoded,
+    encoded,
+    held,
+    pack,
+    unpack,
+)
 from corrgrpo_code.harness_data import Expect, Near, canonical, encode
 from corrgrpo_code.parsing import parse_solution
 from corrgrpo_sandbox import Limits, Sandbox
@@ -414,6 +426,24 @@ def test_the_graph_codec_keeps_identity_cycles_and_mutations() -> None:
     for forged in ({"roots": [{"@": 5}], "objects": []}, {"roots": [{"@": 0}], "objects": [["tuple", [{"@": 0}]]]}):
         with pytest.raises(ProtocolError):
             unpack(forged, classes)
+
+
+def test_a_crossing_switches_the_int_limit_only_for_a_message_that_needs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Assert mode's per-call codec: a short message never switches Python's int/str limit (a switch cost ~1 us, two on
+    each side of every call), one with an int over it still crosses, and the limit is back after."""
+    limit, switches, setter = sys.get_int_max_str_digits(), [], sys.set_int_max_str_digits
+    monkeypatch.setattr(sys, "set_int_max_str_digits", lambda n: (switches.append(n), setter(n)))
+    for message in ([3, "x", None, 2.5, True], {"value": 10**80}, {"raised": "ValueError", "message": "\u00e9"}):
+        assert decoded(encoded(message)) == message
+    assert switches == []
+    huge = {"value": -(10**5000)}
+    assert decoded(encoded(huge)) == huge and switches == [0, limit, 0, limit]  # encoded, then decoded
+    assert sys.get_int_max_str_digits() == limit
+    with collector_paused():
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # an inner pause does not end the outer one
+    assert gc.isenabled()
 
 
 def test_each_run_gets_the_preloaded_child_half_as_the_worker_loaded_it() -> None:

@@ -39,15 +39,41 @@ SCALAR_TYPES = frozenset(SCALARS)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 LIBC = ctypes.CDLL(None, use_errno=True)  # for prctl: opened once with the preload, not by every assert-mode run
 LINE_CAP = 1 << 28  # the longest message the judge reads from the candidate
+LONG_LINE = 1 << 14  # a message this long is decoded with the collector paused
 COMPILED = b'{"compiled": true}\n'
 INT_BITS = 14_000  # a longer int (about 4,200 digits) crosses as hex: JSON writes ints in decimal, and Python's
 # int/str conversion refuses over 4,300 digits (sys.get_int_max_str_digits), where hex() and int(..., 16) never do
 
 
-def send(message: dict[str, Any], fd: int = CHANNEL) -> None:
-    data = (json.dumps(message) + "\n").encode()
+def send(message: Any, fd: int = CHANNEL) -> None:
+    """`message` as one line of JSON, in one write when the pipe takes it whole."""
+    data = encoded(message)
     while data:
         data = data[os.write(fd, data) :]
+
+
+def encoded(message: Any) -> bytes:
+    """Ints of any size cross (assert mode: a right answer over 4,300 digits must), but the int/str limit is lifted
+    only for a message that hits it: the common one pays no switch, and the candidate's own code keeps the limit."""
+    try:
+        return (json.dumps(message) + "\n").encode()
+    except ValueError:  # an int over the limit (anything else fails again)
+        with any_int_size():
+            return (json.dumps(message) + "\n").encode()
+
+
+def decoded(line: bytes) -> Any:
+    """A line from the other side of assert mode's pipes, its ints of any size as in `encoded`. A long one is read
+    with the collector paused (see `collector_paused`); no short one holds enough containers to need it."""
+    text = line.decode()  # `encoded` writes ASCII; json.loads of bytes would first guess their encoding
+    if len(text) >= LONG_LINE:
+        with collector_paused(), any_int_size():
+            return json.loads(text)
+    try:
+        return json.loads(text)
+    except ValueError:  # an int over the limit, or not JSON (then it fails again)
+        with any_int_size():
+            return json.loads(text)
 
 
 def describe(error: BaseException) -> str:
@@ -169,16 +195,19 @@ def any_int_size() -> Iterator[None]:
             sys.set_int_max_str_digits(limit)
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+class collector_paused:
     """Building or reading a big graph allocates containers by the thousand: each allocation burst set off a full
-    collection that walked every one built so far (20,000 linked nodes: most of the time went there)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+    collection that walked every one built so far (20,000 linked nodes: most of the time went there). A class, not a
+    `contextlib.contextmanager`: it wraps every call's graph on both sides, and a generator's costs about 4x this."""
+
+    __slots__ = ("enabled",)
+
+    def __enter__(self) -> None:
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *_: object) -> None:
+        if self.enabled:
             gc.enable()
 
 
@@ -355,10 +384,9 @@ class Candidate:
         self.pid, self.calls, self.classes = pid, calls, classes
         self.replies = os.fdopen(replies, "rb")
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Any) -> None:
         try:
-            with any_int_size():
-                send(message, self.calls)
+            send(message, self.calls)
         except BrokenPipeError:
             raise CandidateLost(self.ended()) from None
 
@@ -366,8 +394,7 @@ class Candidate:
         line = self.replies.readline(LINE_CAP)
         if not line.endswith(b"\n"):
             raise CandidateLost(self.ended() if len(line) < LINE_CAP else "the candidate's answer is too long")
-        with collector_paused(), any_int_size():
-            message = json.loads(line)
+        message = decoded(line)
         if type(message) is not dict:
             raise ProtocolError("the candidate's answer is not an object")
         return message
@@ -386,12 +413,11 @@ class Candidate:
         return f"the candidate's process was killed by signal {number}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # the common call, positional scalars only, goes as a plain list, and a scalar answer comes back as one: the
-        # graph's bookkeeping cost ~0.1 ms a call on each side, and nothing immutable can be changed in place
-        plain = not kwargs and scalars(args)
+        # the common call, positional scalars only, goes as a plain JSON array, and a scalar answer to any call that
+        # changed nothing it received comes back as `value`: the graph's bookkeeping cost ~0.1 ms a call on each side
         sent: list[Any] = []
-        if plain:
-            self.send({"args": list(args)})
+        if not kwargs and scalars(args):
+            self.send(args)
         else:
             with collector_paused():
                 message, sent = pack([args, kwargs], self.classes, strict=True)
@@ -399,7 +425,7 @@ class Candidate:
         reply = self.receive()
         if "raised" in reply:
             raise raised(reply.get("raised"), reply.get("message"))
-        if plain and "value" in reply:
+        if "value" in reply:  # "nothing changed" is the candidate's word here as UNCHANGED entries are in "returned"
             value = reply["value"]
             if type(value) not in SCALAR_TYPES:
                 raise ProtocolError("the candidate's value is not a scalar")
@@ -532,31 +558,24 @@ def serve(prelude: str, solution: str, entry: str) -> None:
     calls = os.fdopen(CALLS, "rb")
     for line in calls:
         try:
-            with any_int_size():
-                message = json.loads(line)
-            if "args" in message:  # positional scalars (`Candidate.__call__`): a scalar answer goes back as it is
-                result = function(*message["args"])
-                if type(result) in SCALAR_TYPES:
-                    answer({"value": result})
-                    continue
-                sent, changed = [], []
+            message = decoded(line)
+            if type(message) is list:  # positional scalars (`Candidate.__call__`)
+                result, sent, changed = function(*message), [], []
             else:
                 with collector_paused():
                     (args, kwargs), sent = unpack(message["call"], classes)
                     before = list(map(held, sent))
                 result = function(*args, **kwargs)
                 changed = changes(sent, before)
-            with collector_paused():
-                answer({"returned": pack([result], classes, sent, changed)[0]})
+            if type(result) in SCALAR_TYPES and not any(changed):  # nothing to rebuild on the judge's side
+                reply: dict[str, Any] = {"value": result}
+            else:
+                with collector_paused():
+                    reply = {"returned": pack([result], classes, sent, changed)[0]}
+            send(reply, REPLIES)
         except BaseException as error:
-            answer({"raised": type(error).__name__, "message": str(error)[:300]})
+            send({"raised": type(error).__name__, "message": str(error)[:300]}, REPLIES)
     os._exit(0)
-
-
-def answer(message: dict[str, Any]) -> None:
-    """The candidate's process's reply to a call."""
-    with any_int_size():
-        send(message, REPLIES)
 
 
 class Unencodable:
