@@ -25,6 +25,7 @@ from corrgrpo_code.harness_child import (
 )
 from corrgrpo_code.harness_data import Expect, Near, canonical, encode
 from corrgrpo_code.parsing import parse_solution
+from corrgrpo_code.split import split_check
 from corrgrpo_sandbox import Limits, Sandbox
 
 LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
@@ -444,6 +445,35 @@ def test_a_crossing_switches_the_int_limit_only_for_a_message_that_needs_it(monk
             pass
         assert not gc.isenabled()  # an inner pause does not end the outer one
     assert gc.isenabled()
+
+
+LOOP_CHECK = """
+def check(candidate):
+    assert candidate(8, 3) == '22'
+    for x in range(2, 8):
+        assert candidate(x, x + 1) == str(x)
+"""
+CHANGE_BASE = """
+def f(x, base):
+    digits = ''
+    while x:
+        x, d = divmod(x, base)
+        digits = str(d) + digits
+    return digits
+"""
+
+
+def test_an_unrolled_loop_judges_as_the_loop_does(sandbox: Sandbox) -> None:
+    """HumanEval/44's loop as I/O tests (`split_check` unrolls it): the verdicts of assert mode, test by test."""
+    tests = split_check(LOOP_CHECK)
+    assert tests is not None and len(tests) == 7 and all(t.expect is not None for t in tests)
+    wrong_at_5 = CHANGE_BASE.replace("    digits = ''\n", "    digits = '6' if x == 5 else ''\n")
+    as_int = CHANGE_BASE.replace("return digits", "return int(digits)")
+    for solution, stage, passed in ((CHANGE_BASE, "passed", 7), (wrong_at_5, "assertion", 6), (as_int, "assertion", 0)):
+        io = run_io(sandbox, "", solution, "f", tests, LIMITS)
+        assert (io.stage, io.passed, io.judge) == (stage, passed, None), io
+        assert run_assert(sandbox, "", solution, "f", LOOP_CHECK, LIMITS).stage == stage
+    assert "test 4" in str(run_io(sandbox, "", wrong_at_5, "f", tests, LIMITS).error)  # the loop's x == 5
 
 
 def test_each_run_gets_the_preloaded_child_half_as_the_worker_loaded_it() -> None:

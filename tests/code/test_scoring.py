@@ -55,7 +55,7 @@ def test_every_humaneval_canonical_solution_is_correct_and_identical(sandbox: Sa
     scored = [r for r in results if isinstance(r, Scored)]
     assert all(r.components["ast_similarity"] == 1 and r.components["format"] == 1 for r in scored)
     assert all(r.info["t_ref"] > 0 and r.components["efficiency"] == efficiency(r.info["t"], r.info["t_ref"]) for r in scored)
-    assert sum(r.info["mode"] == "io" for r in scored) == 157
+    assert sum(r.info["mode"] == "io" for r in scored) == 158
 
 
 def test_planted_bug_runs_but_is_wrong(sandbox: Sandbox) -> None:

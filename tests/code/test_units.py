@@ -91,7 +91,7 @@ def test_split_check_extracts_calls_and_keeps_expected_values_in_the_parent() ->
 @pytest.mark.parametrize(
     "test_source",
     [
-        "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i\n",
+        "def check(candidate):\n    for i in [1, 2]:\n        assert candidate(i) == i\n",
         "def check(candidate):\n    x = candidate(1)\n    assert x == 1\n",
         "def check(candidate):\n    assert is_same_tree(candidate(1), tree_node([1]))\n",
         "def check(candidate):\n    assert candidate(candidate(1)) == 1\n",
@@ -103,6 +103,74 @@ def test_other_test_shapes_go_to_assert_mode(test_source: str) -> None:
     assert split_check(test_source) is None
 
 
+def test_a_loop_over_literal_ints_is_unrolled_into_io_tests() -> None:
+    """HumanEval/44's shape: the loop's name becomes each value in the assertion's text; `str(x)` is then a literal."""
+    tests = split_check(
+        "def check(candidate):\n"
+        "    assert candidate(8, 3) == '22'\n"
+        "    for x in range(3, -3, -2):\n"
+        "        'each base'\n"
+        "        assert candidate(x, x + 1) == str(x), x\n"
+        "        assert candidate(x=x, y=[x]) == x.real\n"
+        "    for x in range(2):\n"
+        "        assert candidate(x) == x\n"
+    )
+    assert tests is not None
+    calls = [call for v in (3, 1, -1) for call in (f"candidate(({v}), ({v}) + 1)", f"candidate(x=({v}), y=[({v})])")]
+    assert [t.call for t in tests] == ["candidate(8, 3)", *calls, "candidate((0))", "candidate((1))"]
+    for test, value in zip(tests[1:7:2], (3, 1, -1), strict=True):
+        assert test.expect is not None and test.expect.holds(encode(str(value))) and not test.expect.holds(encode(value))
+    assert tests[2].check.strip("(\n)") == "_out == (3).real" and tests[2].expect is None  # the judge's
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for x in range(101):\n        assert candidate(x) == x",  # over the cap
+        "for x in range(60):\n        assert candidate(x) == x\n        assert candidate(x) != -1",  # 120 tests
+        "for x in range(-18446744073709551616, 18446744073709551616):\n        assert candidate(x) == x",
+        "for x in range(n):\n        assert candidate(x) == x",
+        "for x in range(len([1])):\n        assert candidate(x) == x",
+        "for x in range(2.0):\n        assert candidate(x) == x",
+        "for x in range(True):\n        assert candidate(x) == x",
+        "for x in range(1, 5, 0):\n        assert candidate(x) == x",
+        "for x in range(stop=3):\n        assert candidate(x) == x",
+        "for x in range(3):\n        assert candidate(x) == x\n    else:\n        pass",
+        "for x, y in range(3):\n        assert candidate(x) == y",
+        "for x in range(3):\n        y = x\n        assert candidate(y) == x",
+        "for x in range(3):\n        for y in range(3):\n            assert candidate(x, y) == x",
+        "for x in range(3):\n        assert candidate(x) == x\n    assert candidate(x) == 2",  # it outlives the loop
+        "assert candidate(1) == 1\n    for x in range(3):\n        assert candidate([x for x in 'ab']) == x",
+        "for x in range(3):\n        assert candidate([x for _ in 'ab']) == [x, x]",
+        "for x in range(3):\n        assert candidate(lambda: x) == x",
+        "for x in range(3):\n        assert candidate((y := x)) == y",
+        "for x in range(3):\n        assert candidate(f'{x}') == str(x)",
+        "for math in range(3):\n        import math\n        assert candidate(math) == 1",
+        "for candidate in range(3):\n        assert candidate(1) == 1",
+        "assert (range := candidate(0)) == 0\n    for x in range(3):\n        assert candidate(x) == x",
+    ],
+)
+def test_loops_unrolling_would_change_stay_in_assert_mode(loop: str) -> None:
+    assert split_check(f"def check(candidate):\n    {loop}\n") is None, loop
+
+
+def test_a_checks_loops_together_unroll_into_at_most_100_tests() -> None:
+    loop = "    for x in range({}):\n        assert candidate(x) == x\n"
+    assert len(split_check("def check(candidate):\n" + loop.format(50) * 2) or []) == 100
+    assert split_check("def check(candidate):\n" + loop.format(40) * 3) is None
+    started = time.process_time()
+    assert split_check("def check(candidate):\n" + loop.format(1) * 5000) is None
+    assert time.process_time() - started < 2  # one walk of the check, not one a loop (~0.25 s here)
+
+
+def test_a_shadowed_range_is_never_unrolled() -> None:
+    loop = "    for x in range(3):\n        assert candidate(x) == x\n"
+    assert split_check(f"def check(candidate):\n{loop}") is not None
+    for shadow in ("def range(n):\n    return [5]\n", "range = lambda n: [5]\n", "from os import range\n"):
+        assert split_check(f"{shadow}def check(candidate):\n{loop}") is None, shadow
+    assert split_check(f"def check(range):\n{loop.replace('candidate', 'range')}") is None
+
+
 DATA_CHECKS = [  # each decided by the parent on a number or a list/tuple (see `test_data_checks_agree_with_python`)
     "abs(_out - 2.0/3.0) < 1e-6",
     "abs(0.33 - _out) <= 1e-6",
@@ -112,9 +180,11 @@ DATA_CHECKS = [  # each decided by the parent on a number or a list/tuple (see `
     "list(_out) == [1, 2, 3]",
     "tuple(_out) == ((1, 2), 3)",
     "_out == (3 + 5 + 7, 3 * 5 * 7)",
+    "_out == str(-22)",  # an unrolled loop's `str(x)`
 ]
 OUTPUTS = [0.6666667, 2 / 3, 0.33, 0.3300011, 0.1 + 0.2, -0.3, 1, True, float("nan"), float("inf"), 10**400, "0.3", None]
 OUTPUTS += [[1, 2, 3], (1, 2, 3), [1, 2], [1.0, True, 3], ((1, 2), 3), [[1, 2], 3], {1, 2, 3}, "123", {1: 2}, (15, 105)]
+OUTPUTS += ["-22", -22]
 
 
 @pytest.mark.parametrize("check", DATA_CHECKS)
@@ -152,7 +222,7 @@ def test_no_humaneval_io_problem_needs_a_judge() -> None:
 
 def test_mode_share_of_humaneval() -> None:
     humaneval = list(humaneval_problems())
-    assert sum(split_check(p.test) is not None for p in humaneval) == 157  # of 164; 7 use loops/locals/helpers → assert mode
+    assert sum(split_check(p.test) is not None for p in humaneval) == 158  # of 164; 6 use locals/helpers → assert mode
 
 
 def test_unknown_dataset_source_is_an_error() -> None:

@@ -8,8 +8,10 @@ by the output, e.g. `assert abs(candidate(2.5) - 0.5) < 1e-6` → child: `candid
 `abs(_out - 0.5) < 1e-6`. Nothing here evaluates test text: checks are parsed with `ast`, and
 `_out == <literal>` (the literal read by `ast.literal_eval`, data only), `_out is True/False/None`,
 `_out` and `not _out` become an `Expect` the service process decides on data; every other check is
-evaluated by the harness's sandboxed judge. Anything else (loops, locals, helpers such as
-`is_same_tree`) is left to assert mode (`None`).
+evaluated by the harness's sandboxed judge. A `for <name> in range(<int literals>):` loop of such assertions is
+unrolled (at most `UNROLLED` tests): each value is written into the assertions' text in place of the name, so
+`for x in range(2, 4): assert candidate(x) == str(x)` is `candidate((2)) == str((2))` and `candidate((3)) ==
+str((3))`. Anything else (other loops, locals, helpers such as `is_same_tree`) is left to assert mode (`None`).
 
 LeetCode checks hold arguments and expected values of up to 10⁵ elements, so the splitter works on
 source segments and only descends into the AST where the parameter's name occurs in the text; any
@@ -23,6 +25,7 @@ import builtins
 import math
 import operator
 import re
+from collections import Counter
 from typing import Any
 
 from corrgrpo_code.harness import IOTest
@@ -87,8 +90,9 @@ def _is_output(node: ast.expr) -> bool:
 
 
 class _Constants(ast.NodeTransformer):
-    """`inf`/`nan` as constants, and `+ - * /` of two numbers folded (`2.0/3.0`, `3 * 5 * 7`): the operation the judge's
-    compiler would fold, on numbers read from the AST; operands of any other kind, or ints over `_FOLDED_INT`, stay."""
+    """`inf`/`nan` as constants, `+ - * /` of two numbers folded (`2.0/3.0`, `3 * 5 * 7`): the operation the judge's
+    compiler would fold, on numbers read from the AST; operands of any other kind, or ints over `_FOLDED_INT`, stay.
+    And `str(<int>)` as its digits (an unrolled loop's `str(x)`): what the judge's builtin `str` returns."""
 
     def visit_Name(self, name: ast.Name) -> ast.AST:
         return ast.Constant(_CONSTANTS[name.id]) if name.id in _CONSTANTS else name
@@ -103,6 +107,12 @@ class _Constants(ast.NodeTransformer):
         except ZeroDivisionError:
             return node
         return ast.Constant(value) if _number(ast.Constant(value)) is not None else node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        node = self.generic_visit(node)  # type: ignore[assignment]
+        argument = _call_of(node, ("str",))
+        number = None if argument is None else _number(argument)
+        return ast.Constant(str(number)) if type(number) is int else node
 
 
 def _number(node: ast.expr) -> int | float | None:
@@ -202,12 +212,12 @@ def _expect(check: ast.expr) -> Expect | None:
         return None
 
 
-def _io_test(assertion: ast.Assert, parameter: str, module_names: re.Pattern[str] | None, source: _Source) -> IOTest | None:
-    test = ast.Expression(assertion.test)
-    calls = _candidate_calls(test, parameter, source)
+def _io_test(tested: ast.expr, parameter: str, module_names: re.Pattern[str] | None, source: _Source) -> IOTest | None:
+    """The I/O test of `assert <tested>`."""
+    calls = _candidate_calls(ast.Expression(tested), parameter, source)
     if len(calls) != 1:
         return None
-    (test_start, test_end), (call_start, call_end) = source.span(assertion.test), source.span(calls[0])
+    (test_start, test_end), (call_start, call_end) = source.span(tested), source.span(calls[0])
     arguments = source.data[call_start:call_end].decode()[len(parameter) :]
     rest = source.data[test_start:call_start].decode() + _OUTPUT + source.data[call_end:test_end].decode()
     mention = _word(parameter)
@@ -243,6 +253,121 @@ def _module_names(module: ast.Module, check: ast.FunctionDef) -> re.Pattern[str]
     return re.compile("|".join(rf"(?<![\w.]){re.escape(n)}\b" for n in sorted(names))) if names else None
 
 
+UNROLLED = 100  # the most tests a check's loops are unrolled into; longer ones are left to assert mode
+UNROLLED_BYTES = 1 << 16  # and the most text: LeetCode's assertions hold literals of 10^5 elements
+_SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.JoinedStr, ast.NamedExpr)
+
+
+def _range_values(loop: ast.For) -> range | None:
+    """The values of `for <name> in range(<int literals>):` without `else`, at most `UNROLLED` of them; else None."""
+    call = loop.iter
+    if not isinstance(loop.target, ast.Name) or loop.orelse or not isinstance(call, ast.Call) or call.keywords:
+        return None
+    if not isinstance(call.func, ast.Name) or call.func.id != "range" or not 1 <= len(call.args) <= 3:
+        return None
+    bounds = [_number(argument) for argument in call.args]
+    if not all(type(bound) is int for bound in bounds) or (len(bounds) == 3 and bounds[2] == 0):
+        return None  # a step of 0 raises: assert mode says so
+    values = range(*bounds)  # type: ignore[arg-type]
+    try:
+        return values if len(values) <= UNROLLED else None
+    except OverflowError:  # more values than an index holds
+        return None
+
+
+class _Unroller:
+    """Unrolls a check's loops (`unrolled`): what that needs from the whole check is gathered in one walk, and all its
+    loops together make at most `UNROLLED` tests and `UNROLLED_BYTES` of their text."""
+
+    def __init__(self, check: ast.FunctionDef, module_names: re.Pattern[str] | None, source: _Source) -> None:
+        self.check, self.module_names, self.source = check, module_names, source
+        self.tests, self.bytes = UNROLLED, UNROLLED_BYTES
+        nodes = list(ast.walk(check))
+        names = [n for n in nodes if isinstance(n, ast.Name)]
+        self.uses = Counter(n.id for n in names)
+        imports = [a for n in nodes if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names]
+        # bound other than by a plain name: arguments (the check's, a lambda's) and imports
+        self.binders = {n.arg for n in nodes if isinstance(n, ast.arg)} | {(a.asname or a.name).split(".")[0] for a in imports}
+        stores = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+        self.range_bound = "range" in self.binders | stores or bool(module_names and module_names.fullmatch("range"))
+        self.loop_uses: Counter[str] = Counter()  # a name's uses as a top-level loop's target and in its body
+        for loop in check.body:
+            if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name):
+                inside = sum(len(_names(statement, loop.target.id)) for statement in loop.body)
+                self.loop_uses[loop.target.id] += 1 + inside
+
+    def unrolled(self, loop: ast.For) -> list[IOTest] | None:
+        """The I/O tests of a loop over literal ints whose body is assertions `_io_test` splits once the loop's name is
+        replaced by each value; None when that would not be the same test: `range` bound anywhere in the test, or the
+        loop's name bound in the check other than as such a loop's target, or read outside their bodies (it outlives
+        the loop)."""
+        values = _range_values(loop)
+        if values is None or self.range_bound or not isinstance(loop.target, ast.Name):
+            return None
+        name = loop.target.id
+        if name in self.binders or self.uses[name] != self.loop_uses[name]:
+            return None
+        body = [s for s in loop.body if not _skippable(s)]
+        asserts = [s for s in body if isinstance(s, ast.Assert)]
+        if len(asserts) != len(body) or len(values) * len(asserts) > self.tests:
+            return None
+        templates = []
+        for assertion in asserts:
+            template = _template(assertion.test, name, self.source)
+            if template is None:
+                return None
+            templates.append(template)
+        size = len(values) * sum(len(text) for text, _ in templates)
+        if size > self.bytes:
+            return None
+        self.tests, self.bytes = self.tests - len(values) * len(asserts), self.bytes - size
+        tests = []
+        for value in values:
+            for text, spans in templates:
+                written = _Source(_written(text, spans, f"({value})"))
+                try:
+                    tested = parse_python(written.data.decode(), mode="eval").body  # type: ignore[attr-defined]
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    return None
+                test = _io_test(tested, self.check.args.args[0].arg, self.module_names, written)
+                if test is None:
+                    return None
+                tests.append(test)
+        return tests
+
+
+def _names(node: ast.AST, name: str) -> list[ast.Name]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name]
+
+
+def _template(tested: ast.expr, name: str, source: _Source) -> tuple[bytes, list[tuple[int, int]]] | None:
+    """`tested`'s text as `(\\n<text>\\n)` and the spans of `name` in it; None when one sits in a nested scope, a
+    walrus or an f-string (whose inner positions Python 3.11 does not always give)."""
+    outside, stack = [], [tested]
+    while stack:  # the nodes outside nested scopes: one walk, however deep they nest
+        node = stack.pop()
+        if not isinstance(node, _SCOPES):
+            outside.append(node)
+            stack.extend(ast.iter_child_nodes(node))
+    found = [n for n in outside if isinstance(n, ast.Name) and n.id == name]
+    if len(found) != len(_names(tested, name)):
+        return None
+    start, end = source.span(tested)
+    spans = sorted(source.span(node) for node in found)
+    if any(source.data[at:to] != name.encode() for at, to in spans):
+        return None
+    return b"(\n" + source.data[start:end] + b"\n)", [(at - start + 2, to - start + 2) for at, to in spans]
+
+
+def _written(text: bytes, spans: list[tuple[int, int]], value: str) -> str:
+    """`text` with each span replaced by `value`."""
+    parts, at = [], 0
+    for start, end in spans:
+        parts += [text[at:start], value.encode()]
+        at = end
+    return b"".join([*parts, text[at:]]).decode()
+
+
 def split_check(test_source: str) -> list[IOTest] | None:
     """The I/O tests of `check(candidate)` in `test_source`, or None when it needs assert mode."""
     try:
@@ -254,10 +379,18 @@ def split_check(test_source: str) -> list[IOTest] | None:
         return None
     parameter, source, module_names = checks[0].args.args[0].arg, _Source(test_source), _module_names(module, checks[0])
     tests: list[IOTest] = []
+    unroller: _Unroller | None = None  # made at the first loop: most checks have none
     for statement in checks[0].body:
         if _skippable(statement):
             continue
-        test = _io_test(statement, parameter, module_names, source) if isinstance(statement, ast.Assert) else None
+        if isinstance(statement, ast.For):
+            unroller = unroller or _Unroller(checks[0], module_names, source)
+            unrolled = unroller.unrolled(statement)
+            if unrolled is None:
+                return None
+            tests += unrolled
+            continue
+        test = _io_test(statement.test, parameter, module_names, source) if isinstance(statement, ast.Assert) else None
         if test is None:
             return None
         tests.append(test)
