@@ -171,6 +171,25 @@ def test_a_shadowed_range_is_never_unrolled() -> None:
     assert split_check(f"def check(range):\n{loop.replace('candidate', 'range')}") is None
 
 
+@pytest.mark.parametrize(
+    "module",
+    [
+        "def str(x):\n    return 'z'\n",
+        "abs = lambda x: 0\n",
+        "import json as math\n",
+        "from os import *\n",
+        "import builtins\nbuiltins.abs = lambda x: 0\n",
+        "for abs in [len]:\n    pass\n",
+    ],
+)
+def test_a_check_naming_what_its_module_rebinds_goes_to_assert_mode(module: str) -> None:
+    """The service's data checks and the judge know the builtins and `math`, never the module: a check whose names the
+    module rebinds means what the module says, which only assert mode runs."""
+    check = "def check(candidate):\n    assert candidate(1) == str(1)\n    assert math.isclose(abs(candidate(2)), 2.0)\n"
+    assert len(split_check("import math\nMETADATA = {}\n\n" + check) or []) == 2  # untouched names: split
+    assert split_check(module + check) is None
+
+
 DATA_CHECKS = [  # each decided by the parent on a number or a list/tuple (see `test_data_checks_agree_with_python`)
     "abs(_out - 2.0/3.0) < 1e-6",
     "abs(0.33 - _out) <= 1e-6",

@@ -26,6 +26,7 @@ import math
 import operator
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from corrgrpo_code.harness import IOTest
@@ -212,7 +213,7 @@ def _expect(check: ast.expr) -> Expect | None:
         return None
 
 
-def _io_test(tested: ast.expr, parameter: str, module_names: re.Pattern[str] | None, source: _Source) -> IOTest | None:
+def _io_test(tested: ast.expr, parameter: str, module: _TestModule, source: _Source) -> IOTest | None:
     """The I/O test of `assert <tested>`."""
     calls = _candidate_calls(ast.Expression(tested), parameter, source)
     if len(calls) != 1:
@@ -221,15 +222,15 @@ def _io_test(tested: ast.expr, parameter: str, module_names: re.Pattern[str] | N
     arguments = source.data[call_start:call_end].decode()[len(parameter) :]
     rest = source.data[test_start:call_start].decode() + _OUTPUT + source.data[call_end:test_end].decode()
     mention = _word(parameter)
-    if mention.search(arguments) or mention.search(rest) or (module_names and module_names.search(arguments)):
+    if mention.search(arguments) or mention.search(rest) or (module.names and module.names.search(arguments)):
         return None  # the candidate used twice, or an argument the child cannot evaluate (it never gets the test module)
     rest = f"({rest}\n)"  # a multi-line assertion is one expression
     try:
         check = parse_python(rest, mode="eval").body  # type: ignore[attr-defined]
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    if _free_names(check) - SAFE_NAMES - {_OUTPUT}:
-        return None  # a name the judge lacks
+    if _free_names(check) - module.safe - {_OUTPUT}:
+        return None  # a name the judge lacks, or one the module rebinds
     return IOTest(call=f"candidate{arguments}", check=rest, expect=_expect(check))
 
 
@@ -245,12 +246,32 @@ def _skippable(statement: ast.stmt) -> bool:
     return isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Constant) and bool(statement.test.value)
 
 
-def _module_names(module: ast.Module, check: ast.FunctionDef) -> re.Pattern[str] | None:
-    names = {n.id for s in module.body if s is not check for n in ast.walk(s) if isinstance(n, ast.Name)}
-    imports = [a for s in module.body if isinstance(s, ast.Import | ast.ImportFrom) for a in s.names]
-    names |= {(a.asname or a.name).split(".")[0] for a in imports}
-    names |= {s.name for s in module.body if isinstance(s, ast.FunctionDef | ast.ClassDef) and s is not check}
-    return re.compile("|".join(rf"(?<![\w.]){re.escape(n)}\b" for n in sorted(names))) if names else None
+@dataclass(frozen=True)
+class _TestModule:
+    """What the module around `check` means for its assertions: the names it uses or binds (`names`: an argument
+    naming one cannot be evaluated in the child, which never gets the module), and the judge's names it leaves as
+    they are (`safe`: a check naming one it rebinds, `def str(x): ...` or `abs = ...`, means the module's, which
+    neither the service's data checks nor the judge have)."""
+
+    names: re.Pattern[str] | None
+    safe: frozenset[str]
+
+
+def _test_module(module: ast.Module, check: ast.FunctionDef) -> _TestModule:
+    others = [s for s in module.body if s is not check]
+    nodes = [n for s in others for n in ast.walk(s)]
+    names = {n.id for n in nodes if isinstance(n, ast.Name)}
+    imports = [a for n in nodes if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names]
+    imported = {(a.asname or a.name).split(".")[0] for a in imports}
+    names |= imported | {s.name for s in others if isinstance(s, ast.FunctionDef | ast.ClassDef)}
+    pattern = re.compile("|".join(rf"(?<![\w.]){re.escape(n)}\b" for n in sorted(names))) if names else None
+    bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    bound |= {n.name for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    bound |= {n.arg for n in nodes if isinstance(n, ast.arg)} | imported - _SAFE_MODULES
+    bound |= {a.asname for a in imports if a.asname}  # `import json as math`
+    if any(a.name == "*" for a in imports) or bound & {"builtins", "__builtins__"} or "__builtins__" in names:
+        return _TestModule(pattern, frozenset())  # anything may be rebound
+    return _TestModule(pattern, SAFE_NAMES - bound)
 
 
 UNROLLED = 100  # the most tests a check's loops are unrolled into; longer ones are left to assert mode
@@ -279,8 +300,8 @@ class _Unroller:
     """Unrolls a check's loops (`unrolled`): what that needs from the whole check is gathered in one walk, and all its
     loops together make at most `UNROLLED` tests and `UNROLLED_BYTES` of their text."""
 
-    def __init__(self, check: ast.FunctionDef, module_names: re.Pattern[str] | None, source: _Source) -> None:
-        self.check, self.module_names, self.source = check, module_names, source
+    def __init__(self, check: ast.FunctionDef, module: _TestModule, source: _Source) -> None:
+        self.check, self.module, self.source = check, module, source
         self.tests, self.bytes = UNROLLED, UNROLLED_BYTES
         nodes = list(ast.walk(check))
         names = [n for n in nodes if isinstance(n, ast.Name)]
@@ -289,7 +310,7 @@ class _Unroller:
         # bound other than by a plain name: arguments (the check's, a lambda's) and imports
         self.binders = {n.arg for n in nodes if isinstance(n, ast.arg)} | {(a.asname or a.name).split(".")[0] for a in imports}
         stores = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
-        self.range_bound = "range" in self.binders | stores or bool(module_names and module_names.fullmatch("range"))
+        self.range_bound = "range" in self.binders | stores or "range" not in module.safe
         self.loop_uses: Counter[str] = Counter()  # a name's uses as a top-level loop's target and in its body
         for loop in check.body:
             if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name):
@@ -329,7 +350,7 @@ class _Unroller:
                     tested = parse_python(written.data.decode(), mode="eval").body  # type: ignore[attr-defined]
                 except (SyntaxError, ValueError, RecursionError, MemoryError):
                     return None
-                test = _io_test(tested, self.check.args.args[0].arg, self.module_names, written)
+                test = _io_test(tested, self.check.args.args[0].arg, self.module, written)
                 if test is None:
                     return None
                 tests.append(test)
@@ -377,20 +398,20 @@ def split_check(test_source: str) -> list[IOTest] | None:
     checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1 or checks[0].decorator_list:
         return None
-    parameter, source, module_names = checks[0].args.args[0].arg, _Source(test_source), _module_names(module, checks[0])
+    parameter, source, around = checks[0].args.args[0].arg, _Source(test_source), _test_module(module, checks[0])
     tests: list[IOTest] = []
     unroller: _Unroller | None = None  # made at the first loop: most checks have none
     for statement in checks[0].body:
         if _skippable(statement):
             continue
         if isinstance(statement, ast.For):
-            unroller = unroller or _Unroller(checks[0], module_names, source)
+            unroller = unroller or _Unroller(checks[0], around, source)
             unrolled = unroller.unrolled(statement)
             if unrolled is None:
                 return None
             tests += unrolled
             continue
-        test = _io_test(statement.test, parameter, module_names, source) if isinstance(statement, ast.Assert) else None
+        test = _io_test(statement.test, parameter, around, source) if isinstance(statement, ast.Assert) else None
         if test is None:
             return None
         tests.append(test)
