@@ -247,6 +247,16 @@ def test_a_request_queued_behind_a_run_that_breaks_its_worker_runs_on_the_replac
         assert (result.exit_code, result.stdout, result.anomaly) == (0, b"queued\n", None)
 
 
+def test_queued_requests_get_their_own_replies_while_runs_before_them_end_their_workers() -> None:
+    """Every third run starts processes, which spends its worker (replaced after its reply): the requests queued
+    behind it never started and run elsewhere; every run answers with its own output, none with a neighbour's."""
+    spend = "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\nprint({n})"
+    programs = [spend.format(n=n) if n % 3 == 0 else f"print({n})" for n in range(36)]
+    with Sandbox("pool", workers=2) as sandbox, ThreadPoolExecutor(4) as threads:
+        results = list(threads.map(sandbox.run, programs))
+    assert [(r.exit_code, r.stdout, r.anomaly) for r in results] == [(0, f"{n}\n".encode(), None) for n in range(36)]
+
+
 def test_a_request_cancelled_while_queued_leaves_the_run_before_it_alone() -> None:
     """Its turn comes when the run before it is answered; only then is it cancelled (its worker killed)."""
     cancel = threading.Event()
