@@ -57,7 +57,8 @@ class WorkerBroken(Exception):
 
 
 class WorkerLost(Exception):
-    """The worker broke (or ended) on a run before this request's: this request never started."""
+    """The worker broke or ended before this request's run began (on an earlier run, or while the request was being
+    written): it never ran, and may run on another worker."""
 
 
 def output_pipe_bytes(workers: int) -> int:
@@ -172,7 +173,7 @@ class WorkerHandle:
     ) -> tuple[dict, list[bytes]]:
         """Send one request (the header the worker reads, the body's parts its child reads); the reply and the
         streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the write).
-        Raises WorkerLost, before or after sending, when an earlier request broke the worker: this one never ran.
+        Raises WorkerLost when this request never ran: an earlier one broke the worker, or it could not be sent whole.
         `timeout` counts from this request's turn; a cancel is noticed from then on (before it, another's run holds
         the worker)."""
         with self._sending:
@@ -215,10 +216,14 @@ class WorkerHandle:
         try:
             if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
                 self.cgroup.limit_tasks(processes + WORKER_TASKS)
-            write_all(self.request_fd, [HEADER.pack(len(header)), header, *body])  # one write for a small request
         except OSError as error:
+            self.end(f"cannot set the worker's process limit: {error!r}")
+            raise WorkerBroken(f"cannot set the worker's process limit: {error!r}") from error
+        try:
+            write_all(self.request_fd, [HEADER.pack(len(header)), header, *body])  # one write for a small request
+        except OSError as error:  # a program starts only once its whole request is read: this one never ran
             self.end(f"worker unreachable: {error!r}")
-            raise WorkerBroken(f"worker unreachable: {error!r}") from error
+            raise WorkerLost(f"worker unreachable: {error!r}") from error
         return ticket
 
     def end(self, why: str) -> None:

@@ -235,7 +235,8 @@ def test_a_request_queued_behind_a_run_that_breaks_its_worker_runs_on_the_replac
     with Sandbox("pool", workers=1) as sandbox, ThreadPoolExecutor(2) as threads:
         sleeping = threads.submit(sleep_a_minute)
         time.sleep(0.5)
-        queued = threads.submit(sandbox.run, "print('queued')")
+        # larger than the pipe: it is still being written when the worker is killed
+        queued = threads.submit(sandbox.run, "import sys\nprint(len(sys.stdin.buffer.read()))", stdin=bytes(4 << 20))
         deadline = time.monotonic() + 10
         while [worker.taken for worker in sandbox._pool.live] != [2] and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -244,7 +245,7 @@ def test_a_request_queued_behind_a_run_that_breaks_its_worker_runs_on_the_replac
         with pytest.raises(RunCancelled):
             sleeping.result(20)
         result = queued.result(20)
-        assert (result.exit_code, result.stdout, result.anomaly) == (0, b"queued\n", None)
+        assert (result.exit_code, result.stdout, result.anomaly) == (0, b"%d\n" % (4 << 20), None)
 
 
 def test_queued_requests_get_their_own_replies_while_runs_before_them_end_their_workers() -> None:
