@@ -29,7 +29,8 @@ log = logging.getLogger("corrgrpo.code")
 # over its CPU limit is a timeout, and an expected stdin integer must be printed as exactly that integer; 5: a check's
 # stray builtin name (HumanEval/129's `print`) no longer sends it to assert mode (its tests count one by one); 6: assert
 # mode's calls cross with less work per call on both sides (times shorter); 7: a check's loop over literal ints is
-# unrolled into I/O tests (HumanEval/44 leaves assert mode, its tests count one by one)
+# unrolled into I/O tests (HumanEval/44 leaves assert mode, its tests count one by one), and a check naming what its
+# module rebinds goes to assert mode
 RUN_VERSION = 7
 STORE_WAIT_S = 5.0  # a store that does not answer in this time is skipped: the program is run instead
 UNSTORED = ("anomaly", "timeout")
