@@ -233,8 +233,8 @@ class WorkerHandle:
             self._turns.notify_all()
 
     def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
-        """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read), but never
-        past this reply: the worker writes nothing until it is sent the next request."""
+        """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read); what it read
+        of the next request's reply stays in `unread` for that request's turn."""
         while len(self.unread) < size:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
