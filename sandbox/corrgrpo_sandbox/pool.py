@@ -50,7 +50,7 @@ class WorkerPool:
                     raise RuntimeError("Sandbox is closed")
                 if cancel is not None and cancel.is_set():
                     raise RunCancelled("run cancelled")
-                open_ = [worker for worker in self.live if not worker.retired and worker.taken < QUEUE_DEPTH]
+                open_ = [w for w in self.live if not w.retired and w.lost is None and w.taken < QUEUE_DEPTH]
                 if open_:
                     worker = min(open_, key=lambda handle: handle.taken)
                     worker.taken += 1
