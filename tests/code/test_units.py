@@ -177,6 +177,7 @@ def test_a_shadowed_range_is_never_unrolled() -> None:
         "def str(x):\n    return 'z'\n",
         "abs = lambda x: 0\n",
         "import json as math\n",
+        "from os import math\n",
         "from os import *\n",
         "import builtins\nbuiltins.abs = lambda x: 0\n",
         "for abs in [len]:\n    pass\n",

@@ -37,7 +37,7 @@ _OUTPUT = "_out"
 _BUILTINS = ("abs", "all", "any", "bool", "dict", "float", "frozenset", "int", "isinstance", "len", "list", "max")
 _BUILTINS += ("min", "range", "round", "set", "sorted", "str", "sum", "tuple", "type", "zip")
 SAFE_NAMES = frozenset(_BUILTINS) | {"math", "inf", "nan"}  # what the judge's checks may name
-_SAFE_MODULES = {"math"}
+_SAFE_MODULES = frozenset({"math"})
 _CONSTANTS = {"inf": math.inf, "nan": math.nan}
 _NOT_DATA = object()
 
@@ -257,19 +257,28 @@ class _TestModule:
     safe: frozenset[str]
 
 
+def _imported(nodes: list[ast.AST], keep: frozenset[str] = frozenset()) -> set[str]:
+    """The names the imports among `nodes` bind ("*" for a star import), but those of a plain `import <m>` of a module
+    in `keep` (which binds the very module the judge has; `import json as math` or `from os import math` do not)."""
+    return {
+        (alias.asname or alias.name).split(".")[0]
+        for node in nodes
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+        if not (isinstance(node, ast.Import) and alias.asname is None and alias.name in keep)
+    }
+
+
 def _test_module(module: ast.Module, check: ast.FunctionDef) -> _TestModule:
     others = [s for s in module.body if s is not check]
     nodes = [n for s in others for n in ast.walk(s)]
     names = {n.id for n in nodes if isinstance(n, ast.Name)}
-    imports = [a for n in nodes if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names]
-    imported = {(a.asname or a.name).split(".")[0] for a in imports}
-    names |= imported | {s.name for s in others if isinstance(s, ast.FunctionDef | ast.ClassDef)}
+    names |= _imported(nodes) | {s.name for s in others if isinstance(s, ast.FunctionDef | ast.ClassDef)}
     pattern = re.compile("|".join(rf"(?<![\w.]){re.escape(n)}\b" for n in sorted(names))) if names else None
     bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     bound |= {n.name for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
-    bound |= {n.arg for n in nodes if isinstance(n, ast.arg)} | imported - _SAFE_MODULES
-    bound |= {a.asname for a in imports if a.asname}  # `import json as math`
-    if any(a.name == "*" for a in imports) or bound & {"builtins", "__builtins__"} or "__builtins__" in names:
+    bound |= {n.arg for n in nodes if isinstance(n, ast.arg)} | _imported(nodes, _SAFE_MODULES)
+    if bound & {"*", "builtins", "__builtins__"} or "__builtins__" in names:
         return _TestModule(pattern, frozenset())  # anything may be rebound
     return _TestModule(pattern, SAFE_NAMES - bound)
 
@@ -306,9 +315,8 @@ class _Unroller:
         nodes = list(ast.walk(check))
         names = [n for n in nodes if isinstance(n, ast.Name)]
         self.uses = Counter(n.id for n in names)
-        imports = [a for n in nodes if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names]
         # bound other than by a plain name: arguments (the check's, a lambda's) and imports
-        self.binders = {n.arg for n in nodes if isinstance(n, ast.arg)} | {(a.asname or a.name).split(".")[0] for a in imports}
+        self.binders = {n.arg for n in nodes if isinstance(n, ast.arg)} | _imported(nodes)
         stores = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
         self.range_bound = "range" in self.binders | stores or "range" not in module.safe
         self.loop_uses: Counter[str] = Counter()  # a name's uses as a top-level loop's target and in its body
