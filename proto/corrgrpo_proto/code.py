@@ -10,6 +10,7 @@ from .common import ScoreRequest, WireModel
 from .items import LABEL_KEY
 
 NOT_NULL = {"not": {"type": "null"}}
+PROBLEM_FIELDS = ("problem", "task_id", "problem_from")  # an item names its problem by exactly one
 
 
 class CodeProblem(WireModel):
@@ -88,14 +89,15 @@ AnyProblem = CodeProblem | StdinProblem | CallProblem | MbppProblem
 
 
 class CodeItem(WireModel):
-    """One completion to score against a problem given inline or by `task_id` of a loaded dataset."""
+    """One completion to score against a problem given inline, by `task_id` of a loaded dataset, or (in a
+    `/v1/score` request) by `problem_from`: a group's rollouts send their problem once, not once per rollout."""
 
     model_config = ConfigDict(
         json_schema_extra={
             LABEL_KEY: "task_id",
             "oneOf": [
-                {"required": ["problem"], "properties": {"problem": NOT_NULL, "task_id": {"type": "null"}}},
-                {"required": ["task_id"], "properties": {"task_id": NOT_NULL, "problem": {"type": "null"}}},
+                {"required": [name], "properties": {f: NOT_NULL if f == name else {"type": "null"} for f in PROBLEM_FIELDS}}
+                for name in PROBLEM_FIELDS
             ],
         }
     )
@@ -104,16 +106,30 @@ class CodeItem(WireModel):
     completion: str = Field(description="The model's full response text")
     problem: Problem | None = None
     task_id: str | None = Field(None, description="Refers to a problem loaded at start-up")
+    problem_from: int | None = Field(
+        None, ge=0, description="Index, in the same request, of an earlier item whose inline `problem` this one shares"
+    )
 
     @model_validator(mode="after")
     def _one_problem(self) -> CodeItem:
-        if (self.problem is None) == (self.task_id is None):  # the schema's `oneOf` says the same
-            raise ValueError("give exactly one of `problem` and `task_id`")
+        if sum(getattr(self, name) is not None for name in PROBLEM_FIELDS) != 1:  # the schema's `oneOf` says the same
+            raise ValueError("give exactly one of `problem`, `task_id` and `problem_from`")
         return self
 
 
 class CodeScoreRequest(ScoreRequest[CodeItem]):
-    pass
+    @model_validator(mode="after")
+    def _shared_problems(self) -> CodeScoreRequest:
+        """Each `problem_from` replaced by the problem it names (one object, parsed and validated once): past this
+        point an item is the same as one sent with its problem inline, idempotency key included."""
+        for index, item in enumerate(self.items):
+            if item.problem_from is None:
+                continue
+            source = item.problem_from
+            if source >= index or self.items[source].problem is None:
+                raise ValueError(f"items.{index}.problem_from: {source} is not an earlier item with an inline problem")
+            item.problem, item.problem_from = self.items[source].problem, None
+        return self
 
 
 SCHEMA_MODELS = (

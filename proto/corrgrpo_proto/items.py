@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LABEL_KEY = "x-corrgrpo-label"
-NOT_FROM_ROWS = frozenset({"id", "completion"})
+NOT_FROM_ROWS = frozenset({"id", "completion", "problem_from"})  # problem_from: the client's, within one request
 
 
 def _resolve(schema: Mapping[str, Any], definitions: Mapping[str, Any]) -> Mapping[str, Any]:

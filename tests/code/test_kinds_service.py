@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from corrgrpo_proto import RewardClient
 from corrgrpo_testing.servers import ServiceProcess, start_service
 
 SUM = {
@@ -125,3 +127,40 @@ def test_identical_programs_run_once_in_a_batch_and_across_replicas(redis_url: s
         again = score(second, items)
         assert sorted(r["info"]["run"] for r in again) == ["batch", "batch", "store", "store"]
         assert [r["components"] for r in again] == [r["components"] for r in results]
+
+
+def test_a_group_sharing_one_problem_scores_as_if_each_item_carried_it(service: ServiceProcess) -> None:
+    """A group's problem sent once (`problem_from`, as the client sends it) scores as the items that each carry it."""
+    items = [{"id": name, "completion": fenced(code), "problem": SUM} for name, code in PROGRAM.items()]
+    shared = [items[0], *({**item, "problem": None, "problem_from": 0} for item in items[1:])]
+    inline, named = score(service, items), score(service, shared)
+    assert [r["components"] for r in named] == [r["components"] for r in inline]
+    assert [r["info"]["stage"] for r in named] == [r["info"]["stage"] for r in inline] == ["passed", "test_error", "assertion"]
+    with RewardClient(service.url) as client:
+        assert [r.components for r in client.score(items)] == [r["components"] for r in inline]
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        ({"problem_from": 1}, "items.1.problem_from: 1 is not an earlier item with an inline problem"),
+        ({"problem_from": 0}, "items.1.problem_from: 0 is not an earlier item with an inline problem"),
+        ({"problem_from": 0, "task_id": "sum"}, "give exactly one of `problem`, `task_id` and `problem_from`"),
+    ],
+)
+def test_a_problem_from_that_names_no_earlier_inline_problem_is_a_422(
+    service: ServiceProcess, second: dict[str, Any], message: str
+) -> None:
+    items = [{"completion": "x", "task_id": "sum"}, {"completion": "y", **second}]
+    response = httpx.post(f"{service.url}/v1/score", json={"items": items}, timeout=30)
+    assert response.status_code == 422 and message in response.text, response.text
+
+
+def test_openrlhf_labels_cannot_name_another_item(service: ServiceProcess) -> None:
+    """OpenRLHF's labels are items alone: `problem_from` in one is refused, naming the label and why."""
+    labels = [json.dumps({"problem": SUM}), json.dumps({"problem_from": 0})]
+    request = {"query": [fenced(PROGRAM["right"])] * 2, "prompts": ["", ""], "labels": labels}
+    response = httpx.post(f"{service.url}/v1/openrlhf", json=request, timeout=60)
+    assert response.status_code == 422, response.text
+    (detail,) = response.json()["details"]
+    assert detail == {"loc": "labels.1", "message": "invalid_problem: `problem_from` names another item of a /v1/score request"}

@@ -36,7 +36,7 @@ def test_a_batch_scored_from_the_openapi_document_alone() -> None:
         assert httpx.post(f"{service.url}/v1/score", json=bad).status_code == 422
 
 
-def test_code_item_schema_says_exactly_one_of_problem_and_task_id() -> None:
+def test_code_item_schema_says_exactly_one_of_problem_task_id_and_problem_from() -> None:
     problem = {"task_id": "t", "entry_point": "f", "test": "def check(c): pass", "reference": "def f(): pass"}
     with start_service("code") as service:
         spec = httpx.get(f"{service.url}/openapi.json").json()
@@ -45,6 +45,9 @@ def test_code_item_schema_says_exactly_one_of_problem_and_task_id() -> None:
         for item in ({"completion": "c", "problem": problem}, {"completion": "c", "task_id": "t", "problem": None}):
             jsonschema.validate({"items": [item]}, request_schema)
             assert httpx.post(f"{service.url}/v1/score", json={"items": [item]}).status_code == 200
+        group = {"items": [{"completion": "c", "problem": problem}, {"completion": "d", "problem_from": 0}]}
+        jsonschema.validate(group, request_schema)  # a group's problem once: the second item names the first's
+        assert httpx.post(f"{service.url}/v1/score", json=group).status_code == 200
         for item in ({"completion": "c"}, {"completion": "c", "task_id": "t", "problem": problem}):
             errors = jsonschema.Draft202012Validator(request_schema).iter_errors({"items": [item]})
             assert [error.validator for error in errors] == ["oneOf"]

@@ -33,6 +33,12 @@ def item_error(error: BaseException, task_id: str) -> ItemError:
     return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
 
 
+def no_problem(item: CodeItem) -> ItemError:
+    if item.problem_from is not None:  # only `/v1/score`'s request resolves it (OpenRLHF's labels are items alone)
+        return ItemError(code="invalid_problem", message="`problem_from` names another item of a /v1/score request")
+    return ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
+
+
 @dataclass
 class Batch:
     """What the lanes of one batch share: the items still to take (`pending`), the answers, its cancel event."""
@@ -57,8 +63,7 @@ def lane(batch: Batch, sandbox: Sandbox, evaluate: Evaluate) -> None:
                 break
             problem = batch.problems(batch.items[index])
             if problem is None:
-                task_id = batch.items[index].task_id
-                answers[index] = ItemError(code="unknown_task", message=f"no loaded problem has task_id {task_id!r}")
+                answers[index] = no_problem(batch.items[index])
                 continue
             try:
                 answer = evaluate(problem, batch.items[index].completion, batch.runs)
