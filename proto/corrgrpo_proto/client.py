@@ -3,7 +3,8 @@
 Both clients split a large batch into chunks of at most `chunk_size` items and `chunk_bytes` of JSON (an item larger
 than that goes alone), send at most `max_concurrency` chunks at a time, and return the results in the order of the
 items. Chunking by size keeps a batch of inline problems (megabytes of test cases each) under the service's body
-limit, and lets the service score one chunk while it reads the next. A request
+limit, and lets the service score one chunk while it reads the next; a request carries an inline problem once, its
+other items naming that one (`problem_from`: a GRPO group's rollouts share their problem). A request
 is retried with jittered exponential backoff on connection errors, timeouts, 5xx and 429
 (honouring `Retry-After`): safe because scoring is idempotent. Other 4xx are raised at once as
 `RewardServiceError` with the service's message; a request that still fails after `retries`
@@ -27,6 +28,7 @@ import httpx
 import pydantic_core
 from pydantic import BaseModel
 
+from .code import PROBLEM_FIELDS
 from .common import ComponentsResponse, ItemResult, ScoreResponse
 from .items import ItemShape
 
@@ -35,6 +37,7 @@ SCORE_PATH = "/v1/score"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 JSON_HEADERS = {"Content-Type": "application/json"}
 CHUNK_BYTES = 1 << 21  # 2 MiB of JSON per request at most (a service's default body limit: 64 MiB)
+SHARED_FIELD, _, REFERENCE_FIELD = PROBLEM_FIELDS  # code items (`corrgrpo_proto.code`): an inline problem, its reference
 
 
 class RewardServiceError(RuntimeError):
@@ -76,10 +79,36 @@ def _body(items: list[bytes], tail: bytes) -> bytes:
     return b"".join([b'{"items":[', *separated, tail])
 
 
-def encode_item(item: BaseModel | dict[str, Any]) -> bytes:
+class EncodedItem(bytes):
+    """An item's JSON that keeps apart its inline `problem`'s (a view of it; None without one) and its other fields':
+    a chunk sends a problem once, its later items name it by `problem_from` (a group's rollouts share one)."""
+
+    problem: memoryview | None
+    rest: bytes
+
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> EncodedItem:
+        if fields.get(SHARED_FIELD) is None:
+            encoded = cls(_json(fields))
+            encoded.problem, encoded.rest = None, b""
+            return encoded
+        head = b'{"%s":' % SHARED_FIELD.encode()
+        problem = _json(fields[SHARED_FIELD])
+        rest = _json({name: value for name, value in fields.items() if name != SHARED_FIELD})
+        encoded = cls(b"".join([head, problem, b"}" if rest == b"{}" else b"," + rest[1:]]))
+        encoded.problem, encoded.rest = memoryview(encoded)[len(head) : len(head) + len(problem)], rest
+        return encoded
+
+    def naming(self, index: int) -> bytes:
+        """This item with its problem named by the chunk's item `index`, which carries the same one."""
+        separator = b"" if self.rest == b"{}" else b","
+        return b'%s%s"%s":%d}' % (self.rest[:-1], separator, REFERENCE_FIELD.encode(), index)
+
+
+def encode_item(item: BaseModel | dict[str, Any]) -> EncodedItem:
     """An item's JSON as the clients send it: encode a batch once when you also need its bytes (e.g. to key a cache),
     then give the bytes to `score`."""
-    return _json(item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item)
+    return EncodedItem.of(item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item)
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -157,17 +186,26 @@ class _Client:
 
     def _chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[_Chunk]:
         """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would take
-        the current one over `chunk_size` items or `chunk_bytes`."""
+        the current one over `chunk_size` items or `chunk_bytes`. Within a chunk an inline problem goes once: the items
+        after the first that carries it name that one (`problem_from`), and such an item counts against the bytes of
+        the chunk less its largest item (a problem over `chunk_bytes` goes once too, with the items naming it)."""
         tail = b"]}" if weights is None else b'],"weights":' + _json(weights) + b"}"
         groups: list[list[bytes]] = []
-        size = 0
+        carriers: dict[memoryview, int] = {}  # an inline problem's JSON: the index in the current chunk of its first item
+        size = largest = 0
         for item in items:
             encoded = item if isinstance(item, bytes) else encode_item(item)
-            if not groups or len(groups[-1]) == self.chunk_size or size + len(encoded) > self.chunk_bytes:
+            problem = encoded.problem if isinstance(encoded, EncodedItem) else None
+            carrier = carriers.get(problem) if problem is not None else None
+            sent = encoded.naming(carrier) if carrier is not None and isinstance(encoded, EncodedItem) else encoded
+            counted = size - (largest if carrier is not None else 0) + len(sent)
+            if not groups or len(groups[-1]) == self.chunk_size or counted > self.chunk_bytes:
                 groups.append([])
-                size = 0
-            groups[-1].append(encoded)
-            size += len(encoded) + 1
+                carriers, size, largest, sent = {}, 0, 0, encoded
+            if problem is not None and sent is encoded:
+                carriers[problem] = len(groups[-1])
+            groups[-1].append(sent)
+            size, largest = size + len(sent) + 1, max(largest, len(sent) + 1)
         return [_Chunk(_body(group, tail), len(group)) for group in groups]  # no items, no request
 
     def _results(self, chunk: _Chunk, answer: Any) -> list[ItemResult]:

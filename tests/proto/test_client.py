@@ -10,7 +10,8 @@ import time
 import httpx
 import pytest
 
-from corrgrpo_proto import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable
+from corrgrpo_proto import AsyncRewardClient, RewardClient, RewardServiceError, RewardServiceUnavailable, encode_item
+from corrgrpo_proto.code import CodeItem, CodeScoreRequest
 from corrgrpo_testing.servers import start_service
 
 
@@ -174,3 +175,41 @@ def test_at_the_connection_cap_a_real_service_answers_503_and_the_client_waits_i
         with RewardClient(service.url, retries=2, backoff=0.001) as client:
             names = [c.name for c in client.components().components]
         assert names and time.monotonic() - started >= 1.0
+
+
+def group_items(problems: list[dict], group: int) -> list[dict]:
+    """A GRPO step's items: `group` rollouts of each problem, each item with its own copy of the problem's dict."""
+    return [{"id": f"{p['task_id']}.{k}", "v": k, "problem": json.loads(json.dumps(p))} for p in problems for k in range(group)]
+
+
+STDIN = [{"task_id": name, "stdin_cases": [{"input": name * 300, "output": "1\n"}]} for name in ("a", "b")]
+
+
+def test_a_chunk_sends_each_inline_problem_once_and_the_request_resolves_to_the_items_sent() -> None:
+    script = Script()
+    items = group_items(STDIN, 4)
+    RewardClient("http://svc", transport=httpx.MockTransport(script)).score(items)
+    (body,) = script.bodies
+    assert [item.get("problem_from") for item in body["items"]] == [None, 0, 0, 0, None, 4, 4, 4]
+    assert [("problem" in item) for item in body["items"]] == [True, False, False, False] * 2
+    as_code = [{**{k: v for k, v in item.items() if k != "v"}, "completion": str(item["v"])} for item in body["items"]]
+    sent = [{**{k: v for k, v in item.items() if k != "v"}, "completion": str(item["v"])} for item in items]
+    resolved = CodeScoreRequest.model_validate({"items": as_code}).items
+    assert resolved == [CodeItem.model_validate(item) for item in sent]
+    assert resolved[1].problem is resolved[0].problem, "one problem object for the group: parsed and validated once"
+
+
+def test_a_problem_is_sent_again_in_each_chunk_it_spans_and_pre_encoded_items_share_it_too() -> None:
+    script = Script()
+    items = [encode_item(item) for item in group_items(STDIN[:1], 5)]
+    RewardClient("http://svc", chunk_size=3, transport=httpx.MockTransport(script)).score(items)
+    assert [[item.get("problem_from") for item in body["items"]] for body in script.bodies] == [[None, 0, 0], [None, 0]]
+    assert all(body["items"][0]["problem"] == STDIN[0] for body in script.bodies)
+
+
+def test_a_problem_larger_than_a_chunk_goes_once_with_the_items_that_name_it() -> None:
+    script = Script()
+    big = [{"task_id": "big", "stdin_cases": [{"input": "x" * 3000, "output": "1\n"}]}]
+    items = group_items(big, 3) + [{"id": "other", "v": 9, "text": "y" * 300}]
+    RewardClient("http://svc", chunk_bytes=1000, transport=httpx.MockTransport(script)).score(items)
+    assert [[item.get("problem_from") for item in body["items"]] for body in script.bodies] == [[None, 0, 0], [None]]
