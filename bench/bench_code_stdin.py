@@ -12,6 +12,10 @@ runs, in interleaved rounds whose order alternates. The service shares no verdic
 (`CORRGRPO_CODE_RUN_TTL_S=0`); a warm-up pass first measures every reference time, as training would have. The
 ratio to quote is floor time / HTTP time (issue 29: >= 0.9).
 
+Then a GRPO step's shape: `GROUP` rollouts of each problem inline, completions that do not parse (no run: what is left
+is the request's own cost), sent as the client sends them (each problem once per request, `problem_from`) and with
+every item carrying its problem (the same items pre-encoded as plain bytes, which the client sends as they are).
+
 Run: `.venv/bin/python bench/bench_code_stdin.py` (about a minute on two cores).
 """
 
@@ -26,13 +30,15 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 from bench_sandbox import fork_floor
 
-from corrgrpo_proto import RewardClient
+from corrgrpo_proto import RewardClient, encode_item
 from corrgrpo_testing.servers import start_service
 
 WORKERS = os.cpu_count() or 1
 ROUNDS = 12
+GROUP = 8  # rollouts per problem in the GRPO-shaped rounds
 CASES = 8
 PROGRAMS = {
     "game": "t = int(input())\nfor _ in range(t):\n    print('Second' if int(input()) % 3 == 0 else 'First')\n",
@@ -149,6 +155,8 @@ def main() -> None:
                 start = time.perf_counter()
                 run()
                 totals[name] += time.perf_counter() - start
+        group = [{**item, "completion": "def broken(:\n"} for item in inline for _ in range(GROUP)]
+        shared = group_rounds(service.url, group)
     os.unlink(dataset.name)
     runs = len(floor_runs) * ROUNDS
     kilobytes = sum(len(i) for name in cases for i, _ in cases[name]) / 1024
@@ -163,6 +171,37 @@ def main() -> None:
     ratios = {name: totals["floor"] / totals[name] for name in ("inline", "task_id")}
     print(f"\nHTTP path / unsandboxed fork floor (throughput, same run): inline {ratios['inline']:.2f}, ", end="")
     print(f"by task_id {ratios['task_id']:.2f}")
+    print(f"\n{len(PROGRAMS)} problems x {GROUP} rollouts inline, no runs, {ROUNDS} rounds each way\n")
+    print("| each problem | MB sent per step | ms per step |")
+    print("|---|---|---|")
+    for name, (sent, seconds) in shared.items():
+        print(f"| {name} | {sent / 1e6:.1f} | {1e3 * seconds / ROUNDS:.0f} |")
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """Counts the request bytes it sends."""
+
+    sent = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += len(request.content)
+        return super().handle_request(request)
+
+
+def group_rounds(url: str, group: list[dict]) -> dict[str, tuple[int, float]]:
+    """Bytes sent per step and seconds in all, with each problem once per request and with every item carrying it."""
+    encoded = [encode_item(item) for item in group]  # both ways encoded before the clock starts
+    ways = {"once per request": encoded, "in every item": [bytes(item) for item in encoded]}  # plain bytes: as they are
+    sent, seconds = dict.fromkeys(ways, 0), dict.fromkeys(ways, 0.0)
+    transport = CountingTransport()
+    with RewardClient(url, timeout=600, transport=transport) as client:
+        for round_number in range(ROUNDS):
+            for name in list(ways)[:: 1 if round_number % 2 else -1]:
+                before, start = transport.sent, time.perf_counter()
+                assert all(result.info["stage"] == "syntax" for result in client.score(ways[name]))
+                seconds[name] += time.perf_counter() - start
+                sent[name] += transport.sent - before
+    return {name: (sent[name] // ROUNDS, seconds[name]) for name in ways}
 
 
 if __name__ == "__main__":
