@@ -210,6 +210,6 @@ def test_a_problem_is_sent_again_in_each_chunk_it_spans_and_pre_encoded_items_sh
 def test_a_problem_larger_than_a_chunk_goes_once_with_the_items_that_name_it() -> None:
     script = Script()
     big = [{"task_id": "big", "stdin_cases": [{"input": "x" * 3000, "output": "1\n"}]}]
-    items = group_items(big, 3) + [{"id": "other", "v": 9, "text": "y" * 300}]
+    items = [*group_items(big, 3), {"id": "other", "v": 9, "text": "y" * 300}]
     RewardClient("http://svc", chunk_bytes=1000, transport=httpx.MockTransport(script)).score(items)
     assert [[item.get("problem_from") for item in body["items"]] for body in script.bodies] == [[None, 0, 0], [None]]
