@@ -80,18 +80,14 @@ def _body(items: list[bytes], tail: bytes) -> bytes:
 
 
 class EncodedItem(bytes):
-    """An item's JSON that keeps apart its inline `problem`'s (a view of it; None without one) and its other fields':
+    """The JSON of an item with an inline `problem`, keeping apart the problem's (a view of it) and the other fields':
     a chunk sends a problem once, its later items name it by `problem_from` (a group's rollouts share one)."""
 
-    problem: memoryview | None
+    problem: memoryview
     rest: bytes
 
     @classmethod
     def of(cls, fields: dict[str, Any]) -> EncodedItem:
-        if fields.get(SHARED_FIELD) is None:
-            encoded = cls(_json(fields))
-            encoded.problem, encoded.rest = None, b""
-            return encoded
         head = b'{"%s":' % SHARED_FIELD.encode()
         problem = _json(fields[SHARED_FIELD])
         rest = _json({name: value for name, value in fields.items() if name != SHARED_FIELD})
@@ -105,10 +101,11 @@ class EncodedItem(bytes):
         return b'%s%s"%s":%d}' % (self.rest[:-1], separator, REFERENCE_FIELD.encode(), index)
 
 
-def encode_item(item: BaseModel | dict[str, Any]) -> EncodedItem:
+def encode_item(item: BaseModel | dict[str, Any]) -> bytes:
     """An item's JSON as the clients send it: encode a batch once when you also need its bytes (e.g. to key a cache),
-    then give the bytes to `score`."""
-    return EncodedItem.of(item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item)
+    then give the bytes to `score`. An `EncodedItem` when it has an inline problem."""
+    fields = item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item
+    return EncodedItem.of(fields) if fields.get(SHARED_FIELD) is not None else _json(fields)
 
 
 def _error_message(response: httpx.Response) -> str:
