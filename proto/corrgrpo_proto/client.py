@@ -83,22 +83,49 @@ class EncodedItem(bytes):
     """The JSON of an item with an inline `problem`, keeping apart the problem's (a view of it) and the other fields':
     a chunk sends a problem once, its later items name it by `problem_from` (a group's rollouts share one)."""
 
+    HEAD = b'{"%s":' % SHARED_FIELD.encode()  # the problem comes first: its JSON starts after this
     problem: memoryview
     rest: bytes
 
     @classmethod
     def of(cls, fields: dict[str, Any]) -> EncodedItem:
-        head = b'{"%s":' % SHARED_FIELD.encode()
-        problem = _json(fields[SHARED_FIELD])
-        rest = _json({name: value for name, value in fields.items() if name != SHARED_FIELD})
-        encoded = cls(b"".join([head, problem, b"}" if rest == b"{}" else b"," + rest[1:]]))
-        encoded.problem, encoded.rest = memoryview(encoded)[len(head) : len(head) + len(problem)], rest
+        others = {name: value for name, value in fields.items() if name != SHARED_FIELD}
+        encoded = cls(_json({SHARED_FIELD: fields[SHARED_FIELD], **others}))  # the problem first, encoded once
+        rest = _json(others)  # the same text as after the problem: `{"problem":<problem>,<rest without its "{">`
+        end = len(encoded) - len(rest) + (rest == b"{}")
+        encoded.problem, encoded.rest = memoryview(encoded)[len(cls.HEAD) : end], rest
         return encoded
+
+    def fingerprint(self) -> tuple[int, bytes, bytes]:
+        """Equal for equal problems, and cheap: hashing megabytes of test cases would cost more than sending them."""
+        return len(self.problem), bytes(self.problem[:64]), bytes(self.problem[-64:])
+
+    def same_problem(self, other: EncodedItem) -> bool:
+        return len(self.problem) == len(other.problem) and self.startswith(other.problem, len(self.HEAD))  # a memcmp
 
     def naming(self, index: int) -> bytes:
         """This item with its problem named by the chunk's item `index`, which carries the same one."""
         separator = b"" if self.rest == b"{}" else b","
         return b'%s%s"%s":%d}' % (self.rest[:-1], separator, REFERENCE_FIELD.encode(), index)
+
+
+class _Carriers:
+    """A chunk's items that carry an inline problem (by fingerprint), with their indices in the chunk."""
+
+    def __init__(self) -> None:
+        self.by_fingerprint: dict[tuple[int, bytes, bytes], list[tuple[EncodedItem, int]]] = {}
+
+    def naming(self, item: bytes) -> bytes | None:
+        """`item` naming the chunk's carrier of its problem; None without one (or without an inline problem)."""
+        if isinstance(item, EncodedItem):
+            for carrier, index in self.by_fingerprint.get(item.fingerprint(), ()):
+                if item.same_problem(carrier):
+                    return item.naming(index)
+        return None
+
+    def add(self, item: bytes, index: int) -> None:
+        if isinstance(item, EncodedItem):
+            self.by_fingerprint.setdefault(item.fingerprint(), []).append((item, index))
 
 
 def encode_item(item: BaseModel | dict[str, Any]) -> bytes:
@@ -188,19 +215,18 @@ class _Client:
         the chunk less its largest item (a problem over `chunk_bytes` goes once too, with the items naming it)."""
         tail = b"]}" if weights is None else b'],"weights":' + _json(weights) + b"}"
         groups: list[list[bytes]] = []
-        carriers: dict[memoryview, int] = {}  # an inline problem's JSON: the index in the current chunk of its first item
+        carriers = _Carriers()
         size = largest = 0
         for item in items:
             encoded = item if isinstance(item, bytes) else encode_item(item)
-            problem = encoded.problem if isinstance(encoded, EncodedItem) else None
-            carrier = carriers.get(problem) if problem is not None else None
-            sent = encoded.naming(carrier) if carrier is not None and isinstance(encoded, EncodedItem) else encoded
-            counted = size - (largest if carrier is not None else 0) + len(sent)
+            named = carriers.naming(encoded)
+            sent = encoded if named is None else named
+            counted = size - (largest if named is not None else 0) + len(sent)
             if not groups or len(groups[-1]) == self.chunk_size or counted > self.chunk_bytes:
                 groups.append([])
-                carriers, size, largest, sent = {}, 0, 0, encoded
-            if problem is not None and sent is encoded:
-                carriers[problem] = len(groups[-1])
+                carriers, size, largest, sent = _Carriers(), 0, 0, encoded
+            if sent is encoded:
+                carriers.add(encoded, len(groups[-1]))
             groups[-1].append(sent)
             size, largest = size + len(sent) + 1, max(largest, len(sent) + 1)
         return [_Chunk(_body(group, tail), len(group)) for group in groups]  # no items, no request

@@ -213,3 +213,13 @@ def test_a_problem_larger_than_a_chunk_goes_once_with_the_items_that_name_it() -
     items = [*group_items(big, 3), {"id": "other", "v": 9, "text": "y" * 300}]
     RewardClient("http://svc", chunk_bytes=1000, transport=httpx.MockTransport(script)).score(items)
     assert [[item.get("problem_from") for item in body["items"]] for body in script.bodies] == [[None, 0, 0], [None]]
+
+
+def test_problems_alike_at_both_ends_but_not_between_are_each_sent() -> None:
+    script = Script()
+    cases = ["a" * 200 + middle + "z" * 200 for middle in ("b", "c")]  # same length, same first and last bytes
+    problems = [{"task_id": "t", "stdin_cases": [{"input": text, "output": "1\n"}]} for text in cases]
+    RewardClient("http://svc", transport=httpx.MockTransport(script)).score(group_items(problems, 2))
+    (body,) = script.bodies
+    assert [item.get("problem_from") for item in body["items"]] == [None, 0, None, 2]
+    assert [item["problem"]["stdin_cases"][0]["input"] for item in body["items"] if "problem" in item] == cases
