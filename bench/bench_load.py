@@ -2,11 +2,14 @@
 
 `python bench/bench_load.py [--services toolcall toy] [--seconds 8]` starts each service as its
 container does (`python -m corrgrpo_<name>`), measures the sustainable rate with a closed loop of
-4 senders, then offers an open-loop load of 1×, 4× and 10× that rate (fixed arrival schedule,
+`SENDERS` senders, then offers an open-loop load of 1×, 4× and 10× that rate (fixed arrival schedule,
 bounded at `--max-outstanding` requests in the generator itself, which counts arrivals beyond it as
 `dropped`; no client retries; requests unanswered 5 s after the last arrival count as errors), and
 prints a markdown table: answered throughput, p50/p99 latency of the answered requests, 429/503
-and other error counts, and the peak RSS of the service process.
+and other error counts, and the peak RSS of the service process; then each service's answered
+rate at 4× and 10× against 1×, the ratios to quote. Each phase runs in `--rounds` slices, the
+phases interleaved and their order alternating (1×, 4×, 10×, then 10×, 4×, 1×, ...): a shared
+machine's speed, which drifts over a run, weighs on all three alike.
 
 The service (and everything it starts) runs pinned to one core and the generator to another
 (`--cores S G`, default the first two this process may use), so the generator's CPU is not the
@@ -68,9 +71,13 @@ class Phase:
     errors: int = 0
     dropped: int = 0
     peak_rss: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # summed over the phase's slices
 
 
+# Half the in-flight budget's 16 batches: the service stays busy through each sender's connect and send (4 left it
+# idle between requests, through nginx most: a 1× phase under capacity flattered the overloaded ones), never refused.
+SENDERS = 8
+FACTORS = (1, 4, 10)  # the offered load, in multiples of the sustainable rate; the first is the reference
 DRAIN_S = 5.0
 """After the last arrival, requests still unanswered this long are cancelled and counted as errors."""
 
@@ -111,7 +118,7 @@ async def watch_rss(process: psutil.Process, phase: Phase, stop: asyncio.Event) 
 
 
 async def closed_loop(port: int, body: bytes, seconds: float) -> float:
-    """Requests per second 4 back-to-back senders get: the service's sustainable rate."""
+    """Requests per second `SENDERS` back-to-back senders get: the service's sustainable rate."""
     done = 0
     deadline = time.perf_counter() + seconds
 
@@ -122,7 +129,7 @@ async def closed_loop(port: int, body: bytes, seconds: float) -> float:
             assert status == 200, status
             done += 1
 
-    await asyncio.gather(*(sender() for _ in range(4)))
+    await asyncio.gather(*(sender() for _ in range(SENDERS)))
     return done / seconds
 
 
@@ -144,7 +151,7 @@ async def open_loop(port: int, body: bytes, phase: Phase, seconds: float, cap: i
         for task in late:
             task.cancel()
         phase.errors += len(late)
-    phase.seconds = time.perf_counter() - start
+    phase.seconds += time.perf_counter() - start
     stop.set()
     await watcher
 
@@ -171,7 +178,7 @@ def pinned(cpu: int) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-async def bench(name: str, seconds: float, cap: int, cores: tuple[int, int], via_nginx: bool) -> list[str]:
+async def bench(name: str, seconds: float, rounds: int, cap: int, cores: tuple[int, int], via_nginx: bool) -> list[Phase]:
     body = json.dumps({"items": ITEMS[name]}).encode()
     service_cpu, generator_cpu = cores
     with pinned(service_cpu), start_service(name, env=ENV[name]) as service, ExitStack() as front:
@@ -180,18 +187,24 @@ async def bench(name: str, seconds: float, cap: int, cores: tuple[int, int], via
         process = psutil.Process(service.process.pid)
         await closed_loop(port, body, 1.0)  # warm-up
         sustainable = await closed_loop(port, body, seconds / 2)
-        rows = []
-        for factor in (1, 4, 10):
-            phase = Phase(f"{factor}×", sustainable * factor)
-            await open_loop(port, body, phase, seconds, cap, process)
-            rows.append(row(f"{name} via nginx" if via_nginx else name, phase))
-    return rows
+        phases = [Phase(f"{factor}×", sustainable * factor) for factor in FACTORS]
+        for round_number in range(rounds):
+            for phase in phases if round_number % 2 == 0 else phases[::-1]:
+                await open_loop(port, body, phase, seconds / rounds, cap, process)
+    return phases
+
+
+def goodput(phases: list[Phase]) -> str:
+    """Each overloaded phase's answered rate against the 1× phase's."""
+    base, *overloaded = (len(phase.latencies) / phase.seconds for phase in phases)
+    return ", ".join(f"{phase.label} {rate / base:.2f}" for phase, rate in zip(phases[1:], overloaded, strict=True))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--services", nargs="+", default=["toolcall", "toy"], help="toolcall and/or toy")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each load phase")
+    parser.add_argument("--rounds", type=int, default=3, help="slices each phase is run in, interleaved")
     parser.add_argument("--max-outstanding", type=int, default=256, help="bound on requests in flight in the generator")
     parser.add_argument("--cores", nargs=2, type=int, metavar=("SERVICE", "GENERATOR"), help="CPUs to pin them to")
     parser.add_argument("--via-nginx", action="store_true", help="through deploy/nginx/nginx.conf, nginx on the service's core")
@@ -201,14 +214,20 @@ def main() -> None:
     if len(set(cores)) < 2:
         parser.error(f"needs two cores, one for the service and one for the generator; this process may use {usable}")
     print(
-        f"Batches of {BATCH} items; in-flight budget 512 items; {args.seconds:.0f} s per phase; loopback; no retries; "
+        f"Batches of {BATCH} items; in-flight budget 512 items; {args.seconds:.0f} s per phase in {args.rounds} interleaved "
+        "slices; loopback; no retries; "
         f"service on CPU {cores[0]}, generator on CPU {cores[1]}; load average {os.getloadavg()[0]:.2f}.\n"
     )
     print("| service | load | offered req/s | answered req/s | items/s | p50 ms | p99 ms | 429 | errors | dropped | RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ratios = []
     for name in args.services:
-        for line in asyncio.run(bench(name, args.seconds, args.max_outstanding, cores, args.via_nginx)):  # type: ignore[arg-type]
-            print(line, flush=True)
+        label = f"{name} via nginx" if args.via_nginx else name
+        phases = asyncio.run(bench(name, args.seconds, args.rounds, args.max_outstanding, cores, args.via_nginx))  # type: ignore[arg-type]
+        for phase in phases:
+            print(row(label, phase), flush=True)
+        ratios.append(f"{label} {goodput(phases)}")
+    print("\nAnswered rate against 1×: " + "; ".join(ratios))
 
 
 if __name__ == "__main__":
