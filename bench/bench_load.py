@@ -197,6 +197,8 @@ async def bench(name: str, seconds: float, rounds: int, cap: int, cores: tuple[i
 def goodput(phases: list[Phase]) -> str:
     """Each overloaded phase's answered rate against the 1× phase's."""
     base, *overloaded = (len(phase.latencies) / phase.seconds for phase in phases)
+    if not base:
+        return "none answered at 1×"
     return ", ".join(f"{phase.label} {rate / base:.2f}" for phase, rate in zip(phases[1:], overloaded, strict=True))
 
 
@@ -211,6 +213,8 @@ def main() -> None:
     args = parser.parse_args()
     usable = sorted(os.sched_getaffinity(0))
     cores = tuple(args.cores or usable[:2])
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if len(set(cores)) < 2:
         parser.error(f"needs two cores, one for the service and one for the generator; this process may use {usable}")
     print(
