@@ -73,6 +73,10 @@ class Phase:
     peak_rss: int = 0
     seconds: float = 0.0  # summed over the phase's slices
 
+    @property
+    def answered_rps(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else 0.0
+
 
 # Half the in-flight budget's 16 batches: the service stays busy through each sender's connect and send (4 left it
 # idle between requests, through nginx most: a 1× phase under capacity flattered the overloaded ones), never refused.
@@ -160,7 +164,7 @@ def row(service: str, phase: Phase) -> str:
     ok = sorted(phase.latencies)
     p50 = statistics.median(ok) * 1e3 if ok else float("nan")
     p99 = ok[min(len(ok) - 1, int(0.99 * len(ok)))] * 1e3 if ok else float("nan")
-    rps = len(ok) / phase.seconds if phase.seconds else 0.0
+    rps = phase.answered_rps
     return (
         f"| {service} | {phase.label} | {phase.offered_rps:.0f} | {rps:.0f} | {rps * BATCH:.0f} | {p50:.1f} | {p99:.1f} "
         f"| {phase.rejected} | {phase.errors} | {phase.dropped} | {phase.peak_rss / 2**20:.0f} |"
@@ -196,7 +200,7 @@ async def bench(name: str, seconds: float, rounds: int, cap: int, cores: tuple[i
 
 def goodput(phases: list[Phase]) -> str:
     """Each overloaded phase's answered rate against the 1× phase's."""
-    base, *overloaded = (len(phase.latencies) / phase.seconds for phase in phases)
+    base, *overloaded = (phase.answered_rps for phase in phases)
     if not base:
         return "none answered at 1×"
     return ", ".join(f"{phase.label} {rate / base:.2f}" for phase, rate in zip(phases[1:], overloaded, strict=True))
