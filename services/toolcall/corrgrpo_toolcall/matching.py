@@ -56,15 +56,6 @@ def multiset_jaccard(left: Iterable[Any], right: Iterable[Any]) -> float:
     return shared / (sum(a.values()) + sum(b.values()) - shared)
 
 
-def key_jaccard(left: Iterable[str], right: Iterable[str]) -> float:
-    """`multiset_jaccard` for the keys of two objects, which cannot repeat: plain sets, much faster."""
-    a, b = set(left), set(right)
-    if not a and not b:
-        return 1.0
-    shared = len(a & b)
-    return shared / (len(a) + len(b) - shared)
-
-
 def json_equal(left: Any, right: Any) -> bool:
     """Equality of decoded JSON values where booleans equal only booleans (Python has `True == 1`).
 
@@ -91,30 +82,85 @@ def json_equal(left: Any, right: Any) -> bool:
     return True
 
 
+def pair_score(truth: dict[str, Any], given: dict[str, Any]) -> tuple[float, int]:
+    """(parameter-name Jaccard, count of equal values) of one prediction for one ground-truth call; two empty
+    objects match fully. One pass over the smaller object, so a huge prediction costs no more than its match."""
+    small, large = (truth, given) if len(truth) <= len(given) else (given, truth)
+    shared = values = 0
+    for key in small:
+        if key in large:
+            shared += 1
+            values += json_equal(given[key], truth[key])
+    if not truth and not given:
+        return 1.0, 0
+    return shared / (len(truth) + len(given) - shared), values
+
+
+class _Unused:
+    """The predicted calls not taken yet, indexed by (name, parameter name); (name, None) for calls without
+    parameters. A candidate that shares no parameter name with a ground-truth call (and is not parameterless
+    with it) scores 0 and can never be taken, so it is never looked at."""
+
+    def __init__(self, predicted: Sequence[ToolCall]) -> None:
+        self._calls = predicted
+        self._by_key: dict[tuple[str, str | None], set[int]] = {}
+        for index, call in enumerate(predicted):
+            for key in self._keys(call):
+                self._by_key.setdefault(key, set()).add(index)
+
+    @staticmethod
+    def _keys(call: ToolCall) -> list[tuple[str, str | None]]:
+        if call.name is None or call.parameters is None:
+            return []
+        return [(call.name, name) for name in call.parameters] or [(call.name, None)]
+
+    def scoring(self, gt: ToolCall) -> list[int]:
+        """The unused candidates that score above 0 for `gt`, in prediction order (first wins ties)."""
+        found: set[int] = set()
+        for key in self._keys(gt):
+            found |= self._by_key.get(key, set())
+        return sorted(found)
+
+    def take(self, index: int) -> None:
+        for key in self._keys(self._calls[index]):
+            self._by_key[key].discard(index)
+
+
+def _refuse_bare_candidates(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> None:
+    """Raise `Unparseable` where ToolRL's loop would first read a same-name candidate without object `parameters`:
+    at the first ground-truth call of its name, naming the first such candidate (it is never taken before)."""
+    bare: dict[str, int] = {}
+    for index, call in enumerate(predicted):
+        if call.name is not None and call.parameters is None:
+            bare.setdefault(call.name, index)
+    if bare:
+        for gt in truth:
+            if gt.name in bare:
+                raise Unparseable(f'call {bare[gt.name]} to {gt.name!r} has no object "parameters"')
+
+
 def match(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> Matching:
     """ToolRL's matching: name Jaccard, then per ground-truth call the best unused same-name prediction.
 
     "Best" is the largest parameter-name Jaccard plus count of equal values (first one on ties);
     a candidate scoring 0 is not taken, exactly as in ToolRL. Raises `Unparseable` when a same-name
     candidate has no object `parameters` (the authors fail the whole prediction there).
+
+    Only candidates that score above 0 are looked at (`_Unused`), and each ground-truth call that looks at one
+    takes one: n ground-truth calls against m predicted ones cost O(n + m²) pairs, not O(n·m).
     """
     s_name = multiset_jaccard((c.name for c in truth), (c.name for c in predicted))
+    _refuse_bare_candidates(truth, predicted)
+    unused = _Unused(predicted)
     s_params = s_values = 0.0
-    used: set[int] = set()
     for gt in truth:
-        best: tuple[float, float, int] | None = None
-        for index, candidate in enumerate(predicted):
-            if index in used or candidate.name != gt.name:
-                continue
-            given = candidate.parameters
-            if given is None:
-                raise Unparseable(f'call {index} to {gt.name!r} has no object "parameters"')
-            names = key_jaccard(gt.parameters, given)
-            values = sum(1 for key, value in gt.parameters.items() if key in given and json_equal(given[key], value))
+        best: tuple[float, int, int] | None = None
+        for index in unused.scoring(gt):
+            names, values = pair_score(gt.parameters or {}, predicted[index].parameters or {})
             if names + values > (best[0] + best[1] if best else 0.0):
                 best = (names, values, index)
         if best:
-            used.add(best[2])
+            unused.take(best[2])
             s_params += best[0]
             s_values += best[1]
     return Matching(s_name, s_params, s_values, len(truth), param_count(truth))
