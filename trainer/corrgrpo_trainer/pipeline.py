@@ -21,6 +21,7 @@ from .config import check_services
 from .data import load_rows
 from .policy import load_policy
 from .rewards import service_rewards
+from .row_check import checked_rows
 from .sft import generate, sft
 from .train import train
 
@@ -60,14 +61,13 @@ def run(config: dict[str, Any], warmup: dict[str, Any] | None) -> dict[str, Any]
         return evaluate(held_out, str(output))
     metrics = score_held_out(held_out)
     output.write_text(json.dumps(metrics, indent=2) + "\n")
-    print(f"[eval] {len(load_rows(held_out))} held-out rows: {', '.join(f'{k}={v:.3f}' for k, v in metrics.items())}")
     print(f"[run] evaluation: {output}")
     return metrics
 
 
 def score_held_out(config: dict[str, Any]) -> dict[str, float]:
     """The mean of each reward column, and of the weighted total, over one greedy completion per `dataset` row."""
-    rows = load_rows(config)
+    rows = checked_rows(load_rows(config), config, "evaluation")
     model, tokenizer = load_policy(config["model"], config["run_dir"])
     max_new_tokens = config["trl"].get("max_completion_length", 256)
     prompts = [row["prompt"] for row in rows]
@@ -83,8 +83,11 @@ def score_held_out(config: dict[str, Any]) -> dict[str, float]:
         column.__name__: mean(v for v in column_values if v is not None)
         for column, column_values in zip(columns, values, strict=True)
     }
-    totals = [sum(w * (v or 0.0) for w, v in zip(weights, item, strict=True)) for item in zip(*values, strict=True)]
-    return means | {"reward": mean(totals)}
+    scored = [item for item in zip(*values, strict=True) if any(v is not None for v in item)]  # a failed item: no total
+    totals = [sum(w * v for w, v in zip(weights, item, strict=True) if v is not None) for item in scored]
+    metrics = means | {"reward": mean(totals)}
+    print(f"[eval] {len(rows)} held-out rows: {', '.join(f'{k}={v:.3f}' for k, v in metrics.items())}")
+    return metrics
 
 
 def mean(values: Any) -> float:

@@ -8,8 +8,9 @@ async reward functions concurrently with `asyncio.gather` on its daemon loop, so
 step are called at the same time, one request each (the client splits very large batches into
 chunks). Every request carries the training weights, so a response's `total` is the sum TRL optimises.
 A per-item error becomes None in every column (the rule of `corrgrpo_proto.common`: TRL 1.16 leaves a
-rollout whose every reward is None out of its group's statistics, advantage 0); a service that cannot be
-reached through the client's retries fails the step with `RewardServiceUnavailable`.
+rollout whose every reward is None out of its group's statistics, advantage 0). An item the service refuses (413,
+422: malformed or over a limit) is such an error, with a warning, never the whole batch's failure; a service that
+cannot be reached through the client's retries fails the step with `RewardServiceUnavailable`.
 
 Plain TRL, one line per service: `reward_funcs, reward_weights = trl_rewards(url)`, then
 `GRPOTrainer(reward_funcs=reward_funcs, args=GRPOConfig(reward_weights=reward_weights, ...))`.
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from corrgrpo_proto import (
     AsyncRewardClient,
+    ItemError,
     ItemResult,
     ItemShape,
     RewardClient,
@@ -39,6 +42,14 @@ T = TypeVar("T")
 SYNC_CLIENT_OPTIONS = ("timeout", "retries", "backoff", "max_backoff", "token")  # of the async ones, what a GET needs
 STAGE_COLUMN = "stage/"  # TRL's extra completion column `stage/<service>`: each result's info.stage
 TRL_EXTRA_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
+# What a service answers a request with an item it cannot take (malformed, over a limit): that item's fault alone.
+ITEM_REFUSALS = frozenset({413, 422})
+REFUSED = "refused"  # the ItemError code of an item its service refused
+
+
+def sync_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Of the async client's options, those a blocking GET needs."""
+    return {key: value for key, value in options.items() if key in SYNC_CLIENT_OPTIONS}
 
 
 def completion_text(completion: str | list[dict[str, Any]]) -> str:
@@ -129,7 +140,29 @@ class ServiceRewards:
         """Scored results of `items`; concurrent callers with the same batch share one request."""
         encoded = [encode_item(item) for item in items]  # once: the cache key is the hash of what goes on the wire
         key = hashlib.sha256(b"\n".join(encoded)).hexdigest()  # an item's JSON has no raw newline
-        return await self._results.get(key, lambda: self._call(lambda client: client.score(encoded, self.weights)))
+        return await self._results.get(key, lambda: self._call(lambda client: self._score(client, encoded)))
+
+    async def _score(self, client: AsyncRewardClient, encoded: list[bytes]) -> list[ItemResult]:
+        """The results of `encoded`; a request refused for an item it holds is halved until the refused items stand
+        alone, each then an error result (missing in every column) with a warning. A service validates a request
+        before it scores any item, so every item that can be scored is scored once."""
+        try:
+            return await client.score(encoded, self.weights)
+        except RewardServiceError as error:
+            if error.status not in ITEM_REFUSALS:
+                raise
+            if len(encoded) > 1:
+                half = len(encoded) // 2
+                first, second = await asyncio.gather(self._score(client, encoded[:half]), self._score(client, encoded[half:]))
+                return first + second
+            message = f"HTTP {error.status}: {error.message}"
+            print(
+                f"[rewards] warning: the {self.service} service refused an item ({message}); it is missing "
+                "(no reward, out of its group)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return [ItemResult(error=ItemError(code=REFUSED, message=message))]
 
     @classmethod
     def of_service(
@@ -143,7 +176,7 @@ class ServiceRewards:
         """The service at `url` as it declares itself in `/v1/components`: its components (default: all) weighted as it
         declares (`weights` overrides some); the others go out at weight 0, so a result's `total` is the trained sum."""
         options = client_options or {}
-        with RewardClient(url, **{k: v for k, v in options.items() if k in SYNC_CLIENT_OPTIONS}) as client:
+        with RewardClient(url, **sync_options(options)) as client:
             service, components, weights = trained_weights(client, components, weights)
         return cls(service, url, components, prefix, options, weights)
 

@@ -19,12 +19,14 @@ from .data import load_rows
 from .policy import bf16, config_policy
 from .progress import component_table, metrics_callback, progress_line
 from .rewards import service_rewards
+from .row_check import checked_rows
 
 
 def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, progress: bool = True) -> Any:
     """Build the policy, the reward columns and a CorrGRPOTrainer from `config`, train, and return the trainer.
 
-    `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given.
+    `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given; rows a
+    service cannot take are dropped with one line (row_check.py).
     Every logged step is appended to `<output_dir>/metrics.jsonl` (TRL's metrics, the estimator's
     diagnostics, `model/params`). Every configured service is checked first (ServicesDown), before the heavy imports.
     """
@@ -46,6 +48,8 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         (columns, weights), default_rows = service_rewards(config), None
     if rows is None:
         rows = default_rows if default_rows is not None else load_rows(config)
+    if episodes is None:
+        rows = checked_rows(rows, config)
 
     # 3. policy
     name, model, tokenizer = config_policy(config, trl_args["output_dir"])
