@@ -181,7 +181,7 @@ def rescore_command(args: argparse.Namespace) -> int:
     from .rescore import rescore, summary_table
 
     urls = dict(move.partition("=")[::2] for move in args.url)
-    summary = rescore(args.run_dir, urls)
+    summary = rescore(args.run_dir, urls, args.token_file)
     print(summary_table(summary))
     return 1 if any(summary["changed"].values()) else 0
 
@@ -203,6 +203,10 @@ def rescore_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=URL",
         help="score service NAME at URL instead; repeatable (default: the urls of the run's config.resolved.yaml)",
+    )
+    parser.add_argument(
+        "--token-file",
+        help="the bearer token for the --url services (default: none; the run's token goes to the run's urls only)",
     )
 
 

@@ -15,8 +15,9 @@ import dataclasses
 import difflib
 import functools
 import operator
+import os
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ TRL_RESERVED = {"rl": {"reward_weights": "services.<name>.weights"}, "warmup": {
 OUTPUT_PATHS = {("trl", "output_dir"), ("run_dir",), ("warmup",)}
 INPUT_PATHS = {("model",), ("dataset", "path"), ("dataset", "exclude_prompts_of"), ("evaluation", "path")}
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".gz")  # a file, never a hub id
+TOKEN_ENV = "CORRGRPO_API_TOKEN"  # the services' own variable: one shell runs both with the same token
+TOKEN_FILE = ("client", "token_file")  # under each service
 
 
 # ---------------------------------------------------------------- reading
@@ -112,6 +115,11 @@ def resolve_paths(raw: dict[str, Any], base: Path) -> None:
             parent[key[-1]] = resolve_path(value, base, always)
         elif isinstance(value, list):
             parent[key[-1]] = [resolve_path(v, base, always) if isinstance(v, str) else v for v in value]
+    services = raw.get("services")
+    for spec in services.values() if isinstance(services, dict) else ():
+        client = spec.get(TOKEN_FILE[0]) if isinstance(spec, dict) else None
+        if isinstance(client, dict) and isinstance(client.get(TOKEN_FILE[1]), str):
+            client[TOKEN_FILE[1]] = resolve_path(client[TOKEN_FILE[1]], base, always=True)
 
 
 def resolve_path(value: str, base: Path, always: bool) -> str:
@@ -195,6 +203,11 @@ def problem(error: Any, shape: type[BaseModel], source: str, sets: dict[tuple[st
     """One pydantic error as the line the user reads."""
     loc = tuple(str(part) for part in error["loc"])
     where, key = origin(loc, source, sets), ".".join(loc)
+    if error["type"] == "extra_forbidden" and loc[-2:] == ("client", "token"):
+        return (
+            f"{where}: {key}: a token is never written in a config (the run directory keeps the config): set "
+            f"${TOKEN_ENV} or name a file holding it with {key}_file"
+        )
     if error["type"] == "extra_forbidden":
         valid = keys_at(shape, loc[:-1])
         parent = ".".join(loc[:-1])
@@ -250,6 +263,29 @@ def suggestion(word: Any, valid: Sequence[str], prefix: str = "") -> str:
 # ---------------------------------------------------------------- the services
 
 
+def client_options(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The client options of a configured service with its bearer token: from the file `client.token_file` names,
+    else $CORRGRPO_API_TOKEN (none when neither is set); an empty one is an InputError (a service would admit an
+    empty credential, or refuse every request). A `client.token` is taken as resolved already (a config file
+    cannot hold one: `check` refuses it), None for no token."""
+    options = dict(spec.get("client") or {})
+    if "token" in options:
+        return options if options["token"] else {key: value for key, value in options.items() if key != "token"}
+    path = options.pop("token_file", None)
+    if path is not None:
+        try:
+            token, where = Path(path).read_text().strip(), f"the token file {path}"
+        except OSError as error:
+            raise InputError(f"cannot read the token file {path}: {error.strerror or error}") from None
+    elif TOKEN_ENV in os.environ:
+        token, where = os.environ[TOKEN_ENV].strip(), f"${TOKEN_ENV}"
+    else:
+        return options
+    if not token:
+        raise InputError(f"{where} is empty: give the services' bearer token, or unset it for services without one")
+    return options | {"token": token}
+
+
 def check_services(config: dict[str, Any]) -> None:
     """Every configured service answers at once and serves the configured components, or one line: ServicesDown
     naming each URL that did not answer (before a model is loaded, not after retries as a traceback), InputError
@@ -257,7 +293,8 @@ def check_services(config: dict[str, Any]) -> None:
     down = []
     for name, spec in config["services"].items():
         url = spec["url"]
-        with RewardClient(url, retries=0, timeout=10) as client:
+        token = {key: value for key, value in client_options(spec).items() if key == "token"}
+        with RewardClient(url, retries=0, timeout=10, **token) as client:
             try:
                 client.request("GET", "/healthz")
                 declared = [component.name for component in client.components().components]
@@ -265,7 +302,13 @@ def check_services(config: dict[str, Any]) -> None:
                 down.append(f"the {name} service at {url} ({error.reason})")
                 continue
             except RewardServiceError as error:
-                down.append(f"the {name} service at {url} (/healthz: HTTP {error.status}, not a corrgrpo service?)")
+                if error.status == 401:
+                    raise InputError(
+                        f"the {name} service at {url} refused the {'token' if token else 'request without a token'} "
+                        f"(HTTP 401): set ${TOKEN_ENV} or services.{name}.client.token_file to its token"
+                    ) from None
+                path = error.url.removeprefix(url.rstrip("/"))
+                down.append(f"the {name} service at {url} ({path}: HTTP {error.status}, not a corrgrpo service?)")
                 continue
         for key, asked in (("components", spec.get("components") or []), ("weights", spec.get("weights") or {})):
             if unknown := [component for component in asked if component not in declared]:

@@ -32,7 +32,9 @@ class ClientOptions(Strict):
     max_concurrency: PositiveInt | None = None
     chunk_size: PositiveInt | None = Field(None, description="items per request")
     chunk_bytes: PositiveInt | None = None
-    token: str | None = Field(None, description="bearer token (CORRGRPO_API_TOKEN of the service)")
+    token_file: str | None = Field(
+        None, description="a file holding the service's bearer token (default: $CORRGRPO_API_TOKEN; never the token itself)"
+    )
 
 
 class Service(Strict):

@@ -1,11 +1,12 @@
 """`python -m corrgrpo_trainer rescore RUN_DIR`: a run's kept rollouts scored again; per component, how many changed.
 
-A reward change (a new grader, a fixed bug, another deployment) checked against real past rollouts before it trains
-anything: the rollouts go through the run's own reward columns (rewards.py, the services of its
-`config.resolved.yaml`; `--url NAME=URL` points a service elsewhere), one request per service per step as in
-training. A value changed when it differs at float32 precision (the kept values went through TRL's float32 reward
-tensor) or became missing or scored; a stage when the service's `info.stage` differs. The counts are printed and
-every change is written to `<run_dir>/rescore.json`.
+A reward change (a new grader, a fixed bug, another deployment) checked against real past rollouts before it
+trains anything: the rollouts go through the run's own reward columns (rewards.py, the services of its
+`config.resolved.yaml`; `--url NAME=URL` points a service elsewhere, with the token of `--token-file` or none: the
+run's token goes to the run's services only), one request per service per step as in training. A value changed
+when it differs at float32 precision (the kept values went through TRL's float32 reward tensor) or became missing
+or scored; a stage when the service's `info.stage` differs. The counts are printed and every change is written to
+`<run_dir>/rescore.json`.
 AgentDojo rollouts are multi-turn episodes whose tool results came from the service: they cannot be sent again.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .config import InputError, check_services
+from .config import InputError, check_services, client_options
 from .rewards import STAGE_COLUMN, RewardColumn, service_rewards
 from .rundir import RESOLVED_CONFIG, Run, read_run
 
@@ -39,8 +40,10 @@ class Change:
     after: Any
 
 
-def services_of(run: Run, urls: Mapping[str, str]) -> dict[str, Any]:
-    """The run's configured services (config.resolved.yaml), with `urls` (service name -> URL) replacing theirs."""
+def services_of(run: Run, urls: Mapping[str, str], token_file: str | None = None) -> dict[str, Any]:
+    """The run's configured services (config.resolved.yaml), with `urls` (service name -> URL) replacing theirs.
+    The run's token goes only to the run's own URLs: a service moved to another URL gets the one in `token_file`,
+    or none."""
     try:
         config = yaml.safe_load(run.file(RESOLVED_CONFIG).read_text())
     except (OSError, yaml.YAMLError) as error:
@@ -52,7 +55,12 @@ def services_of(run: Run, urls: Mapping[str, str]) -> dict[str, Any]:
         raise InputError("--url: expected NAME=URL, e.g. --url code=http://127.0.0.1:9101")
     if unknown := sorted(set(urls) - set(services)):
         raise InputError(f"--url {', '.join(unknown)}: the run's services are {', '.join(services)}")
-    return {name: spec | ({"url": urls[name]} if name in urls else {}) for name, spec in services.items()}
+    moved = {"token": client_options({"client": {"token_file": token_file}})["token"] if token_file else None}
+    kept = {}
+    for name, spec in services.items():
+        client = {key: value for key, value in (spec.get("client") or {}).items() if key != "token"}  # an older run's
+        kept[name] = spec | ({"url": urls[name], "client": client | moved} if name in urls else {"client": client})
+    return kept
 
 
 async def score_step(
@@ -94,12 +102,12 @@ async def compare(columns: Sequence[RewardColumn], run: Run) -> list[Change]:
     return changes
 
 
-def rescore(run_dir: str | Path, urls: Mapping[str, str] | None = None) -> dict[str, Any]:
+def rescore(run_dir: str | Path, urls: Mapping[str, str] | None = None, token_file: str | None = None) -> dict[str, Any]:
     """Score the run's rollouts again; the summary written to `<run_dir>/rescore.json` (also returned)."""
     run = read_run(run_dir)
     if not run.rollouts:
         raise InputError(f"{run_dir}: rollouts.jsonl is empty (the run ended before its first step was scored)")
-    services = services_of(run, urls or {})
+    services = services_of(run, urls or {}, token_file)
     check_services({"services": services})
     columns, _ = service_rewards({"services": services})
     if (names := [c.__name__ for c in columns]) != run.components:

@@ -36,6 +36,8 @@ from corrgrpo_proto import (
     resolve_weights,
 )
 
+from .config import client_options
+
 Row = dict[str, Any]
 RewardColumn = Callable[..., Awaitable[list[float | None]]]
 T = TypeVar("T")
@@ -256,7 +258,7 @@ def trl_rewards(
 def service_rewards(config: dict[str, Any]) -> tuple[list[RewardColumn], list[float]]:
     """The reward columns of every configured service and their TRL reward weights (`ServiceRewards.of_service`)."""
     services = [
-        ServiceRewards.of_service(s["url"], s.get("components"), s.get("weights"), s.get("prefix", ""), s.get("client"))
+        ServiceRewards.of_service(s["url"], s.get("components"), s.get("weights"), s.get("prefix", ""), client_options(s))
         for s in config["services"].values()
     ]
     return reward_columns(services), [weight for service in services for weight in service.column_weights]

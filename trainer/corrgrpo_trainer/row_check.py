@@ -18,6 +18,7 @@ from corrgrpo_proto import ItemShape, RewardClient
 from corrgrpo_proto.client import SCORE_PATH
 from corrgrpo_proto.schemas import MODELS
 
+from .config import client_options
 from .rewards import sync_options
 
 SHOWN = 5  # rows named in the line; the rest are counted
@@ -46,7 +47,7 @@ def refused_rows(rows: Sequence[Mapping[str, Any]], services: Mapping[str, Mappi
     """Index → why, for each row some configured service's request model refuses (the first service that does)."""
     refused: dict[int, str] = {}
     for name, spec in services.items():
-        with RewardClient(spec["url"], **sync_options(spec.get("client") or {})) as client:
+        with RewardClient(spec["url"], **sync_options(client_options(spec))) as client:
             document = client.request("GET", "/openapi.json")
         model = request_model(document)
         if model is None:

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
 
+from ..config import client_options
 from ..rewards import trained_weights
 from .tools import tool_calling_template
 from .trl_environment import AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
@@ -77,7 +78,7 @@ def agentdojo_episodes(config: dict[str, Any]) -> AgentDojoEpisodes | None:
     service = config["services"]["agentdojo"]
     options = {
         "timeout": 120.0,
-        **{k: v for k, v in (service.get("client") or {}).items() if k in ("timeout", "retries", "token")},
+        **{k: v for k, v in client_options(service).items() if k in ("timeout", "retries", "token")},
     }
     client = RewardClient(service["url"], **options)
     step_client = RewardClient(service["url"], **{**options, "retries": 0})
