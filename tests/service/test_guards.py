@@ -8,8 +8,10 @@ from collections.abc import Sequence
 
 import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
 
 from corrgrpo_common import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
+from corrgrpo_common.guards.auth import BearerAuth
 from corrgrpo_common.guards.json_checks import Checked, JsonLimits, Problem, check_json
 from corrgrpo_common.guards.parsed_json import PARSED_BODY, PARSED_JSON, ParsedJsonRequest
 from corrgrpo_common.store.redis_store import RedisStore, redacted
@@ -49,21 +51,33 @@ def test_defaults_bind_loopback_and_hide_the_token(monkeypatch: pytest.MonkeyPat
     assert "tok-abc123-secret" not in repr(settings) + str(settings) + settings.model_dump_json()
 
 
-async def test_bearer_token_guards_v1_only() -> None:
+async def test_bearer_token_guards_every_route_but_the_open_ones() -> None:
     async with make(ServiceSettings(api_token="s3cret")) as client:
         body = {"items": [{"value": 1}]}
         refused = await client.post("/v1/score", json=body)
         assert refused.status_code == 401
         assert refused.json()["error"] == "unauthorized"
         assert refused.headers["www-authenticate"].startswith("Bearer")
-        assert (await client.post("/v1/score", json=body, headers={"Authorization": "Bearer wrong"})).status_code == 401
-        assert (await client.post("/v1/score", json=body, headers={"Authorization": "Basic s3cret"})).status_code == 401
+        for wrong in ("Bearer wrong", "Basic s3cret", "Bearer ", "Bearer", "Bearer s3cret2"):
+            assert (await client.post("/v1/score", json=body, headers={"Authorization": wrong})).status_code == 401
         assert (await client.get("/v1/components")).status_code == 401
+        assert (await client.get("/nowhere")).status_code == 401  # no route is open unless named: 401 before 404
         assert (await client.post("/v1/score", json=body, headers={"Authorization": "Bearer s3cret"})).status_code == 200
         assert (await client.get("/v1/components", headers={"authorization": "bearer s3cret"})).status_code == 200
-        for open_path in ("/healthz", "/readyz", "/metrics"):
+        for open_path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
             assert (await client.get(open_path)).status_code == 200, open_path
-        assert 'corrgrpo_rejections_total{reason="unauthorized",service="toy"} 4.0' in (await client.get("/metrics")).text
+        assert 'corrgrpo_rejections_total{reason="unauthorized",service="toy"} 8.0' in (await client.get("/metrics")).text
+
+
+def test_an_empty_token_never_turns_auth_on() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        ServiceSettings(api_token="")
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raise AssertionError("never reached")
+
+    with pytest.raises(ValueError, match="empty bearer token"):
+        BearerAuth(app, "", (), lambda: None)
 
 
 async def test_no_token_configured_means_open() -> None:

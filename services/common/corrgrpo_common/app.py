@@ -27,7 +27,7 @@ from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
 from .guards.admission import AdmitScoring, EarlyAdmission, InflightItems
-from .guards.auth import BearerAuth
+from .guards.auth import OPEN_ROUTES, BearerAuth
 from .guards.cancellation import CancelOnDisconnect
 from .guards.framing import BodyLimit, UnambiguousFraming
 from .guards.json_checks import JsonLimits
@@ -167,9 +167,12 @@ def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits)
     app.add_middleware(AdmitScoring, inflight=inflight, retry_after_s=retry_after_s, on_reject=on_overload)
     app.state.early_admission = EarlyAdmission(inflight, retry_after_s, on_overload)  # the server's protocol asks it first
     if settings.api_token is not None:
+        # the OpenAPI docs stay open with health, readiness and metrics: they describe the routes, and score nothing
+        docs = (app.openapi_url, app.docs_url, app.swagger_ui_oauth2_redirect_url, app.redoc_url)
         app.add_middleware(
             BearerAuth,
             token=settings.api_token.get_secret_value(),
+            open_routes=OPEN_ROUTES | {route for route in docs if route},
             on_reject=counters.rejections.labels(service, "unauthorized").inc,
         )
     app.add_middleware(UnambiguousFraming)  # first of all: nothing reads a body whose end is in doubt

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from pydantic import ValidationError
 
 from .connections import run_server
 from .logs import configure
 from .registry import ServiceDeclaration
+from .settings import refusal
 
 
 def serve(service: ServiceDeclaration, argv: list[str] | None = None) -> None:
     """Parse `--host/--port` (defaults: `CORRGRPO_HOST`/`CORRGRPO_PORT`, else the declared port), build the app, serve it."""
-    settings = service.settings()
+    try:
+        settings = service.settings()
+    except ValidationError as error:
+        sys.exit(f"{service.name}: {refusal(service.settings, error)}")
     parser = argparse.ArgumentParser(prog=f"python -m {service.module}", description=f"corrgrpo {service.name} service")
     parser.add_argument("--host", default=settings.host, help="bind address (default %(default)s)")
     parser.add_argument("--port", type=int, default=settings.port or service.port, help="port (default %(default)s)")

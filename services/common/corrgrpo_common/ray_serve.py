@@ -8,6 +8,8 @@ pool per replica as large as the whole machine. A replica without `CORRGRPO_REDI
 on several nodes share idempotency, caches and episodes only through Redis. Every response names the node and the
 replica that answered (`x-corrgrpo-node`, `x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_devtools.ray_config)
 holds the options; needs the `ray` extra (`ray[serve]`), which the images and the default install leave out.
+Serve's proxy keeps an application's route prefix (`/code`) in the request's path and names it in `root_path`: the
+guards decide on the route less that prefix (`guards.auth.route_path`), as the router does.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import Any
 
 import ray
 from fastapi import FastAPI
+from pydantic import ValidationError
 from ray import serve
 from ray.serve import Application
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .logs import configure
 from .registry import ServiceDeclaration, declared
-from .settings import ServiceSettings
+from .settings import ServiceSettings, refusal
 
 NODE_HEADER = "x-corrgrpo-node"
 REPLICA_HEADER = "x-corrgrpo-replica"
@@ -51,9 +54,12 @@ class ReplicaLabels:
 
 
 def replica_settings(service: ServiceDeclaration, cpus: float) -> ServiceSettings:
-    """The service's settings from the environment, its worker setting sized to `cpus` unless set there; raises
-    without a Redis URL."""
-    settings = service.settings()
+    """The service's settings from the environment, its worker setting sized to `cpus` unless set there; raises, in one
+    line, on settings the service refuses (an empty `CORRGRPO_API_TOKEN`) and without a Redis URL."""
+    try:
+        settings = service.settings()
+    except ValidationError as error:
+        raise RuntimeError(f"{service.name}: {refusal(service.settings, error)}") from None
     if settings.redis_url is None:
         raise RuntimeError(
             f"{service.name}: CORRGRPO_REDIS_URL is not set. Serve replicas on several nodes share idempotency, caches "

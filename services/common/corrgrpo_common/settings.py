@@ -9,8 +9,9 @@ generated from them (`python -m corrgrpo_devtools.docs`).
 from __future__ import annotations
 
 import os
+import re
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .store.interface import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, MIN_SECRET_CHARS
@@ -25,10 +26,26 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
+# What a bearer credential can be and arrive unchanged: visible ASCII, no space (a header value's ends are stripped).
+_TOKEN = re.compile(r"[!-~]+")
+
+
+def refusal(settings: type[BaseSettings], error: ValidationError) -> str:
+    """The one line a service that cannot start on these settings says: each variable and what is wrong with it
+    (never its value: `hide_input_in_errors`)."""
+    problems = (
+        f"{env_name(settings, str(problem['loc'][0])) if problem['loc'] else 'settings'}: "
+        f"{problem['msg'].removeprefix('Value error, ')}"
+        for problem in error.errors()
+    )
+    return f"refusing to start: {'; '.join(problems)}"
+
+
 class ServiceSettings(BaseSettings):
     """Settings every service shares. A service subclasses it for its own (same prefix)."""
 
-    model_config = SettingsConfigDict(env_prefix="CORRGRPO_", extra="ignore", populate_by_name=True)
+    # an error names a variable, never its value: the value may be a secret
+    model_config = SettingsConfigDict(env_prefix="CORRGRPO_", extra="ignore", populate_by_name=True, hide_input_in_errors=True)
 
     host: str = Field("127.0.0.1", description="Bind address: loopback unless told otherwise (containers set `0.0.0.0`)")
     port: int = Field(0, description="Bind port; 0: the service's declared port (`--port` overrides both)")
@@ -50,7 +67,10 @@ class ServiceSettings(BaseSettings):
     max_json_depth: int = Field(64, description="Request JSON nested deeper than this gets 422")
     cache_ttl_s: int = Field(24 * 3600, description="How long a scored item is remembered by its id")
     api_token: SecretStr | None = Field(
-        None, description="When set, every /v1 route requires `Authorization: Bearer <token>` (401 otherwise)"
+        None,
+        description="When set, every route but /healthz, /readyz, /metrics and the OpenAPI docs requires "
+        "`Authorization: Bearer <token>` (401 otherwise), under any route prefix; set but empty: the service refuses "
+        "to start",
     )
     max_inflight_items: int = Field(
         4096, description="Items being scored at once per process; a batch beyond it gets 429 (0 = no limit)"
@@ -79,3 +99,14 @@ class ServiceSettings(BaseSettings):
     shutdown_grace_s: int = Field(10, ge=0, description="On SIGTERM, in-flight requests get this long, then are cancelled")
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR")
     log_json: bool = Field(True, description="One JSON object per log line (false: plain text)")
+
+    @field_validator("api_token")
+    @classmethod
+    def _usable_token(cls, token: SecretStr | None) -> SecretStr | None:
+        """Set but empty would turn auth on with a secret anyone sends (`Authorization: Bearer`)."""
+        if token is not None and not _TOKEN.fullmatch(token.get_secret_value()):
+            raise ValueError(
+                "set but empty or not a bearer credential (visible ASCII, no spaces): set a secret "
+                "(e.g. `openssl rand -hex 32`) or unset it to leave the routes open"
+            )
+        return token

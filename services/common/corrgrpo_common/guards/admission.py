@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from corrgrpo_proto import ErrorBody
 
 from ..errors import error_response
+from .auth import route_path
 
 SCORING_PATHS = frozenset({"/v1/score", "/v1/openrlhf"})
 
@@ -127,7 +128,8 @@ class EarlyAdmission:
     `AdmitScoring` takes it: no other request can take its place meanwhile), one without room gets the bytes of a
     prepared 429 to write before the connection is closed: a refusal costs an accept, a read and a write (no h11 parse,
     no ASGI task, no middleware, no log line; `corrgrpo_rejections{reason="overload"}` counts it). The bearer token is
-    not checked first: a client without it learns only that the service is busy.
+    not checked first: a client without it learns only that the service is busy. Our server sets no `root_path`, so a
+    request line's path is the route; a request this misses (a prefix, a percent-escape) is `AdmitScoring`'s.
     """
 
     def __init__(self, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]) -> None:
@@ -156,6 +158,7 @@ class EarlyAdmission:
 class AdmitScoring:
     """`POST /v1/score` and `/v1/openrlhf` reserve their expected share of the budget before the body is read or parsed,
     or get 429 at once; the reservation is the route's (`CURRENT_RESERVATION`) and is released when the request ends.
+    Decided on the route (`route_path`), whatever prefix a proxy mounts the app under.
 
     Refusing after parsing would let rejected requests eat the CPU the admitted ones need. Batches that turn out
     larger than expected and no longer fit are refused by the route, once their item count is known.
@@ -165,7 +168,7 @@ class AdmitScoring:
         self.app, self.inflight, self.retry_after_s, self.on_reject = app, inflight, retry_after_s, on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in SCORING_PATHS:
+        if scope["type"] != "http" or scope["method"] != "POST" or route_path(scope) not in SCORING_PATHS:
             return await self.app(scope, receive, send)
         reservation = scope.pop(RESERVATION_KEY, None) or self.inflight.reserve()
         if reservation is None:
