@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from corrgrpo_trainer.advantages import corrgrpo
+from corrgrpo_trainer.advantages import CORRGRPO_EPS, corrgrpo
 
 from .verl_reward import ERROR_KEY, WEIGHTS_KEY
 
@@ -97,7 +97,7 @@ def compute_corrgrpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray,
-    epsilon: float = 1e-4,
+    epsilon: float = CORRGRPO_EPS,
     config: Any = None,
     non_tensor_batch: dict[str, Any] | None = None,
     **kwargs: Any,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from corrgrpo_trainer.advantages import ZERO_VAR_TOL
+from corrgrpo_trainer.advantages import CORRGRPO_EPS, ZERO_VAR_TOL
 
 
 def group_reference(x: torch.Tensor, estimator: str, eps: float, zero_var_tol: float) -> torch.Tensor:
@@ -28,7 +28,7 @@ def group_reference(x: torch.Tensor, estimator: str, eps: float, zero_var_tol: f
     rho[~varying, :] = 0.0
     rho[:, ~varying] = 0.0
     # Σρ ≥ 0 (ρ is positive semidefinite) but rounding can take it just below 0 when components cancel.
-    return (totals - totals.mean()) / (rho.sum().clamp(min=0).sqrt() + eps)
+    return (totals - totals.mean()) / (rho.sum().clamp(min=0) + eps).sqrt()
 
 
 def gdpo_group_scores(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -40,8 +40,12 @@ def gdpo_group_scores(x: torch.Tensor, eps: float) -> torch.Tensor:
     return scores.masked_fill(torch.isnan(x).all(dim=1), float("nan"))
 
 
-def reference_loop(r: torch.Tensor, estimator: str, eps: float = 1e-4, zero_var_tol: float = ZERO_VAR_TOL) -> torch.Tensor:
-    """Advantages [B, G] from a Python loop over groups, in float64, following TRL's NaN rules."""
+def reference_loop(r: torch.Tensor, estimator: str, eps: float | None = None, zero_var_tol: float = ZERO_VAR_TOL) -> torch.Tensor:
+    """Advantages [B, G] from a Python loop over groups, in float64, following TRL's NaN rules.
+
+    `eps` defaults to each estimator's own: 1e-4 beside the std, CORRGRPO_EPS under CorrGRPO's root.
+    """
+    eps = eps if eps is not None else CORRGRPO_EPS if estimator == "corrgrpo" else 1e-4
     r = r.detach().to("cpu", torch.float64)
     advantages = torch.zeros(r.shape[:2], dtype=torch.float64)
     if estimator == "gdpo":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 from corrgrpo_adapters import verl_estimator, verl_reward
 from corrgrpo_proto import RewardClient, RewardServiceError
 from corrgrpo_testing.servers import start_service
-from corrgrpo_trainer.advantages import corrgrpo
+from corrgrpo_trainer.advantages import CORRGRPO_EPS, corrgrpo
 
 GT = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
 WRONG = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Rome", "unit": "C"}}\n</tool_call>'
@@ -126,13 +127,23 @@ def test_estimator_handles_uneven_groups() -> None:
     assert torch.allclose(advantages[3:, 0], corrgrpo(weighted[3:].unsqueeze(0))[0], atol=1e-6)
 
 
+def test_anti_correlated_components_divide_by_sqrt_eps_as_the_authors() -> None:
+    """b = 2(1 − a) weighed 2: ρ_ab = −1, c constant, Σρ = 0; verl's default ε (1e-6) under the root."""
+    a = np.array([0.0] + [1.0] * 7, dtype=np.float32)
+    rewards = np.stack([a, 2 * (1 - a), np.full(8, 0.5, dtype=np.float32)], axis=-1)
+    advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_inputs(rewards, ["p"] * 8))
+    total = a + 4 * (1 - a)  # 4 − 3a: R still varies
+    expected = torch.as_tensor((total - total.mean()) / math.sqrt(1e-6))  # 2625, −375 (1e-4 beside it: 10×)
+    assert torch.allclose(advantages[:, 0], expected, rtol=1e-5)
+
+
 def test_without_components_it_warns_and_centers_the_total() -> None:
     totals = torch.randn(8, 4)
     inputs = {"token_level_rewards": totals, "response_mask": torch.ones(8, 4), "index": np.array(list("aaaabbbb"))}
     with pytest.warns(UserWarning, match="corrgrpo_reward_keys"):
         advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**inputs)
     summed = totals.sum(-1).view(2, 4)
-    expected = (summed - summed.mean(1, keepdim=True)) / (1 + 1e-4)  # K = 1: Σρ = 1, no std scaling
+    expected = (summed - summed.mean(1, keepdim=True)) / math.sqrt(1 + CORRGRPO_EPS)  # K = 1: Σρ = 1, no std
     assert torch.allclose(advantages[:, 0], expected.flatten(), atol=1e-5)
 
 

@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 from trl.trainer.utils import nanstd as trl_nanstd
 
 from corrgrpo_testing.advantages_oracle import gdpo_group_scores, reference_loop
-from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics, gdpo, group_moments, grpo
+from corrgrpo_trainer.advantages import (
+    CORRGRPO_EPS,
+    ESTIMATORS,
+    ZERO_VAR_TOL,
+    corrgrpo,
+    diagnostics,
+    gdpo,
+    group_moments,
+    grpo,
+)
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -50,18 +59,20 @@ def test_variance_of_the_sum_is_the_sum_of_covariances(r: torch.Tensor) -> None:
 @FAST
 @given(reward_tensors(max_components=1))
 def test_corrgrpo_with_one_component_is_grpo_rescaled_by_its_std(r: torch.Tensor) -> None:
-    """K = 1: ρ = [[1]] (or [[0]] if constant), so CorrGRPO = (R − mean R) / (1 + ε) = GRPO · (std R + ε) / (1 + ε).
+    """K = 1: ρ = [[1]] (or [[0]] if constant): CorrGRPO = (R − mean R) / sqrt(1 + ε') = GRPO (std R + ε) / sqrt(1 + ε').
 
-    The two agree exactly only when std R = 1, i.e. for a standardised reward, checked below.
+    The two agree up to their ε only when std R = 1, i.e. for a standardised reward, checked below.
     """
     varying = group_moments(r).varying.squeeze(-1)  # [B]
     std = r.double().squeeze(-1).std(dim=1, keepdim=True)
-    expected = grpo(r.double()) * (std + 1e-4) / (1 + 1e-4)
+    expected = grpo(r.double()) * (std + 1e-4) / math.sqrt(1 + CORRGRPO_EPS)
     torch.testing.assert_close(corrgrpo(r)[varying].double(), expected[varying], atol=1e-5, rtol=1e-5)
-    assert (corrgrpo(r)[~varying].abs() < 1e-3).all()  # constant group: float32 noise / ε
+    assert (corrgrpo(r)[~varying].abs() < 1e-3).all()  # constant group: float32 noise / sqrt(ε')
     if varying.any():
         standardised = (r[varying] - r[varying].mean(dim=1, keepdim=True)) / r[varying].std(dim=1, keepdim=True)
-        torch.testing.assert_close(corrgrpo(standardised), grpo(standardised), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            corrgrpo(standardised) * math.sqrt(1 + CORRGRPO_EPS), grpo(standardised) * (1 + 1e-4), atol=1e-5, rtol=1e-5
+        )
 
 
 @FAST
@@ -172,7 +183,7 @@ def test_floor_bounds_the_anti_correlation_hazard() -> None:
     r = torch.stack([x, -x + 1e-3 * torch.tensor([1.0, -1.0, -1.0, 1.0])], dim=-1).unsqueeze(0).double()
     unfloored, floored = corrgrpo(r), corrgrpo(r, floor=0.5)
     assert unfloored.abs().max() > 10 * floored.abs().max()
-    torch.testing.assert_close(floored, (r.sum(-1) - r.sum(-1).mean()) / (0.5 + 1e-4))
+    torch.testing.assert_close(floored, (r.sum(-1) - r.sum(-1).mean()) / 0.5)
     assert diagnostics(r)["corrgrpo/low_sum_rho_frac"] == 1.0
     assert diagnostics(r.abs())["corrgrpo/low_sum_rho_frac"] == 0.0
 
@@ -191,7 +202,7 @@ def test_figure_2_example_scale_dominates_grpo_and_correlation_dominates_corrgrp
     assert sum(shares[:3]) == pytest.approx(1) and sum(shares[3:]) == pytest.approx(1)
     torch.testing.assert_close(group_moments(r).sum_rho, rho.sum().unsqueeze(0))
     assert stats["corrgrpo/offdiag_corr_mean"] == pytest.approx((rho.sum() - 3).item() / 6, abs=1e-5)
-    assert stats["corrgrpo/scale_mean"] == pytest.approx(1 / (rho.sum().sqrt().item() + 1e-4), rel=1e-5)
+    assert stats["corrgrpo/scale_mean"] == pytest.approx(1 / math.sqrt(rho.sum().item() + CORRGRPO_EPS), rel=1e-5)
     assert stats["grpo/scale_mean"] == pytest.approx(1 / (r.sum(-1).std().item() + 1e-4), rel=1e-5)
 
 
@@ -219,12 +230,12 @@ def test_one_signature_weights_fold_into_r_for_grpo_and_corrgrpo(r: torch.Tensor
 @FAST
 @given(reward_tensors())
 def test_grpo_and_corrgrpo_differ_only_in_the_denominator(r: torch.Tensor) -> None:
-    """Figure 1: the same centered total, divided by sqrt(Σ Cov) for GRPO and sqrt(Σ ρ) for CorrGRPO."""
+    """Figure 1: the same centered total, divided by sqrt(Σ Cov) + ε (GRPO) and sqrt(Σ ρ + ε') (CorrGRPO)."""
     x = r.double()
     moments = group_moments(x)
     torch.testing.assert_close(moments.std_total.square(), x.sum(-1).var(dim=1))
     numerator_grpo = grpo(x) * (moments.std_total.unsqueeze(1) + 1e-4)
-    numerator_corrgrpo = corrgrpo(x) * (moments.sum_rho.sqrt().unsqueeze(1) + 1e-4)
+    numerator_corrgrpo = corrgrpo(x) * (moments.sum_rho.clamp(min=0) + CORRGRPO_EPS).sqrt().unsqueeze(1)
     torch.testing.assert_close(numerator_grpo, moments.centered, atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(numerator_corrgrpo, moments.centered, atol=1e-9, rtol=1e-9)
 
@@ -241,3 +252,70 @@ def test_scale_diagnostics_leave_constant_groups_out_and_count_them() -> None:
     everything_constant = diagnostics(constant)
     assert math.isnan(everything_constant["grpo/scale_mean"]) and math.isnan(everything_constant["corrgrpo/scale_mean"])
     assert everything_constant["constant_group_frac"] == 1.0
+
+
+def authors_corrgrpo(r: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The authors' CorrGRPO (their verl fork's grpo_covariance_coefficient) from its formula, in r's dtype:
+
+    A_g = (R_g − mean R) / sqrt(max(Σ_kl C_kl, 0) + ε), C the K×K correlation matrix of the weighted
+    components, a component's row and column 0 where its variance is exactly 0, Σ C = 0 for one rollout.
+    """
+    advantages = torch.zeros(r.shape[:2], dtype=r.dtype)
+    for b, group in enumerate(r):
+        centered = group - group.mean(dim=0)
+        total = centered.sum(dim=1)
+        coefficient_sum = torch.zeros((), dtype=r.dtype)
+        if group.shape[0] > 1:
+            covariance = centered.T @ centered / (group.shape[0] - 1)
+            variance = covariance.diagonal()
+            inverse_std = torch.where(variance > 0, variance.rsqrt(), torch.zeros_like(variance))
+            coefficient_sum = (covariance * torch.outer(inverse_std, inverse_std)).sum().clamp(min=0)
+        advantages[b] = total / (coefficient_sum + eps).sqrt()
+    return advantages
+
+
+@FAST
+@given(reward_tensors(), st.data())
+def test_corrgrpo_equals_the_authors_estimator(r: torch.Tensor, data: st.DataObject) -> None:
+    """Every region these tensors reach, Σρ ≈ 0 included (with G = 2 any two varying components have ρ = ±1).
+
+    Left out: a component with 0 < std <= ZERO_VAR_TOL · max(1, |mean|) (a tiny weight makes one), the one
+    documented difference (test_a_float32_constant_is_the_one_documented_difference).
+    """
+    weights = torch.tensor(data.draw(st.lists(st.floats(-2, 2), min_size=r.shape[-1], max_size=r.shape[-1])))
+    x = r.double()
+    weighted = x * weights.double()
+    std, mean = weighted.std(dim=1), weighted.mean(dim=1)
+    assume(((std == 0) | (std > ZERO_VAR_TOL * mean.abs().clamp(min=1))).all())  # not the documented region
+    torch.testing.assert_close(corrgrpo(x, weights), authors_corrgrpo(weighted), atol=1e-9, rtol=1e-9)
+
+
+def anti_correlated(groups: int, size: int, seed: int) -> torch.Tensor:
+    """[groups, size, 2]: r1 binary in half the groups, uniform in the rest; r2 = 2(1 − r1): Σρ = 0, R = 2 − r1."""
+    generator = torch.Generator().manual_seed(seed)
+    r1 = torch.rand(groups, size, generator=generator, dtype=torch.float64)
+    r1[: groups // 2] = (r1[: groups // 2] > 0.5).double()
+    r1[: groups // 2, 0], r1[: groups // 2, 1] = 0.0, 1.0  # every binary group varies
+    return torch.stack([r1, 2 * (1 - r1)], dim=-1)
+
+
+def test_anti_correlated_components_equal_the_authors_bounded_by_sqrt_eps() -> None:
+    """The paper's hazard: ε under the root bounds |A| at |R − mean R| / 1e-3, as theirs (1e-4 beside it: 10×)."""
+    r = anti_correlated(64, 8, seed=0)
+    assert group_moments(r).sum_rho.abs().max() < 1e-12
+    torch.testing.assert_close(corrgrpo(r), authors_corrgrpo(r), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(corrgrpo(r.float()).double(), authors_corrgrpo(r), atol=1e-3, rtol=1e-5)
+    issue_example = torch.tensor([[0.0] + [1.0] * 7]).unsqueeze(-1)
+    issue_example = torch.cat([issue_example, 2 * (1 - issue_example)], dim=-1)
+    torch.testing.assert_close(corrgrpo(issue_example)[0, :2], torch.tensor([875.0, -125.0]), atol=1e-3, rtol=1e-5)
+
+
+def test_a_float32_constant_is_the_one_documented_difference() -> None:
+    """A float32 0.3 in a group of 6 has variance ~5e-15 in their formula: theirs counts the noise, ours not."""
+    x = torch.arange(6, dtype=torch.float32)
+    r = torch.stack([x, torch.full((6,), 0.3)], dim=-1).unsqueeze(0)
+    ours, theirs = corrgrpo(r), authors_corrgrpo(r)
+    torch.testing.assert_close(ours, corrgrpo(r[..., :1]))  # as if the constant were not there
+    torch.testing.assert_close(ours, (x - x.mean()).unsqueeze(0) / math.sqrt(1 + CORRGRPO_EPS))
+    torch.testing.assert_close(theirs, authors_corrgrpo(r.double()).float() / math.sqrt(2), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(corrgrpo(r, zero_var_tol=0.0), theirs, atol=1e-5, rtol=1e-5)

@@ -1,8 +1,9 @@
 r"""Group-relative advantages for multi-reward RL: GRPO, CorrGRPO and GDPO.
 
-Every estimator has one signature, ``estimator(r, weights=None, eps=1e-4, ...)``: rewards ``r`` of
+Every estimator has one signature, ``estimator(r, weights=None, eps=..., ...)``: rewards ``r`` of
 shape [B, G, K] (B prompt groups, G rollouts per prompt, K reward components, unweighted) and
 optional per-component weights w [K]; it returns advantages of shape [B, G] on r's device.
+ε is 1e-4 (TRL's) for GRPO and GDPO, 1e-6 under the square root for CorrGRPO (the authors').
 Statistics are within a group and use one convention everywhere: torch's unbiased
 (Bessel-corrected) std, as TRL does. Notation for one group, rollouts g = 1..G:
 
@@ -11,7 +12,7 @@ Statistics are within a group and use one convention everywhere: torch's unbiase
     z_gk = (w_k r_gk − mean_k) / std_k              standardised (weighted) component
 
     GRPO      A_g = (R_g − mean R) / (sqrt(Var R) + ε)
-    CorrGRPO  A_g = (R_g − mean R) / (sqrt(Σ_k Σ_l ρ_kl) + ε)          ρ = Pearson correlation
+    CorrGRPO  A_g = (R_g − mean R) / sqrt(max(Σ_k Σ_l ρ_kl, 0) + ε)     ρ = Pearson correlation
     GDPO      A_g = batchnorm(Σ_k w_k (r_gk − mean_k) / (std_k + ε))
 
 GRPO and CorrGRPO share the numerator and differ only in the denominator (the paper's Figure 1):
@@ -23,8 +24,17 @@ CorrGRPO needs no K×K matrix: ρ_kl = Σ_g z_gk z_gl / (G − 1) with the unbia
 
 O(G·K) per group. A component whose within-group std is (numerically) zero gets z = 0, which sets
 its row and column of ρ, diagonal included, to 0 (the paper's rule; ρ stays positive
-semidefinite, so Σρ ≥ 0). Known hazard: Σρ → 0 while R still varies (anti-correlated components)
-makes advantages explode; `diagnostics` counts such groups and `floor` bounds the denominator.
+semidefinite, so Σρ ≥ 0 up to rounding, which the clamp removes). Known hazard: Σρ → 0 while R
+still varies (anti-correlated components) scales advantages by up to 1/sqrt(ε) = 1000; `diagnostics`
+counts such groups and `floor` bounds the denominator.
+
+This equals the authors' estimator (their verl fork's ``grpo_covariance_coefficient``) everywhere but
+one region: "zero" variance. Theirs drops a component only when its variance is exactly 0; ours when
+std <= ZERO_VAR_TOL · max(1, |mean|), so the float32 rounding noise of a constant (std ~3e-8 for 0.3)
+is no component of Σρ. Where theirs counts j such noisy components, its denominator differs from ours by
+up to j (Cauchy-Schwarz: sqrt(Σρ) moves by at most 1 per component), in a direction set by the noise:
+with one varying component, theirs divides by anything from sqrt(ε) to 2 where ours divides by 1.
+Missing components (NaN) extend theirs, which has no such case (a NaN makes its group's advantages NaN).
 
 Missing values (NaN, e.g. a reward function that returned None) follow TRL 1.16: a missing
 component counts as 0 in R (TRL's nansum), a rollout with every component missing is left out of
@@ -44,6 +54,9 @@ Estimator = Callable[..., torch.Tensor]
 
 ZERO_VAR_TOL = 1e-6
 """A component is zero-variance in a group when std <= ZERO_VAR_TOL · max(1, |mean|): float32 std of a constant 0.3 is ~3e-8."""
+
+CORRGRPO_EPS = 1e-6
+"""ε under CorrGRPO's square root, the authors' (verl's default epsilon): |A| <= 1000 · |R − mean R|."""
 
 LOW_SUM_RHO = 0.1
 """Σρ below this (with at least one varying component) counts as the anti-correlation hazard in `diagnostics`."""
@@ -111,7 +124,7 @@ def group_moments(r: torch.Tensor, weights: Weights = None, zero_var_tol: float 
 
 
 def _normalised(moments: GroupMoments, denominator: torch.Tensor, eps: float) -> torch.Tensor:
-    """(R_g − mean R) / (denominator + ε), 0 for unscorable rollouts: the numerator both estimators share."""
+    """(R_g − mean R) / (denominator + eps), 0 for unscorable rollouts: the numerator both share."""
     return (moments.centered / (denominator.unsqueeze(1) + eps)).nan_to_num(nan=0.0)
 
 
@@ -124,19 +137,28 @@ def grpo(r: torch.Tensor, weights: Weights = None, eps: float = 1e-4) -> torch.T
     return _normalised(moments, moments.std_total, eps)
 
 
-def corrgrpo(
-    r: torch.Tensor, weights: Weights = None, eps: float = 1e-4, zero_var_tol: float = ZERO_VAR_TOL, floor: float | None = None
-) -> torch.Tensor:
-    """CorrGRPO: A_g = (R_g − mean R) / (sqrt(Σ_k Σ_l ρ_kl) + ε), computed as Σρ = Σ_g (Σ_k z_gk)² / (G − 1).
+def corrgrpo_scale(sum_rho: torch.Tensor, eps: float = CORRGRPO_EPS) -> torch.Tensor:
+    """CorrGRPO's denominator sqrt(max(Σρ, 0) + ε): ε inside the root, as the authors'."""
+    return (sum_rho.clamp(min=0) + eps).sqrt()
 
-    `floor` (off by default, as in the paper) replaces sqrt(Σρ) by max(sqrt(Σρ), floor): it bounds the
-    advantages of groups whose components cancel (Σρ → 0 while R varies).
+
+def corrgrpo(
+    r: torch.Tensor,
+    weights: Weights = None,
+    eps: float = CORRGRPO_EPS,
+    zero_var_tol: float = ZERO_VAR_TOL,
+    floor: float | None = None,
+) -> torch.Tensor:
+    """CorrGRPO: A_g = (R_g − mean R) / sqrt(max(Σρ, 0) + ε), computed as Σρ = Σ_g (Σ_k z_gk)² / (G − 1).
+
+    `floor` (off by default, as in the paper) replaces that denominator by max(denominator, floor): it bounds
+    the advantages of groups whose components cancel (Σρ → 0 while R varies) more tightly than ε does.
     """
     moments = group_moments(r, weights, zero_var_tol)
-    denominator = moments.sum_rho.sqrt()
+    denominator = corrgrpo_scale(moments.sum_rho, eps)
     if floor is not None:
         denominator = denominator.clamp(min=floor)
-    return _normalised(moments, denominator, eps)
+    return _normalised(moments, denominator, 0.0)
 
 
 def gdpo(r: torch.Tensor, weights: Weights = None, eps: float = 1e-4) -> torch.Tensor:
@@ -176,12 +198,13 @@ def diagnostics(
     zero_var_tol: float = ZERO_VAR_TOL,
     names: Sequence[str] | None = None,
     low_sum_rho: float = LOW_SUM_RHO,
+    corrgrpo_eps: float = CORRGRPO_EPS,
 ) -> dict[str, float]:
     """Per-step statistics of the batch (means over groups where each is defined).
 
     - ``grpo/scale_mean``: mean 1 / (std R + ε), GRPO's scaling coefficient, over groups where R varies.
-    - ``corrgrpo/scale_mean``: mean 1 / (sqrt(Σρ) + ε), over groups with a varying component.
-      A constant group's scale is 1/ε, a number about ε and nothing about the rewards: such groups are
+    - ``corrgrpo/scale_mean``: mean 1 / sqrt(Σρ + `corrgrpo_eps`), over groups with a varying component.
+      A constant group's scale is about 1/ε, a number about ε and nothing about the rewards: such groups are
       left out of both means and counted in ``constant_group_frac`` (both means are NaN when every group is).
     - ``corrgrpo/offdiag_corr_mean``: mean ρ_kl over k ≠ l among varying components, (Σρ − m) / (m(m − 1)) for m of them.
     - ``grpo/var_share/<k>``: Σ_l Cov(r_k, r_l) / Var R = Cov(r_k, R) / Var R, component k's share of GRPO's variance.
@@ -201,7 +224,7 @@ def diagnostics(
     has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(min=1.0)  # False where NaN
     stats = {
         "grpo/scale_mean": _mean_where(1 / (moments.std_total + eps), has_variance),
-        "corrgrpo/scale_mean": _mean_where(1 / (moments.sum_rho.sqrt() + eps), has_pair & (varying > 0)),
+        "corrgrpo/scale_mean": _mean_where(1 / corrgrpo_scale(moments.sum_rho, corrgrpo_eps), has_pair & (varying > 0)),
         "corrgrpo/offdiag_corr_mean": _mean_where(
             (moments.sum_rho - varying) / (varying * (varying - 1)).clamp(min=1), varying >= 2
         ),
