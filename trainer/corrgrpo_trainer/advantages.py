@@ -31,9 +31,10 @@ counts such groups and `floor` bounds the denominator.
 This equals the authors' estimator (their verl fork's ``grpo_covariance_coefficient``) everywhere but
 one region: "zero" variance. Theirs drops a component only when its variance is exactly 0; ours when
 std <= ZERO_VAR_TOL · max(1, |mean|), so the float32 rounding noise of a constant (std ~3e-8 for 0.3)
-is no component of Σρ. Where theirs counts j such noisy components, its denominator differs from ours by
-up to j (Cauchy-Schwarz: sqrt(Σρ) moves by at most 1 per component), in a direction set by the noise:
-with one varying component, theirs divides by anything from sqrt(ε) to 2 where ours divides by 1.
+is no component of Σρ (nor is a component weighed down to that scale). Where theirs counts j such
+components, its denominator differs from ours by up to j (Cauchy-Schwarz: sqrt(Σρ) moves by at most 1
+per component), in a direction set by the noise: with one varying component, theirs divides by anything
+from sqrt(ε) to 2 where ours divides by 1.
 Missing components (NaN) extend theirs, which has no such case (a NaN makes its group's advantages NaN).
 
 Missing values (NaN, e.g. a reward function that returned None) follow TRL 1.16: a missing
