@@ -122,27 +122,7 @@ def test_reference_time_survives_busy_neighbours_and_every_key_expires(service: 
     assert sorted(ttls.values())[0] <= 60  # the failed measurement: shared briefly, never final
 
 
-# 14.4 — what the candidate causes is the candidate's failure, never an item error
-@pytest.mark.parametrize(
-    ("code", "stage", "correct"),
-    [
-        ("x = " + "-" * 3000 + "1", "syntax", 0),  # RecursionError in the parent's parser
-        ("x = " + "-" * 6000 + "1", "syntax", 0),  # MemoryError (the parser's stack)
-        # the worker is its namespace's init and handles no signal: the kill does nothing, the solution is right
-        ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef add(a, b):\n    return a + b", None, 1),
-        ("import os\nos.close(1)\nos.close(2)\nos.close(3)\ndef add(a, b):\n    return a + b", None, 0),
-    ],
-    ids=["nested-3k", "nested-6k", "kill-the-worker", "close-the-channels"],
-)
-def test_candidate_caused_faults_score_as_failures(service: ServiceProcess, code: str, stage: str | None, correct: int) -> None:
-    hostile, neighbour = score(
-        service, [{"completion": f"```python\n{code}\n```", "problem": ADD}, {"completion": RIGHT, "problem": ADD}]
-    )
-    assert hostile["error"] is None, hostile["error"]
-    assert hostile["components"]["correct"] == correct and (hostile["info"]["stage"] == "passed") == bool(correct)
-    if stage:
-        assert hostile["info"]["stage"] == stage and hostile["components"]["syntax"] == 0
-    assert neighbour["error"] is None and neighbour["components"]["correct"] == 1
+# 14.4 — what the candidate causes is its failure: tests/security/test_shapes.py, in every shape
 
 
 # 14.6 — assert mode: the test sees the prompt's helpers, not the completion's redefinitions

@@ -1,0 +1,273 @@
+"""The code service's hostile-completion checks in each shape it ships in (issue 48), one set of test bodies.
+
+`CORRGRPO_TEST_SHAPES` (comma-separated) picks the shapes; default: the two that need no Docker engine.
+- `bwrap`: `python -m corrgrpo_code` as the test's user (root in CI: cgroup v1 counters where the host
+  has them).
+- `bwrap-uid10001`: the same as the images' uid 10001: bwrap in an unprivileged user namespace, no
+  cgroup counter.
+- `docker`: `CORRGRPO_CODE_ISOLATION=docker` (an engine and `CORRGRPO_SANDBOX_DOCKER_IMAGE`).
+- `compose`: the compose stack's nginx at `CORRGRPO_TEST_CODE_URL`, code replicas behind it.
+make compose-test runs the last two (deploy/compose-test.sh, tests/deploy/compose_stack.py). A shape that
+cannot start skips locally and fails under CI. Problems carry a fresh id: nothing is answered from a cache.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corrgrpo_testing.servers import SERVICE_PYTHON, ServiceProcess, free_port, start_service
+
+IMAGE_UID = 10001  # deploy/docker/service.Dockerfile's USER
+LOCAL_SHAPES = "bwrap,bwrap-uid10001"
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    url: str
+    ready: dict[str, Any]  # its /readyz body
+
+
+def fail_or_skip(message: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def as_image_user(argv: list[str], staging: str) -> list[str]:
+    """`argv` as uid 10001. Where the interpreter lies under a directory others cannot enter (pyenv in
+    /root), in a private mount namespace where that directory is an empty tmpfs showing only the prefix."""
+    drop = ["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups", "--", *argv]
+    prefix = Path(sys.base_prefix)
+    closed = next((p for p in reversed(prefix.parents) if not p.stat().st_mode & stat.S_IXOTH), None)
+    if closed is None:
+        return drop
+    script = 'mount --bind "$1" "$2"; mount -t tmpfs -o mode=755 tmpfs "$3"; mkdir -p "$1"; '
+    script += 'mount --move "$2" "$1"'
+    shell = ["sh", "-c", f'set -e; {script}; shift 3; exec "$@"', "sh", str(prefix), staging, str(closed)]
+    return ["unshare", "--mount", "--", *shell, *drop]
+
+
+@contextmanager
+def image_user_service(env: dict[str, str]) -> Iterator[ServiceProcess]:
+    """The code service as the images' uid 10001, from this interpreter; needs root to switch."""
+    if os.geteuid() != 0:
+        fail_or_skip("bwrap-uid10001 needs root to start the service as uid 10001")
+    port = free_port()
+    log_path = f"/tmp/corrgrpo-code-{port}.log"
+    argv = [SERVICE_PYTHON, "-m", "corrgrpo_code", "--host", "127.0.0.1", "--port", str(port)]
+    with tempfile.TemporaryDirectory(prefix="corrgrpo-shapes-") as staging, open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            as_image_user(argv, staging),
+            env={**os.environ, **env, "HOME": "/nonexistent"},
+            cwd="/",
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        service = ServiceProcess("code", f"http://127.0.0.1:{port}", process, log_path)
+        try:
+            service.wait_healthy(60)
+            yield service
+        except BaseException:
+            sys.stderr.write(service.log()[-4000:])
+            raise
+        finally:
+            service.stop()
+
+
+@contextmanager
+def started(shape: str) -> Iterator[str]:
+    """The base URL of the code service in `shape`, running for the length of the `with`."""
+    env = {"CORRGRPO_CODE_WORKERS": "2", "CORRGRPO_LOG_JSON": "true"}
+    if shape == "compose":
+        url = os.environ.get("CORRGRPO_TEST_CODE_URL")
+        if not url:
+            fail_or_skip("shape compose needs CORRGRPO_TEST_CODE_URL (tests/deploy/compose_stack.py sets it)")
+        yield url.rstrip("/")
+        return
+    if shape == "bwrap-uid10001":
+        with image_user_service({**env, "CORRGRPO_CODE_ISOLATION": "bwrap"}) as service:
+            yield service.url
+        return
+    if shape not in ("bwrap", "docker"):
+        pytest.fail(f"unknown shape {shape!r} in CORRGRPO_TEST_SHAPES")
+    try:
+        with start_service("code", env={**env, "CORRGRPO_CODE_ISOLATION": shape}) as service:
+            yield service.url
+    except RuntimeError as error:  # it refused to start (no engine, no bwrap): its log is on stderr
+        fail_or_skip(f"the code service did not start in shape {shape}: {error}")
+
+
+def shapes() -> list[str]:
+    return [s.strip() for s in os.environ.get("CORRGRPO_TEST_SHAPES", LOCAL_SHAPES).split(",") if s.strip()]
+
+
+@pytest.fixture(scope="module", params=shapes())
+def shape(request: pytest.FixtureRequest) -> Iterator[Shape]:
+    with started(request.param) as url:
+        ready = httpx.get(f"{url}/readyz", timeout=30)
+        yield Shape(request.param, url, ready.json())
+
+
+def score(shape: Shape, problem: dict[str, Any], *completions: str) -> list[dict[str, Any]]:
+    """The results of `completions` (fenced) to `problem`, one request."""
+    items = [{"completion": f"```python\n{code}\n```", "problem": problem} for code in completions]
+    response = httpx.post(f"{shape.url}/v1/score", json={"items": items}, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()["results"]
+
+
+def fresh(**problem: Any) -> dict[str, Any]:
+    return {"task_id": f"shapes/{uuid.uuid4().hex}", **problem}
+
+
+ADD = {
+    "entry_point": "add",
+    "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n",
+    "reference": "def add(a, b):\n    return a + b\n",
+}
+
+
+def test_readyz_names_the_isolation(shape: Shape) -> None:
+    expected = "docker" if shape.name == "docker" else "bwrap"
+    assert shape.ready["ready"] is True and shape.ready["checks"]["sandbox"] == expected, shape.ready
+
+
+# What a candidate causes is its own failure, never an item error, and never its neighbour's.
+@pytest.mark.parametrize(
+    ("code", "stage", "passes"),
+    [
+        ("x = " + "-" * 3000 + "1", "syntax", 0),  # RecursionError in the parent's parser
+        ("x = " + "-" * 6000 + "1", "syntax", 0),  # MemoryError (the parser's stack)
+        # the worker handles no signal (bwrap: its namespace's init): the kill does nothing, the add passes
+        ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + ADD["reference"], None, 1),
+        ("import os\nos.close(1)\nos.close(2)\nos.close(3)\ndef add(a, b):\n    return a + b", None, 0),
+        ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", None, 0),
+        ("blob = bytearray(8 << 30)\ndef add(a, b):\n    return a + b", None, 0),
+    ],
+    ids=["nested-3k", "nested-6k", "kill-the-worker", "close-the-channels", "fork-bomb", "8-GiB"],
+)
+def test_candidate_faults_are_its_failures(shape: Shape, code: str, stage: str | None, passes: int) -> None:
+    hostile, neighbour = score(shape, fresh(**ADD), code, ADD["reference"])
+    assert hostile["error"] is None, hostile["error"]
+    assert hostile["components"]["correct"] == passes, hostile["info"]
+    assert (hostile["info"]["stage"] == "passed") == bool(passes), hostile["info"]
+    if stage:
+        assert hostile["info"]["stage"] == stage and hostile["components"]["syntax"] == 0
+    assert neighbour["error"] is None and neighbour["components"]["correct"] == 1, neighbour
+
+
+# The candidate sees no network, no writable system path and none of the service's environment.
+ISOLATION_PROBE = """
+import os, socket
+
+def probe():
+    seen = []
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=2).close()
+        seen.append("tcp")
+    except OSError:
+        pass
+    for path in ("/etc/probe", "/usr/probe"):
+        try:
+            open(path, "w").close()
+            seen.append(path)
+        except OSError:
+            pass
+    seen += [name for name in os.environ if name.startswith("CORRGRPO_")]
+    return seen
+"""
+
+
+def test_the_candidate_sees_no_network_files_or_service_environment(shape: Shape) -> None:
+    test = "def check(candidate):\n    assert candidate() == []\n"
+    problem = fresh(entry_point="probe", test=test, reference=ISOLATION_PROBE)
+    (result,) = score(shape, problem, ISOLATION_PROBE)
+    assert result["error"] is None and result["components"]["correct"] == 1, result["info"]
+
+
+# Copies of the reference whose work runs in a process nobody it counts waits for: a child the kernel
+# reaps (SIGCHLD ignored), or a grandchild orphaned to the worker. Its CPU counts (or the trick is refused).
+BUSY = """
+def busy(seconds):
+    import time
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+"""
+REFERENCE = BUSY + "\ndef work(n):\n    busy(0.1)\n    return n * 2\n"
+ELSEWHERE = {
+    "sigchld-ignored": ("import signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)", "True"),
+    "orphaned-grandchild": ("", "os.fork() == 0 or os._exit(0)"),  # the child exits, the grandchild works
+}
+
+
+def elsewhere(preamble: str, worker: str) -> str:
+    return f"""{BUSY}
+import os
+{preamble}
+
+def work(n):
+    read, write = os.pipe()
+    if os.fork() == 0:
+        if {worker}:
+            busy(0.1)
+        os._exit(0)
+    os.close(write)
+    os.read(read, 1)  # end of file: whoever did the work is gone
+    os.close(read)
+    return n * 2
+"""
+
+
+@pytest.mark.parametrize("trick", ELSEWHERE)
+def test_work_done_where_nobody_waits_is_not_paid_as_efficiency(shape: Shape, trick: str) -> None:
+    test = "def check(candidate):\n    assert candidate(3) == 6\n    assert candidate(5) == 10\n"
+    problem = fresh(entry_point="work", test=test, reference=REFERENCE)
+    honest, hidden = score(shape, problem, REFERENCE, elsewhere(*ELSEWHERE[trick]))
+    assert honest["components"]["correct"] == 1 and honest["components"]["efficiency"] <= 0.3, honest
+    assert hidden["error"] is None and hidden["components"]["efficiency"] <= 0.3, hidden
+
+
+# A stdin problem's time limit holds for work split over children the kernel reaps. They run at once: on a
+# quiet machine the wall limit (2 x 1 s + 1) does not end them, only counting their CPU does (under heavy
+# load the wall limit may end both programs first: then the test holds but proves less).
+SPLIT = (
+    BUSY
+    + """
+import os, signal
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+ends = []
+for _ in range(4):
+    read, write = os.pipe()
+    if os.fork() == 0:
+        busy(0.4)
+        os._exit(0)
+    os.close(write)
+    ends.append(read)
+for read in ends:
+    os.read(read, 1)  # end of file: that child is gone
+print(int(input()) * 2)
+"""
+)
+
+
+def test_a_time_limit_holds_for_work_split_over_reaped_children(shape: Shape) -> None:
+    problem = fresh(stdin_cases=[{"input": "21\n", "output": "42\n"}], time_limit_s=1.0)
+    whole, split = score(shape, problem, BUSY + "busy(1.6)\nprint(int(input()) * 2)\n", SPLIT)
+    assert whole["components"]["correct"] == 0 and whole["info"]["stage"] == "timeout", whole["info"]
+    assert split["error"] is None and split["components"]["correct"] == 0, split["info"]
