@@ -19,6 +19,7 @@ from corrgrpo_code.harness import CHILD_FILE, HarnessResult
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.settings import CodeSettings
+from corrgrpo_code.timing_budget import TimingBudget
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import ExecResult, Sandbox
@@ -104,7 +105,7 @@ def test_pairs_alternate_order_and_stop_early_when_nothing_can_be_paid() -> None
         order.append(code)
         return passed(0.002)
 
-    times = time_pairs(run, "c", "r", Calibration(min_pairs=4, max_pairs=20))
+    times = time_pairs(run, "c", "r", Calibration(min_pairs=4, max_pairs=20), TimingBudget(10.0))
     assert order[:8] == ["c", "r", "r", "c", "c", "r", "r", "c"]
     assert times.pairs == 4  # equal times: no spread, so the median is precise at once (and at parity)
     assert times.ratio() == 1 and times.efficiency(Calibration()) == 0
@@ -113,7 +114,7 @@ def test_pairs_alternate_order_and_stop_early_when_nothing_can_be_paid() -> None
 def test_a_failed_timing_run_names_its_side() -> None:
     results = iter([passed(0.001), HarnessResult("assertion", "io", 0, 1, "wrong")])
     with pytest.raises(TimingRunFailed) as failed:
-        time_pairs(lambda code: next(results), "c", "r", Calibration(min_pairs=3))
+        time_pairs(lambda code: next(results), "c", "r", Calibration(min_pairs=3), TimingBudget(10.0))
     assert failed.value.side == "reference"
 
 
@@ -128,12 +129,13 @@ def test_the_bound_widens_with_the_spread() -> None:
 
 
 def test_budget_and_maximum_end_the_pairs() -> None:
-    calibration = Calibration(min_pairs=12, max_pairs=16, budget_s=1.0)
-    assert PairedTimes([0.3] * 3, [0.3] * 3).done(calibration)  # 1.8 s spent, FEWEST_PAIRS reached
-    assert not PairedTimes([0.3] * 2, [0.3] * 2).done(calibration)  # over budget, but no spread from 2 pairs
+    calibration = Calibration(min_pairs=12, max_pairs=16)
+    budget = TimingBudget(4.0, spent_s=0.5)  # 3.5 s left: a run's limit is 2 s (its cap, 3 s, fits)
+    assert not PairedTimes([0.2] * 3, [0.3] * 3).done(calibration, budget)  # a pair like these fits
+    assert PairedTimes([0.2, 2.5, 0.2], [0.3] * 3).done(calibration, budget)  # a 2.5 s run may come: no room
     faster_noisy = PairedTimes([0.001, 0.0015] * 8, [0.002] * 16)
-    assert not PairedTimes(faster_noisy.candidate[:12], faster_noisy.reference[:12]).done(calibration)
-    assert faster_noisy.done(calibration)
+    assert not PairedTimes(faster_noisy.candidate[:12], faster_noisy.reference[:12]).done(calibration, TimingBudget(10))
+    assert faster_noisy.done(calibration, TimingBudget(10))
 
 
 def test_the_mode_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:

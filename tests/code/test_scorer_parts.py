@@ -85,7 +85,7 @@ def test_threads_asking_for_one_key_share_one_making() -> None:
 
 # --- the shared reference time ----------------------------------------------------------------------------------------
 def _times(store: Any, measure: Callable[[PreparedProblem], dict[str, Any]]) -> ReferenceTimes:
-    times = ReferenceTimes(None, store, ThreadPoolExecutor(2), None, ScoringConfig())  # type: ignore[arg-type]
+    times = ReferenceTimes(None, store, ThreadPoolExecutor(2), ScoringConfig())  # type: ignore[arg-type]
     times.measure = measure  # type: ignore[method-assign]
     return times
 

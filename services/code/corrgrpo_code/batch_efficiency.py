@@ -1,6 +1,7 @@
 """The efficiency component of a batch's correct items, once the lanes are done: `paper`, each item's one run against
 its problem's shared t_ref (`reference_times.py`); `calibrated`, paired runs (`efficiency.time_pairs`) once per
-distinct program of a problem, copies in a batch sharing one timing as they share one verdict run."""
+distinct program of a problem, within one `TimingBudget`, copies in a batch sharing one timing as they share one
+verdict run."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from .lanes import Answers, item_error
 from .prepared import PreparedProblem
 from .reference_times import ReferenceTimes
 from .scoring import Outcome
-from .stdio import CasePool
+from .timing_budget import BudgetedSandbox, OverBudget, TimingBudget
 
 Timed = tuple[int, Outcome, PreparedProblem]  # a correct item: its index in the batch, outcome, problem
 
@@ -47,14 +48,15 @@ async def add_paper(timed: list[Timed], answers: Answers, reference_times: Refer
             outcome.scored.components["efficiency"] = efficiency(outcome.cpu_s, reference["t_ref"])
 
 
-Calibrate = Callable[[PreparedProblem, str], tuple[float, dict[str, Any]]]  # a program's efficiency and info shown
+# A program's efficiency and the info shown, from its problem, its code and its verdict run's CPU seconds
+Calibrate = Callable[[PreparedProblem, str, float], tuple[float, dict[str, Any]]]
 
 
 async def add_calibrated(timed: list[Timed], answers: Answers, calibrate: Calibrate, pool: Executor) -> None:
-    """`calibrate(prepared, code)` in `pool`, once per distinct program of a problem."""
-    programs = {(prepared.key, outcome.code): prepared for _, outcome, prepared in timed}
+    """`calibrate(prepared, code, verdict_s)` in `pool`, once per distinct program of a problem."""
+    programs = {(prepared.key, outcome.code): (prepared, outcome.cpu_s) for _, outcome, prepared in timed}
     loop = asyncio.get_running_loop()
-    timings = (loop.run_in_executor(pool, calibrate, p, code) for (_, code), p in programs.items())
+    timings = (loop.run_in_executor(pool, calibrate, p, code, t) for (_, code), (p, t) in programs.items())
     measured = dict(zip(programs, await asyncio.gather(*timings, return_exceptions=True), strict=True))
     for index, outcome, prepared in timed:
         timing = measured[prepared.key, outcome.code]
@@ -69,26 +71,27 @@ async def add_calibrated(timed: list[Timed], answers: Answers, calibrate: Calibr
 def calibrate(
     sandbox: Sandbox,
     config: ScoringConfig,
-    cases: CasePool,
     cancelled: threading.Event | None,
     prepared: PreparedProblem,
     code: str,
+    verdict_s: float,
 ) -> tuple[float, dict[str, Any]]:
-    """`code`'s calibrated efficiency against the reference, and what `info` shows of the pairs (blocking)."""
-    calibration = config.calibration
+    """`code`'s calibrated efficiency against the reference, and what `info` shows of the pairs (blocking). Every run
+    goes through one `BudgetedSandbox`, a stdin problem's cases one after another (each limited by what is left)."""
+    calibration, budget = config.calibration, TimingBudget(config.timing_budget_s)
     # Both programs parse when the reference did at preparation (`available`): the candidate passed its tests already.
     parsed = prepared.reference.available
-    run = functools.partial(run_tests, sandbox, prepared, limits=config.limits, parsed=parsed, cases=(cases, cancelled))
+    budgeted = BudgetedSandbox(sandbox, budget)
+    run = functools.partial(run_tests, budgeted, prepared, limits=config.limits, parsed=parsed, cases=(None, cancelled))
+    shown: dict[str, Any] = {"t_ref": None, "t_ref_source": "paired"}
     with sandbox.cancellable(cancelled or threading.Event()):
         try:
-            times = time_pairs(run, code, prepared.reference.code, calibration)
+            times = time_pairs(run, code, prepared.reference.code, calibration, budget, verdict_s)
         except TimingRunFailed as failed:
             error = {"reference": "t_ref_error", "candidate": "timing_error"}[failed.side]
-            return 0.0, {"t_ref": None, "t_ref_source": "paired", error: str(failed)}
-    return times.efficiency(calibration), {
-        "t_ref": statistics.median(times.reference),
-        "t_ref_source": "paired",
-        "t_ratio": times.ratio(),
-        "t_ratio_bound": times.bound(calibration),
-        "timing_pairs": times.pairs,
-    }
+            return 0.0, {**shown, error: str(failed), "timing_cpu_s": budget.spent_s}
+        except OverBudget as cut:
+            return 0.0, {**shown, "timing_budget": str(cut), "timing_cpu_s": budget.spent_s}
+    if times.pairs:
+        shown.update(t_ref=statistics.median(times.reference), t_ratio=times.ratio(), t_ratio_bound=times.bound(calibration))
+    return times.efficiency(calibration), {**shown, "timing_pairs": times.pairs, "timing_cpu_s": budget.spent_s}

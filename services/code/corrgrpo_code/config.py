@@ -23,6 +23,8 @@ class ScoringConfig:
     efficiency: bool = True  # False: never measure t_ref; the component is 0
     efficiency_mode: EfficiencyMode = "calibrated"  # `efficiency.py`: paired runs, or the authors' single run (`paper`)
     calibration: Calibration = field(default_factory=Calibration)
+    # CPU seconds of one program's calibrated pairs, or of one problem's t_ref runs (`timing_budget.py`)
+    timing_budget_s: float = 10.0
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
     case_s: float = CASE_S
     run_ttl_s: float = 3600.0  # a run's verdict is shared through the store this long (`runs`); 0: within a batch only

@@ -6,7 +6,9 @@ measured once per problem. One run's CPU time on a shared host varies by 10-30 %
 caches), so copies of the reference earn about 0.1 on average (`bench/bench_efficiency_noise.py`).
 `calibrated`: candidate and reference run in pairs, back to back, the order alternating, until the median of the
 pairs' ratios is known well enough; the ratio paid on is its upper confidence bound `median * exp(k * se)`, so a
-speed-up within the measured spread earns nothing and one beyond it earns nearly the paper's value.
+speed-up within the measured spread earns nothing and one beyond it earns nearly the paper's value. The pairs spend at
+most one `TimingBudget` (`timing_budget.py`), and a pair is run only while some outcome of the pairs still possible
+could pay.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from corrgrpo_code.harness import HarnessResult
+from corrgrpo_code.timing_budget import TimingBudget
 
 EfficiencyMode = Literal["paper", "calibrated"]
 MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)  # MAD -> sigma of a normal sample, times the median's loss against the mean
-FEWEST_PAIRS = 3  # a spread needs at least this many pairs, whatever the budget
+FEWEST_PAIRS = 3  # a spread needs at least this many pairs: fewer pay nothing
+# A later run of a program costs at least this share of its cheapest run so far (one run's CPU time varies with CV
+# 0.14, p90 0.22): what bounds the pairs the budget still allows. Misjudged, it only withholds pay, never pays noise.
+COST_FLOOR = 0.75
 SHORTEST_RUN_S = 1e-6  # a zero CPU time (a coarse clock) still gives a finite log ratio
 
 
@@ -41,7 +47,6 @@ class Calibration:
     max_pairs: int = 24
     confidence: float = 3.0  # k: standard errors of the median log ratio between the median and the bound paid on
     precision: float = 0.04  # stop once the median log ratio's standard error is this small
-    budget_s: float = 10.0  # CPU seconds of an item's timing runs, both sides; past it no new pair (FEWEST_PAIRS kept)
 
     def __post_init__(self) -> None:
         if not FEWEST_PAIRS <= self.min_pairs <= self.max_pairs:
@@ -50,10 +55,12 @@ class Calibration:
 
 @dataclass
 class PairedTimes:
-    """CPU seconds of the candidate's and the reference's runs, pair by pair."""
+    """CPU seconds of the candidate's and the reference's runs, pair by pair (`verdict_s`: the candidate's verdict
+    run, what its runs cost before any pair)."""
 
     candidate: list[float] = field(default_factory=list)
     reference: list[float] = field(default_factory=list)
+    verdict_s: float | None = None
 
     @property
     def pairs(self) -> int:
@@ -80,14 +87,38 @@ class PairedTimes:
         return self.ratio() * math.exp(calibration.confidence * self.standard_error(calibration))
 
     def efficiency(self, calibration: Calibration) -> float:
+        if self.pairs < FEWEST_PAIRS:
+            return 0.0
         return min(1.0, max(0.0, 1.0 - self.bound(calibration)))
 
-    def done(self, calibration: Calibration) -> bool:
-        """Enough pairs: the most allowed, the budget spent, the median precise enough, or settled at no pay (even the
-        standard error `max_pairs` would reach leaves the bound at parity or above)."""
-        if self.pairs >= calibration.max_pairs:
+    def _costs(self, pick: Callable[[list[float]], float]) -> tuple[float, float]:
+        """`pick` of each side's run costs so far (the candidate's verdict run included; 0 for a side not yet run)."""
+        candidate = [*self.candidate, *([] if self.verdict_s is None else [self.verdict_s])]
+        return pick(candidate) if candidate else 0.0, pick(self.reference) if self.reference else 0.0
+
+    def could_pay(self, calibration: Calibration, budget: TimingBudget) -> bool:
+        """Whether some outcome of the pairs still possible pays more than 0: those `max_pairs` and the budget allow
+        at `COST_FLOOR` of each side's cheapest run, each pair with any ratio at all. Pay needs `FEWEST_PAIRS`, and a
+        bound below parity needs a median below it: with `more` pairs to come, the median is at least that of the
+        current ratios with `more` ratios below all of them (the spread only raises the bound)."""
+        candidate_s, reference_s = self._costs(min)
+        more = budget.pairs_within(COST_FLOOR * candidate_s, COST_FLOOR * reference_s, calibration.max_pairs - self.pairs)
+        total = self.pairs + more
+        lower = (total - 1) // 2 - more  # the lower middle's rank among the current ratios
+        if total < FEWEST_PAIRS:
+            return False
+        if lower < 0:
             return True
-        if self.pairs >= FEWEST_PAIRS and sum(self.candidate) + sum(self.reference) >= calibration.budget_s:
+        logs = sorted(self.log_ratios())
+        return (logs[lower] + logs[total // 2 - more]) / 2 < 0
+
+    def done(self, calibration: Calibration, budget: TimingBudget) -> bool:
+        """Enough pairs: the most allowed; from the first pair on, no outcome could pay (`could_pay`) or the next
+        pair would not fit in the budget at the dearest costs seen; past `min_pairs`, the median precise enough, or
+        settled at no pay (even the standard error `max_pairs` would reach leaves the bound at parity or above)."""
+        if self.pairs >= calibration.max_pairs or not self.could_pay(calibration, budget):
+            return True
+        if budget.pairs_within(*self._costs(max), 1) == 0:
             return True
         if self.pairs < calibration.min_pairs:
             return False
@@ -104,12 +135,19 @@ class TimingRunFailed(Exception):
         self.side = side
 
 
-def time_pairs(run: Callable[[str], HarnessResult], candidate: str, reference: str, calibration: Calibration) -> PairedTimes:
-    """Pairs of passing runs of both programs through `run` until `PairedTimes.done`; the first of a pair alternates
-    (neither side always meets the caches the other left). Every run must pass: a program that is fast only when it
-    is wrong earns nothing."""
-    times = PairedTimes()
-    while not times.done(calibration):
+def time_pairs(
+    run: Callable[[str], HarnessResult],
+    candidate: str,
+    reference: str,
+    calibration: Calibration,
+    budget: TimingBudget,
+    verdict_s: float | None = None,
+) -> PairedTimes:
+    """Pairs of passing runs of both programs through `run` (which spends `budget`, and raises `OverBudget` for a run
+    it cut) until `PairedTimes.done`; the first of a pair alternates (neither side always meets the caches the other
+    left). Every run must pass: a program that is fast only when it is wrong earns nothing."""
+    times = PairedTimes(verdict_s=verdict_s)
+    while not times.done(calibration, budget):
         sides = [("candidate", candidate), ("reference", reference)]
         measured = {}
         for side, code in sides[:: -1 if times.pairs % 2 else 1]:

@@ -1,6 +1,7 @@
 """t_ref for the `paper` efficiency: the mean CPU time of a few runs of the problem's reference, measured once per
 problem for every replica (the store's `add` is the lock; a replica that finds it taken polls for the value), and
-kept in memory by each replica for `REFERENCE_MEMO_S`."""
+kept in memory by each replica for `REFERENCE_MEMO_S`. A measurement's runs, retries included, spend at most one
+`TimingBudget`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from corrgrpo_sandbox import Sandbox
 from .config import ScoringConfig
 from .execution import run_tests
 from .prepared import PreparedProblem
-from .stdio import CasePool
+from .timing_budget import BudgetedSandbox, OverBudget, TimingBudget
 
 log = logging.getLogger("corrgrpo.code")
 LOCK_TTL_S = 120.0  # a replica that died while measuring frees the lock after this
@@ -39,29 +40,45 @@ def noisy(times: list[float]) -> bool:
 
 
 class ReferenceTimes:
-    def __init__(self, sandbox: Sandbox, store: Store, pool: Executor, cases: CasePool, config: ScoringConfig) -> None:
-        self.sandbox, self.store, self.pool, self.cases, self.config = sandbox, store, pool, cases, config
+    def __init__(self, sandbox: Sandbox, store: Store, pool: Executor, config: ScoringConfig) -> None:
+        self.sandbox, self.store, self.pool, self.config = sandbox, store, pool, config
 
     def measure(self, prepared: PreparedProblem) -> dict[str, Any]:
-        """Mean child CPU time of `reference_runs` runs of the reference through the same harness (blocking). A failed
-        or noisy attempt is retried after a pause (a neighbour may have starved it), up to `reference_attempts`."""
-        config, measured = self.config, {}
+        """Mean child CPU time of `reference_runs` runs of the reference through the same harness (blocking), within
+        one `TimingBudget` (a stdin problem's cases one after another). A failed or noisy attempt is retried after a
+        pause (a neighbour may have starved it), up to `reference_attempts`, while the budget lasts; an attempt the
+        budget ended keeps the runs it completed."""
+        config = self.config
+        budgeted = BudgetedSandbox(self.sandbox, TimingBudget(config.timing_budget_s))
+        measured: dict[str, Any] = {}
         for attempt in range(config.reference_attempts):
             if attempt:
                 time.sleep(0.5 * attempt)
-            measured = self._measure_once(prepared)
-            if measured["t_ref"] is not None and not noisy(measured["runs"]):
+            latest, cut = self._measure_once(prepared, budgeted)
+            if latest["t_ref"] is not None or measured.get("t_ref") is None:
+                measured = latest
+            if cut or (measured["t_ref"] is not None and not noisy(measured["runs"])):
                 break
-        return {**measured, "attempts": attempt + 1}
+        return {**measured, "attempts": attempt + 1, "timing_cpu_s": budgeted.budget.spent_s}
 
-    def _measure_once(self, prepared: PreparedProblem) -> dict[str, Any]:
-        times, reference, limits = [], prepared.reference, self.config.limits
+    def _measure_once(self, prepared: PreparedProblem, budgeted: BudgetedSandbox) -> tuple[dict[str, Any], bool]:
+        """One attempt's t_ref, and whether the budget ended it (a run it cut, or one it would not fit at the
+        dearest cost seen)."""
+        times: list[float] = []
+        reference, limits = prepared.reference, self.config.limits
         for _ in range(self.config.reference_runs):  # parsed at preparation (`available`): not parsed again per run
-            result = run_tests(self.sandbox, prepared, reference.code, limits, reference.available, (self.cases, None))
+            if times and not budgeted.budget.fits(max(times)):
+                break
+            try:
+                result = run_tests(budgeted, prepared, reference.code, limits, reference.available)  # type: ignore[arg-type]
+            except OverBudget as cut:
+                if times:
+                    break
+                return {"t_ref": None, "error": f"reference: {cut}"}, True
             if not result.ok or result.exec is None:
-                return {"t_ref": None, "error": f"reference fails its tests: {result.stage}: {result.error}"}
+                return {"t_ref": None, "error": f"reference fails its tests: {result.stage}: {result.error}"}, False
             times.append(result.exec.cpu_s)
-        return {"t_ref": sum(times) / len(times), "runs": times}
+        return {"t_ref": sum(times) / len(times), "runs": times}, len(times) < self.config.reference_runs
 
     async def get(self, prepared: PreparedProblem) -> dict[str, Any]:
         """`shared`, a successful one kept with the prepared problem for `REFERENCE_MEMO_S` (source `memory`): the

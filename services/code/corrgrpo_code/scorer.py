@@ -47,7 +47,7 @@ class CodeScorer:
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
         self.cases = CasePool(sandbox, max(1, workers))
         self.prepared: BoundedMemo[Content, PreparedProblem] = BoundedMemo(PREPARED_CACHE)
-        self.reference_times = ReferenceTimes(sandbox, store, self.pool, self.cases, config)
+        self.reference_times = ReferenceTimes(sandbox, store, self.pool, config)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -69,7 +69,7 @@ class CodeScorer:
             await asyncio.gather(*(loop.run_in_executor(self.pool, work) for _ in items[: self.lanes]))
             timed = batch_efficiency.timed(answers)
             if config.efficiency_mode == "calibrated":
-                calibrate = functools.partial(batch_efficiency.calibrate, self.sandbox, config, self.cases, cancelled)
+                calibrate = functools.partial(batch_efficiency.calibrate, self.sandbox, config, cancelled)
                 await batch_efficiency.add_calibrated(timed, answers, calibrate, self.pool)
             else:
                 await batch_efficiency.add_paper(timed, answers, self.reference_times)

@@ -63,9 +63,11 @@ class CodeSettings(ServiceSettings):
         description="`calibrated`: most timing pairs, taken while the median ratio is neither precise nor settled at 0",
     )
     code_timing_budget_s: float = Field(
-        DEFAULT.calibration.budget_s,
-        gt=0,
-        description="`calibrated`: CPU seconds of one program's timing runs (both sides); past it no new pair",
+        DEFAULT.timing_budget_s,
+        ge=2,
+        description="CPU seconds of the timing runs of one distinct correct program (`calibrated`: its pairs, both "
+        "sides, every stdin case) or of one problem's t_ref (`paper`), enforced during each run: a run's CPU limit is "
+        "what is left (whole seconds, less 1: the sandbox's cap); a run it cuts pays efficiency 0",
     )
     code_max_chars: int = Field(
         DEFAULT.max_code_chars,
@@ -123,8 +125,8 @@ class CodeSettings(ServiceSettings):
                 DEFAULT.calibration,
                 min_pairs=self.code_timing_min_pairs,
                 max_pairs=self.code_timing_max_pairs,
-                budget_s=self.code_timing_budget_s,
             ),
+            timing_budget_s=self.code_timing_budget_s,
             max_code_chars=self.code_max_chars,
             reference_attempts=self.code_reference_attempts,
             reference_ttl_s=self.code_reference_ttl_s,
