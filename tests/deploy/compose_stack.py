@@ -4,7 +4,8 @@ Builds the images, starts the services-only stack (Compose v2), and checks throu
 scores, `code` scaled to 3 replicas spreads requests, a replica killed mid-batch loses and duplicates no
 item (the client retries), a Redis restart gives an AgentDojo episode a 503/404 or its true reward,
 candidates inside the code container run under bwrap (no network, read-only file system, clean
-environment), and each service image holds only its own parts (no dev tools). The engine is reached with
+environment), tests/security/test_shapes.py's hostile completions through nginx score as the candidate's
+failure, and each service image holds only its own parts (no dev tools). The engine is reached with
 the Docker SDK for Python; `down -v` at the end.
 
 Not collected by `make test` (no `test_` prefix): it needs a Docker engine and builds images.
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -292,6 +294,15 @@ def test_scaled_code_spreads_requests_and_survives_a_killed_replica(stack: Stack
     SUMMARY.update(items=len(items), lost=lost, duplicated=duplicated, wrong_rewards=len(wrong))
     assert ids == [item["id"] for item in items], "every item once, in order"
     assert (lost, duplicated, wrong) == (0, 0, []), results
+
+
+def test_hostile_completions_through_nginx_are_the_candidates_failure(stack: Stack) -> None:
+    """tests/security/test_shapes.py's bodies in shape `compose`: through nginx to the scaled code replicas."""
+    env = {**os.environ, "CORRGRPO_TEST_SHAPES": "compose", "CORRGRPO_TEST_CODE_URL": stack.url("code")}
+    argv = [sys.executable, "-m", "pytest", "tests/security/test_shapes.py", "-q", "-p", "no:cacheprovider"]
+    run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
+    SUMMARY["security_shapes"] = run.stdout.strip().splitlines()[-1]
 
 
 def test_agentdojo_episode_across_a_redis_restart_is_an_error_or_its_true_reward(stack: Stack) -> None:

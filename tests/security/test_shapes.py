@@ -1,10 +1,11 @@
 """The code service's hostile-completion checks in each shape it ships in (issue 48), one set of test bodies.
 
-`CORRGRPO_TEST_SHAPES` (comma-separated) picks the shapes; default: the two that need no Docker engine.
+`CORRGRPO_TEST_SHAPES` (comma-separated) picks the shapes; default: the three that need no Docker engine.
 - `bwrap`: `python -m corrgrpo_code` as the test's user (root in CI: cgroup v1 counters where the host
   has them).
 - `bwrap-uid10001`: the same as the images' uid 10001: bwrap in an unprivileged user namespace, no
   cgroup counter.
+- `bwrap-cgroup2`: as root on a cgroup v2 host (a private mount namespace with the unified hierarchy alone).
 - `docker`: `CORRGRPO_CODE_ISOLATION=docker` (an engine and `CORRGRPO_SANDBOX_DOCKER_IMAGE`).
 - `compose`: the compose stack's nginx at `CORRGRPO_TEST_CODE_URL`, code replicas behind it.
 make compose-test runs the last two (deploy/compose-test.sh, tests/deploy/compose_stack.py). A shape that
@@ -31,7 +32,7 @@ import pytest
 from corrgrpo_testing.servers import SERVICE_PYTHON, ServiceProcess, free_port, start_service
 
 IMAGE_UID = 10001  # deploy/docker/service.Dockerfile's USER
-LOCAL_SHAPES = "bwrap,bwrap-uid10001"
+LOCAL_SHAPES = "bwrap,bwrap-uid10001,bwrap-cgroup2"
 
 
 @dataclass(frozen=True)
@@ -47,31 +48,36 @@ def fail_or_skip(message: str) -> None:
     pytest.skip(message)
 
 
-def as_image_user(argv: list[str], staging: str) -> list[str]:
-    """`argv` as uid 10001. Where the interpreter lies under a directory others cannot enter (pyenv in
-    /root), in a private mount namespace where that directory is an empty tmpfs showing only the prefix."""
-    drop = ["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups", "--", *argv]
+def in_namespace(argv: list[str], shape: str, staging: str) -> list[str]:
+    """`argv` as `shape` runs it, in a private mount namespace. bwrap-cgroup2: /sys/fs/cgroup is the
+    unified hierarchy alone (a cgroup v2 host). bwrap-uid10001: uid 10001; where the interpreter lies under a
+    directory others cannot enter (pyenv in /root), that directory is an empty tmpfs showing the interpreter."""
     prefix = Path(sys.base_prefix)
     closed = next((p for p in reversed(prefix.parents) if not p.stat().st_mode & stat.S_IXOTH), None)
-    if closed is None:
-        return drop
-    script = 'mount --bind "$1" "$2"; mount -t tmpfs -o mode=755 tmpfs "$3"; mkdir -p "$1"; '
-    script += 'mount --move "$2" "$1"'
-    shell = ["sh", "-c", f'set -e; {script}; shift 3; exec "$@"', "sh", str(prefix), staging, str(closed)]
-    return ["unshare", "--mount", "--", *shell, *drop]
+    script = ["set -e"]
+    if shape == "bwrap-cgroup2":
+        script.append("umount -R /sys/fs/cgroup; mount -t cgroup2 cgroup2 /sys/fs/cgroup")
+    if shape == "bwrap-uid10001":
+        argv = ["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups", "--", *argv]
+        if closed is not None:
+            script.append('mount --bind "$1" "$2"; mount -t tmpfs -o mode=755 tmpfs "$3"; mkdir -p "$1"')
+            script.append('mount --move "$2" "$1"')
+    script.append('shift 3; exec "$@"')
+    shell = ["sh", "-c", "; ".join(script), "sh", str(prefix), staging, str(closed)]
+    return ["unshare", "--mount", "--", *shell, *argv]
 
 
 @contextmanager
-def image_user_service(env: dict[str, str]) -> Iterator[ServiceProcess]:
-    """The code service as the images' uid 10001, from this interpreter; needs root to switch."""
+def namespaced_service(shape: str, env: dict[str, str]) -> Iterator[ServiceProcess]:
+    """The code service in a shape of its own mount namespace, from this interpreter; needs root."""
     if os.geteuid() != 0:
-        fail_or_skip("bwrap-uid10001 needs root to start the service as uid 10001")
+        fail_or_skip(f"{shape} needs root (a mount namespace, a uid switch)")
     port = free_port()
     log_path = f"/tmp/corrgrpo-code-{port}.log"
     argv = [SERVICE_PYTHON, "-m", "corrgrpo_code", "--host", "127.0.0.1", "--port", str(port)]
     with tempfile.TemporaryDirectory(prefix="corrgrpo-shapes-") as staging, open(log_path, "wb") as log:
         process = subprocess.Popen(
-            as_image_user(argv, staging),
+            in_namespace(argv, shape, staging),
             env={**os.environ, **env, "HOME": "/nonexistent"},
             cwd="/",
             stdout=log,
@@ -99,8 +105,8 @@ def started(shape: str) -> Iterator[str]:
             fail_or_skip("shape compose needs CORRGRPO_TEST_CODE_URL (tests/deploy/compose_stack.py sets it)")
         yield url.rstrip("/")
         return
-    if shape == "bwrap-uid10001":
-        with image_user_service({**env, "CORRGRPO_CODE_ISOLATION": "bwrap"}) as service:
+    if shape in ("bwrap-uid10001", "bwrap-cgroup2"):
+        with namespaced_service(shape, {**env, "CORRGRPO_CODE_ISOLATION": "bwrap"}) as service:
             yield service.url
         return
     if shape not in ("bwrap", "docker"):
