@@ -151,13 +151,12 @@ def test_a_runs_limit_keeps_its_sandbox_cap_within_what_is_left(left_s: float, o
 
 
 def test_pairs_stop_from_the_first_when_no_outcome_could_pay() -> None:
-    calibration = Calibration(min_pairs=12, max_pairs=24)
-    slow = PairedTimes([1.0], [0.01])
-    assert not slow.done(calibration, TimingBudget(100.0, spent_s=1.01))  # 23 more pairs could outvote it
-    assert slow.done(calibration, TimingBudget(4.0, spent_s=1.01))  # room for one more pair: never three
+    calibration, budget = Calibration(min_pairs=12, max_pairs=24), TimingBudget(100.0)
+    assert PairedTimes([1.0], [0.01]).done(calibration, budget)  # even at 3/4 and 4/3 of its costs: 56 times slower
+    assert not PairedTimes([1.0], [0.9]).done(calibration, budget)  # within the costs' spread of a speed-up
+    assert PairedTimes([1.0], [0.9]).done(calibration, TimingBudget(4.0, spent_s=1.9))  # no room for three pairs
     assert PairedTimes(verdict_s=2.0).done(calibration, TimingBudget(5.0))  # its verdict run: two pairs fit at most
     assert not PairedTimes(verdict_s=0.5).done(calibration, TimingBudget(5.0))
-    budget = TimingBudget(100.0)
     parity = PairedTimes([1.0] * 6 + [1.01] * 7, [1.0] * 13)  # never faster; 11 more pairs cannot move the median
     assert not parity.could_pay(calibration, budget) and parity.done(calibration, budget)
     once_faster = PairedTimes([0.5] + [1.0] * 5 + [1.01] * 7, [1.0] * 13)

@@ -25,8 +25,9 @@ from corrgrpo_code.timing_budget import TimingBudget
 EfficiencyMode = Literal["paper", "calibrated"]
 MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)  # MAD -> sigma of a normal sample, times the median's loss against the mean
 FEWEST_PAIRS = 3  # a spread needs at least this many pairs: fewer pay nothing
-# A later run of a program costs at least this share of its cheapest run so far (one run's CPU time varies with CV
-# 0.14, p90 0.22): what bounds the pairs the budget still allows. Misjudged, it only withholds pay, never pays noise.
+# A later run of a program costs at least this share of its cheapest run so far, at most its inverse times its dearest
+# (one run's CPU time varies with CV 0.14, p90 0.22): what bounds the pairs and ratios still possible. Misjudged, it
+# only withholds pay, never pays noise.
 COST_FLOOR = 0.75
 SHORTEST_RUN_S = 1e-6  # a zero CPU time (a coarse clock) still gives a finite log ratio
 
@@ -97,20 +98,19 @@ class PairedTimes:
         return pick(candidate) if candidate else 0.0, pick(self.reference) if self.reference else 0.0
 
     def could_pay(self, calibration: Calibration, budget: TimingBudget) -> bool:
-        """Whether some outcome of the pairs still possible pays more than 0: those `max_pairs` and the budget allow
-        at `COST_FLOOR` of each side's cheapest run, each pair with any ratio at all. Pay needs `FEWEST_PAIRS`, and a
-        bound below parity needs a median below it: with `more` pairs to come, the median is at least that of the
-        current ratios with `more` ratios below all of them (the spread only raises the bound)."""
+        """Whether some outcome of the pairs still possible pays more than 0: as many as `max_pairs` and the budget
+        allow at the cheapest costs, each at the lowest ratio possible (each side's later runs cost within a factor
+        `COST_FLOOR` of what it has cost so far; before the first pair, any ratio). Pay needs `FEWEST_PAIRS` pairs
+        and a median ratio below 1 (the spread only raises the bound paid on)."""
         candidate_s, reference_s = self._costs(min)
         more = budget.pairs_within(COST_FLOOR * candidate_s, COST_FLOOR * reference_s, calibration.max_pairs - self.pairs)
-        total = self.pairs + more
-        lower = (total - 1) // 2 - more  # the lower middle's rank among the current ratios
-        if total < FEWEST_PAIRS:
+        if self.pairs + more < FEWEST_PAIRS:
             return False
-        if lower < 0:
-            return True
-        logs = sorted(self.log_ratios())
-        return (logs[lower] + logs[total // 2 - more]) / 2 < 0
+        lowest = -math.inf
+        if self.reference:
+            dearest = max(self.reference) / COST_FLOOR
+            lowest = math.log(max(COST_FLOOR * candidate_s, SHORTEST_RUN_S) / max(dearest, SHORTEST_RUN_S))
+        return statistics.median([*self.log_ratios(), *[lowest] * more]) < 0
 
     def done(self, calibration: Calibration, budget: TimingBudget) -> bool:
         """Enough pairs: the most allowed; from the first pair on, no outcome could pay (`could_pay`) or the next
