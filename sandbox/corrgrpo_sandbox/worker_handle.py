@@ -125,6 +125,9 @@ class WorkerHandle:
         self.taken = 0  # requests the pool handed out on this worker and not yet given back (`WorkerPool`)
         self.unread = bytearray()  # read ahead of the reply stream
         self._sending = threading.Lock()  # requests go out whole and in ticket order
+        # held while a caller reads its reply: the reply fd is closed only after it, never under the reader (where its
+        # number, reused by a replacement's pipe, would hand it another run's reply)
+        self._reading = threading.Lock()
         self._turns = threading.Condition()  # guards the tickets: replies are read in the order requests were sent
         self._sent = self._answered = 0  # requests written, replies read
         self._tasks: int | None = None  # the process limit of the requests in flight
@@ -185,11 +188,12 @@ class WorkerHandle:
                 raise WorkerLost(self.lost)
         try:
             deadline = time.monotonic() + timeout
-            size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
-            if size > MAX_REPLY_BYTES:
-                raise WorkerBroken(f"worker reply of {size} bytes")
-            reply = checked_reply(self.read_exactly(size, deadline))
-            streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
+            with self._reading:
+                size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
+                if size > MAX_REPLY_BYTES:
+                    raise WorkerBroken(f"worker reply of {size} bytes")
+                reply = checked_reply(self.read_exactly(size, deadline))
+                streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
             with self._turns:
                 if self.unread and self._sent == ticket + 1:  # nothing else asked: the worker writes only replies
                     raise WorkerBroken("worker wrote past its reply")
@@ -235,19 +239,22 @@ class WorkerHandle:
     def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
         """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read); what it read
         of the next request's reply stays in `unread` for that request's turn."""
-        while len(self.unread) < size:
+        while True:
+            # checked before the read-ahead too: a cancelled caller's reply may have come with the reply before it
+            if cancel is not None and cancel.is_set():
+                raise RunCancelled("run cancelled")
+            if len(self.unread) >= size:
+                break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WorkerBroken("worker did not answer in time")
-            if cancel is not None and cancel.is_set():
-                raise RunCancelled("run cancelled")
             wait = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
             try:
                 if not select.select([self.reply_fd], [], [], wait)[0]:
                     continue
                 chunk = os.read(self.reply_fd, min(max(size - len(self.unread), READ_AHEAD), 1 << 20))
-            except OSError as error:  # closed meanwhile (`Sandbox.close` during the run)
-                raise WorkerBroken(f"worker closed: {error!r}") from error
+            except OSError as error:
+                raise WorkerBroken(f"worker reply unreadable: {error!r}") from error
             if not chunk:
                 raise WorkerBroken(f"worker died (exit status {self.process.poll()})")
             self.unread += chunk
@@ -257,19 +264,20 @@ class WorkerHandle:
 
     def close(self) -> None:
         """Kill the worker and every process of its runs, then close its pipes: a request being written fails at once
-        (its reader is gone), so the pipes are closed only after it, never under a writer's feet."""
+        and a reply being read ends (their other ends are gone), so each pipe is closed only after its user is done:
+        never under a writer's or a reader's feet. A reply written whole before the kill is still read whole."""
         self.end("the worker was closed")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        with self._sending:
-            if self.process.stdin is not None and self.process.stdout is not None:  # the protocol runs over stdio
-                for stream in (self.process.stdin, self.process.stdout):
-                    with contextlib.suppress(OSError):
-                        stream.close()
-            else:
-                for fd in (self.request_fd, self.reply_fd):
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+        for lock, fd, stream in (
+            (self._sending, self.request_fd, self.process.stdin),
+            (self._reading, self.reply_fd, self.process.stdout),
+        ):
+            with lock, contextlib.suppress(OSError):
+                if stream is not None:  # the protocol runs over stdio
+                    stream.close()
+                else:
+                    os.close(fd)
         self.process.wait()
         if self.cgroup is not None:
             self.cgroup.remove()
