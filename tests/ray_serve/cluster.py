@@ -7,6 +7,7 @@ Both nodes are processes of this machine on 127.0.0.1 (nothing leaves loopback):
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ import httpx
 import yaml
 
 NODE_CPUS = 2  # logical CPUs per node: what Ray schedules by, not what the machine has
+TOKEN = f"ray-test-{uuid.uuid4().hex}"  # the nodes' CORRGRPO_API_TOKEN (serve.yaml asks for one)
 RAY_ENV = {
     # Ray resolves "127.0.0.1" to the machine's outward address unless told it is not a cluster member: loopback only
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",

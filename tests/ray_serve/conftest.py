@@ -22,25 +22,28 @@ from corrgrpo_devtools.ray_config import SERVE_CONFIG
 from corrgrpo_testing.environment import REDIS_URL
 from corrgrpo_testing.servers import free_port
 
-from .cluster import NODE_CPUS, RAY_ENV, Deployed, sized_config, wait_running
+from .cluster import NODE_CPUS, RAY_ENV, TOKEN, Deployed, sized_config, wait_running
 
 if TYPE_CHECKING:
     from ray.cluster_utils import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
-collect_ignore = [] if os.environ.get("CORRGRPO_RAY_TEST") == "1" else ["test_replica.py", "test_serve.py"]
+RAY_TESTS = ["test_auth.py", "test_replica.py", "test_serve.py"]
+collect_ignore = [] if os.environ.get("CORRGRPO_RAY_TEST") == "1" else RAY_TESTS
 DEPLOY_TIMEOUT_S = 420  # three applications' imports (AgentDojo's take seconds) on a loaded two-core machine
 
 
 @pytest.fixture(scope="package")
 def cluster() -> Iterator[Cluster]:
-    """A head and a worker node, the store's settings in their environment as `ray start`'s would be."""
+    """A head and a worker node, the store's settings and the bearer token in their environment as
+    `ray start`'s would be."""
     from ray.cluster_utils import Cluster  # imported here: the conftest is also read where Ray is not installed
 
     node_env = {
         **RAY_ENV,
         "CORRGRPO_REDIS_URL": REDIS_URL,
         "CORRGRPO_STORE_SECRET": os.environ["CORRGRPO_STORE_SECRET"],  # tests/conftest.py's
+        "CORRGRPO_API_TOKEN": TOKEN,
         "CORRGRPO_CODE_CACHE_PREFIX": f"corrgrpo-ray-test:{uuid.uuid4().hex}:",
         "CORRGRPO_CODE_EFFICIENCY": "false",  # one run per item, no timing runs: these tests are about the replicas
     }

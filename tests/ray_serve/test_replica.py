@@ -41,6 +41,17 @@ def test_a_replica_without_redis_refuses_to_start(monkeypatch: pytest.MonkeyPatc
         replica_settings(declared()[name], 1.0)
 
 
+@pytest.mark.parametrize("token", ["", "two words"])
+def test_a_replica_refuses_an_unusable_token(monkeypatch: pytest.MonkeyPatch, token: str) -> None:
+    monkeypatch.setenv("CORRGRPO_REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("CORRGRPO_API_TOKEN", token)
+    with pytest.raises(RuntimeError) as refused:
+        replica_settings(declared()["toolcall"], 1.0)
+    line = "toolcall: refusing to start: CORRGRPO_API_TOKEN: set but empty or not a bearer credential"
+    assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
+    assert "words" not in str(refused.value)  # a secret is never echoed
+
+
 def test_an_unknown_service_is_refused_before_anything_is_deployed() -> None:
     with pytest.raises(ValueError, match="unknown service 'nope'"):
         application({"service": "nope"})

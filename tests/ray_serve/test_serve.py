@@ -27,10 +27,11 @@ from corrgrpo_common.ray_serve import NODE_HEADER, REPLICA_HEADER
 from corrgrpo_proto import ItemResult, RewardClient
 from corrgrpo_testing.servers import free_port, wait_healthy
 
-from .cluster import Deployed
+from .cluster import TOKEN, Deployed
 
 SCALE_TIMEOUT_S = 180  # each way: Serve's autoscaler decides in seconds, a code replica starts in tens of them
 LOAD_CLIENTS = 6  # concurrent requests while scaling up: three per replica, target 1
+AUTHORIZATION = {"Authorization": f"Bearer {TOKEN}"}
 
 
 class Recorder(httpx.HTTPTransport):
@@ -99,7 +100,7 @@ def test_every_declared_service_scores_through_serve(deployed: Deployed, name: s
     ready = httpx.get(f"{url}/readyz", timeout=30)
     assert ready.status_code == 200, ready.text
     assert ready.headers[NODE_HEADER] in deployed.nodes
-    with RewardClient(url) as client:
+    with RewardClient(url, token=TOKEN) as client:
         (result,) = client.score([declared()[name].example(None)])
         assert result.error is None, result.error
         assert set(result.components or {}) == {spec.name for spec in client.components().components}
@@ -109,9 +110,9 @@ def test_openrlhf_reaches_a_service_under_its_serve_prefix(deployed: Deployed) -
     """OpenRLHF's `--reward.remote_url http://<node>:8000/toolcall/v1/openrlhf`: the same totals as `/v1/score`."""
     url, tool_call = f"{deployed.url}/toolcall", declared()["toolcall"].example(None)["completion"]
     body = {"query": [f"prompt{tool_call}", "prompt<think>x</think>"], "prompts": ["prompt"] * 2, "labels": [tool_call] * 2}
-    answer = httpx.post(f"{url}/v1/openrlhf", json=body, timeout=60)
+    answer = httpx.post(f"{url}/v1/openrlhf", json=body, headers=AUTHORIZATION, timeout=60)
     assert answer.status_code == 200, answer.text
-    with RewardClient(url) as client:
+    with RewardClient(url, token=TOKEN) as client:
         scored = client.score([{"completion": query, "ground_truth": tool_call} for query in (tool_call, "<think>x</think>")])
     assert answer.json()["rewards"] == [result.total for result in scored]
     assert scored[0].total != scored[1].total
@@ -124,7 +125,14 @@ def test_a_batch_is_scored_by_replicas_on_both_nodes(deployed: Deployed, capsys:
     run = uuid.uuid4().hex
     items = [add_item(f"{run}-{index}", right=index % 2 == 0, seconds=0.1) for index in range(32)]
     recorder = Recorder()
-    with RewardClient(f"{deployed.url}/code", chunk_size=2, max_concurrency=4, transport=recorder) as client:
+    client = RewardClient(
+        f"{deployed.url}/code",
+        chunk_size=2,
+        max_concurrency=4,
+        transport=recorder,
+        token=TOKEN,
+    )
+    with client:
         results = client.score(items)
     assert [correct(result) for result in results] == [index % 2 == 0 for index in range(32)]
     assert {node for node, _ in recorder.answered} == deployed.nodes, recorder.answered
@@ -136,7 +144,13 @@ def test_a_replica_killed_mid_batch_loses_nothing(deployed: Deployed, capsys: py
     items = [add_item(f"{run}-{index}", right=index % 3 != 0, seconds=0.25) for index in range(count)]
     recorder = Recorder()
     victim = deployed.replicas("code")[0]
-    client = RewardClient(f"{deployed.url}/code", chunk_size=4, max_concurrency=4, transport=recorder)
+    client = RewardClient(
+        f"{deployed.url}/code",
+        chunk_size=4,
+        max_concurrency=4,
+        transport=recorder,
+        token=TOKEN,
+    )
     with client, ThreadPoolExecutor(1) as pool:
         batch = pool.submit(client.score, items)
         wait_until(lambda: len(recorder.answered) >= 2, 120, "two chunks scored before the kill")
@@ -158,7 +172,7 @@ def test_replicas_added_under_load_and_removed_after(deployed: Deployed, capsys:
     run, stop, scored, errors = uuid.uuid4().hex, threading.Event(), [0], []
 
     def client_loop(number: int) -> None:
-        with RewardClient(f"{deployed.url}/code") as client:
+        with RewardClient(f"{deployed.url}/code", token=TOKEN) as client:
             request = 0
             while not stop.is_set():
                 items = [add_item(f"{run}-{number}-{request}-{index}", right=True, seconds=0.25) for index in range(2)]
@@ -200,7 +214,7 @@ def local_service(name: str) -> Iterator[str]:
 
 
 def timed_score(url: str, items: list[dict[str, Any]]) -> tuple[list[ItemResult], float]:
-    with RewardClient(url) as client:
+    with RewardClient(url, token=TOKEN) as client:
         client.score(items[:10])  # connections and first-call costs out of the timing
         start = time.perf_counter()
         results = client.score(items)

@@ -167,7 +167,7 @@ def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits)
     app.add_middleware(AdmitScoring, inflight=inflight, retry_after_s=retry_after_s, on_reject=on_overload)
     app.state.early_admission = EarlyAdmission(inflight, retry_after_s, on_overload)  # the server's protocol asks it first
     if settings.api_token is not None:
-        # the OpenAPI docs stay open with health, readiness and metrics: they describe the routes, and score nothing
+        # the OpenAPI docs stay open with health, readiness and metrics: they describe routes, score nothing
         docs = (app.openapi_url, app.docs_url, app.swagger_ui_oauth2_redirect_url, app.redoc_url)
         app.add_middleware(
             BearerAuth,

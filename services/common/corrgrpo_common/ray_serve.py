@@ -8,8 +8,8 @@ pool per replica as large as the whole machine. A replica without `CORRGRPO_REDI
 on several nodes share idempotency, caches and episodes only through Redis. Every response names the node and the
 replica that answered (`x-corrgrpo-node`, `x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_devtools.ray_config)
 holds the options; needs the `ray` extra (`ray[serve]`), which the images and the default install leave out.
-Serve's proxy keeps an application's route prefix (`/code`) in the request's path and names it in `root_path`: the
-guards decide on the route less that prefix (`guards.auth.route_path`), as the router does.
+Serve's proxy keeps an application's route prefix (`/code`) in the request's path and names it in
+`root_path`: the guards decide on the route less that prefix (`guards.auth.route_path`), as the router does.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class ReplicaLabels:
 
 
 def replica_settings(service: ServiceDeclaration, cpus: float) -> ServiceSettings:
-    """The service's settings from the environment, its worker setting sized to `cpus` unless set there; raises, in one
-    line, on settings the service refuses (an empty `CORRGRPO_API_TOKEN`) and without a Redis URL."""
+    """The service's settings from the environment, its worker setting sized to `cpus` unless set there;
+    raises, in one line, on settings the service refuses (an empty `CORRGRPO_API_TOKEN`) and without Redis."""
     try:
         settings = service.settings()
     except ValidationError as error:

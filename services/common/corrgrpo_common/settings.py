@@ -26,13 +26,13 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-# What a bearer credential can be and arrive unchanged: visible ASCII, no space (a header value's ends are stripped).
+# What a bearer credential can be and arrive unchanged: visible ASCII, no space (a header's ends are cut).
 _TOKEN = re.compile(r"[!-~]+")
 
 
 def refusal(settings: type[BaseSettings], error: ValidationError) -> str:
-    """The one line a service that cannot start on these settings says: each variable and what is wrong with it
-    (never its value: `hide_input_in_errors`)."""
+    """The one line a service that cannot start on these settings says: each variable and what is wrong
+    with it (never its value: `hide_input_in_errors`)."""
     problems = (
         f"{env_name(settings, str(problem['loc'][0])) if problem['loc'] else 'settings'}: "
         f"{problem['msg'].removeprefix('Value error, ')}"
@@ -45,7 +45,12 @@ class ServiceSettings(BaseSettings):
     """Settings every service shares. A service subclasses it for its own (same prefix)."""
 
     # an error names a variable, never its value: the value may be a secret
-    model_config = SettingsConfigDict(env_prefix="CORRGRPO_", extra="ignore", populate_by_name=True, hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        env_prefix="CORRGRPO_",
+        extra="ignore",
+        populate_by_name=True,
+        hide_input_in_errors=True,
+    )
 
     host: str = Field("127.0.0.1", description="Bind address: loopback unless told otherwise (containers set `0.0.0.0`)")
     port: int = Field(0, description="Bind port; 0: the service's declared port (`--port` overrides both)")
@@ -69,8 +74,8 @@ class ServiceSettings(BaseSettings):
     api_token: SecretStr | None = Field(
         None,
         description="When set, every route but /healthz, /readyz, /metrics and the OpenAPI docs requires "
-        "`Authorization: Bearer <token>` (401 otherwise), under any route prefix; set but empty: the service refuses "
-        "to start",
+        "`Authorization: Bearer <token>` (401 otherwise), under any route prefix; set but empty: the service "
+        "refuses to start",
     )
     max_inflight_items: int = Field(
         4096, description="Items being scored at once per process; a batch beyond it gets 429 (0 = no limit)"

@@ -128,8 +128,8 @@ class EarlyAdmission:
     `AdmitScoring` takes it: no other request can take its place meanwhile), one without room gets the bytes of a
     prepared 429 to write before the connection is closed: a refusal costs an accept, a read and a write (no h11 parse,
     no ASGI task, no middleware, no log line; `corrgrpo_rejections{reason="overload"}` counts it). The bearer token is
-    not checked first: a client without it learns only that the service is busy. Our server sets no `root_path`, so a
-    request line's path is the route; a request this misses (a prefix, a percent-escape) is `AdmitScoring`'s.
+    not checked first: a client without it learns only that the service is busy. Our server sets no
+    `root_path`, so a request line's path is the route; one this misses (percent-escaped) is `AdmitScoring`'s.
     """
 
     def __init__(self, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]) -> None:
