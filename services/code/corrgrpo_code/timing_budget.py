@@ -11,11 +11,10 @@ its timing pays nothing, and no further run is made for it.
 from __future__ import annotations
 
 import math
+import signal
 from dataclasses import dataclass, replace
 
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
-
-from .harness import out_of_time
 
 CAP_OVER_LIMIT_S = 1  # the sandbox lets a run spend its limit rounded up to whole seconds, plus this
 
@@ -73,6 +72,7 @@ class BudgetedSandbox:
         lowered = replace(limits, cpu_s=limit)
         result = self.sandbox.run(source, stdin=stdin, limits=lowered)
         budget.spent_s += result.cpu_s
-        if limit < limits.cpu_s and out_of_time(result, lowered):
+        # Over the lowered limit: SIGXCPU at it, or killed past it (a wall timeout is the run's, not the budget's)
+        if limit < limits.cpu_s and (result.signal == signal.SIGXCPU or result.cpu_s > limit):
             raise OverBudget(f"a run cut at the {limit:g} CPU-s left of the timing budget's {budget.total_s:g}")
         return result
