@@ -31,7 +31,13 @@ class Request(ScoreRequest[Item]):
     pass
 
 
-def make(settings: ServiceSettings, gate: asyncio.Event | None = None) -> httpx.AsyncClient:
+def make(
+    settings: ServiceSettings,
+    gate: asyncio.Event | None = None,
+    root_path: str = "",
+) -> httpx.AsyncClient:
+    """A toy service's client; under `root_path` a path keeps that prefix, as behind Ray Serve's proxy."""
+
     async def scorer(items: list[Item]) -> Sequence[Scored | ItemError]:
         if gate is not None:
             await gate.wait()
@@ -39,7 +45,8 @@ def make(settings: ServiceSettings, gate: asyncio.Event | None = None) -> httpx.
 
     app = create_app("toy", "0", [ComponentSpec(name="a", min=0, max=None)], settings, store=MemoryStore())
     add_score_route(app, Request, scorer)
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://toy")
+    transport = httpx.ASGITransport(app=app, root_path=root_path)
+    return httpx.AsyncClient(transport=transport, base_url="http://toy")
 
 
 def test_defaults_bind_loopback_and_hide_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,14 +168,16 @@ async def test_redis_password_never_in_errors() -> None:
     await store.close()
 
 
-async def test_full_budget_sheds_before_reading_the_body() -> None:
+@pytest.mark.parametrize("prefix", ["", "/toy"])
+async def test_full_budget_sheds_before_reading_the_body(prefix: str) -> None:
     gate = asyncio.Event()
-    async with make(ServiceSettings(max_inflight_items=2), gate) as client:
-        held = asyncio.create_task(client.post("/v1/score", json={"items": [{"value": 1}, {"value": 2}]}))
-        while 'corrgrpo_inflight_items{service="toy"} 2.0' not in (await client.get("/metrics")).text:
+    score, held_items = f"{prefix}/v1/score", {"items": [{"value": 1}, {"value": 2}]}
+    async with make(ServiceSettings(max_inflight_items=2), gate, root_path=prefix) as client:
+        held = asyncio.create_task(client.post(score, json=held_items))
+        while 'inflight_items{service="toy"} 2.0' not in (await client.get(f"{prefix}/metrics")).text:
             await asyncio.sleep(0.01)
-        shed = await client.post("/v1/score", content=b"{not even json", headers=JSON)
+        shed = await client.post(score, content=b"{not even json", headers=JSON)
         assert (shed.status_code, shed.json()["error"]) == (429, "overloaded")  # refused before parsing
         gate.set()
         assert (await held).status_code == 200
-        assert (await client.post("/v1/score", content=b"{not even json", headers=JSON)).status_code == 422
+        assert (await client.post(score, content=b"{not even json", headers=JSON)).status_code == 422
