@@ -29,6 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
+from corrgrpo_code.app import HIDDEN_CPU_S, uncounted_cpu
+from corrgrpo_sandbox import ExecResult, Limits
 from corrgrpo_testing.servers import SERVICE_PYTHON, ServiceProcess, free_port, start_service
 
 IMAGE_UID = 10001  # deploy/docker/service.Dockerfile's USER
@@ -51,7 +53,7 @@ def fail_or_skip(message: str) -> None:
 def in_namespace(argv: list[str], shape: str, staging: str) -> list[str]:
     """`argv` as `shape` runs it, in a private mount namespace. bwrap-cgroup2: /sys/fs/cgroup is the
     unified hierarchy alone (a cgroup v2 host). bwrap-uid10001: uid 10001; where the interpreter lies under a
-    directory others cannot enter (pyenv in /root), that directory is an empty tmpfs showing the interpreter."""
+    directory others cannot enter (pyenv in /root), that directory is an empty tmpfs but for it."""
     prefix = Path(sys.base_prefix)
     closed = next((p for p in reversed(prefix.parents) if not p.stat().st_mode & stat.S_IXOTH), None)
     script = ["set -e"]
@@ -148,9 +150,29 @@ ADD = {
 }
 
 
-def test_readyz_names_the_isolation(shape: Shape) -> None:
+def test_readyz_names_the_isolation_and_that_all_cpu_counts(shape: Shape) -> None:
     expected = "docker" if shape.name == "docker" else "bwrap"
     assert shape.ready["ready"] is True and shape.ready["checks"]["sandbox"] == expected, shape.ready
+    assert shape.ready["checks"]["cpu"] == "every process of a run counted", shape.ready
+
+
+class LosingSandbox:
+    """Counts only the CPU of processes a run waits for (HEAD's sandbox without a cgroup counter did)."""
+
+    def __init__(self, cpu_s: float) -> None:
+        self.cpu_s = cpu_s
+
+    def run(self, source: str, limits: Limits) -> ExecResult:
+        streams = {"stdout": b"", "stderr": b"", "channel": b"", "truncated": False, "timed_out": False}
+        ends = {"wall_s": 0.2, "peak_rss_kb": 1, "isolation": "bwrap", "anomaly": None}
+        return ExecResult(0, None, **streams, cpu_s=self.cpu_s, **ends)
+
+
+def test_a_shape_that_loses_reaped_cpu_is_refused() -> None:
+    """The shapes above are ready; a sandbox that loses the probe's reaped CPU makes the service refuse."""
+    reason = uncounted_cpu(LosingSandbox(HIDDEN_CPU_S + 0.003))
+    assert reason == "0.053 s of a run's 0.1 s in reaped processes counted"
+    assert uncounted_cpu(LosingSandbox(2 * HIDDEN_CPU_S + 0.004)) is None
 
 
 # What a candidate causes is its own failure, never an item error, and never its neighbour's.

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_common import add_score_route, make_store
 from corrgrpo_proto.code import CodeScoreRequest
-from corrgrpo_sandbox import IsolationUnavailable, Sandbox
+from corrgrpo_sandbox import IsolationUnavailable, Limits, Sandbox
 
 from .declaration import SERVICE
 from .problems import load_problems
@@ -18,6 +18,36 @@ from .scorer import CodeScorer
 from .settings import CodeSettings
 
 log = logging.getLogger("corrgrpo.code")
+# CPU a run spends where no wait of its own collects it: a child the kernel reaps (SIGCHLD ignored, where the
+# sandbox allows it) and a grandchild orphaned to the worker. Uncounted, a reference copy earns efficiency.
+HIDDEN_CPU_S = 0.05
+HIDDEN_CPU = f"""
+import os, signal, time
+try:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+except OSError:
+    pass
+for orphan in (False, True):
+    read, write = os.pipe()
+    if os.fork() == 0:
+        if not orphan or os.fork() == 0:
+            end = time.process_time() + {HIDDEN_CPU_S}
+            while time.process_time() < end:
+                pass
+        os._exit(0)
+    os.close(write)
+    os.read(read, 1)
+"""
+
+
+def uncounted_cpu(sandbox: Sandbox) -> str | None:
+    """Why this shape's sandbox does not count all of a run's CPU, or None when it does (a run proves it)."""
+    result = sandbox.run(HIDDEN_CPU, limits=Limits(cpu_s=2, wall_s=10))
+    if result.anomaly or result.exit_code != 0:
+        return f"the CPU probe run failed: {result.anomaly or result.stderr[-300:].decode(errors='replace')}"
+    if result.cpu_s < 1.6 * HIDDEN_CPU_S:  # two processes spent HIDDEN_CPU_S each
+        return f"{result.cpu_s:.3f} s of a run's {2 * HIDDEN_CPU_S} s in reaped processes counted"
+    return None
 
 
 def build(settings: CodeSettings) -> FastAPI:
@@ -35,6 +65,11 @@ def build(settings: CodeSettings) -> FastAPI:
             "(for the code service: CORRGRPO_CODE_ISOLATION=unsafe-none)"
         ) from error
     (log.warning if sandbox.isolation == "unsafe-none" else log.info)("code service: sandbox isolation %s", sandbox.isolation)
+    uncounted = uncounted_cpu(sandbox)
+    if uncounted and sandbox.isolation != "unsafe-none":  # efficiency and time limits would pay hidden work
+        sandbox.close()
+        message = f"the code service refuses to score where not all of a run's CPU is counted: {uncounted}"
+        raise IsolationUnavailable(message)
     atexit.register(sandbox.close)
     store = make_store(settings)
     scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), settings.scoring_config(), settings.code_workers)
@@ -45,7 +80,12 @@ def build(settings: CodeSettings) -> FastAPI:
             raise RuntimeError("isolation unsafe-none: untrusted code runs unsandboxed")
         return sandbox.isolation
 
-    readiness = {"sandbox": sandbox_isolation}
+    async def cpu_counted() -> str:
+        if uncounted:
+            raise RuntimeError(uncounted)
+        return "every process of a run counted"
+
+    readiness = {"sandbox": sandbox_isolation, "cpu": cpu_counted}
     app = SERVICE.create_app(settings, readiness=readiness, store=store, field_limits=settings.field_limits())
     app.state.scorer = scorer
     add_score_route(app, CodeScoreRequest, scorer.score)
