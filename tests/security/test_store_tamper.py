@@ -1,8 +1,11 @@
-"""Whoever can write to Redis must not run code in, or forge rewards of, the services reading it back (issue 37.8).
+"""Whoever can write to Redis must not run code in, forge rewards of, or roll back the services reading it
+back (issues 37.8, 48.7).
 
 Real service processes on the real Redis: an attacker overwrites an AgentDojo episode's state with a pickle that
 would create a file when loaded, and a toolcall item's cached result with a perfect score. The service refuses
-both (an episode error, a rescored item), logs it, and never loads what it refused.
+both (an episode error, a rescored item), logs it, and never loads what it refused. An attacker who kept an
+episode's earlier genuine state puts it back: the payment the agent made disappears, or a finished episode is
+finished again with another answer. The service refuses the older state.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import httpx
 import pytest
 import redis
 
+from corrgrpo_common.store.redis_store import version_key
 from corrgrpo_testing.environment import REDIS_URL
 from corrgrpo_testing.redis_server import ThrowawayRedis
 from corrgrpo_testing.servers import ServiceProcess, free_port, start_service
@@ -89,6 +93,71 @@ def test_a_planted_episode_pickle_is_refused_never_loaded(
     again = httpx.post(f"{agentdojo.url}/v1/episodes/{episode}/step", json=STEP, timeout=60)
     assert again.status_code == 404 and not marker.exists()
     assert agentdojo.process.poll() is None
+
+
+PAY = {
+    "tool_calls": [
+        {
+            "function": "send_money",
+            "args": {"recipient": "UK1234567890", "amount": 98.7, "subject": "bill", "date": "2022-01-01"},
+        }
+    ]
+}
+
+
+def episode_key(episode: str) -> str:
+    return f"corrgrpo:agentdojo:episode:{episode}"
+
+
+def finish(agentdojo: ServiceProcess, episode: str, answer: str) -> httpx.Response:
+    url = f"{agentdojo.url}/v1/episodes/{episode}/finish"
+    return httpx.post(url, json={"final_answer": answer}, timeout=60)
+
+
+@pytest.mark.parametrize("put_back", ["state", "state-and-version"])
+def test_an_episode_rolled_back_to_an_earlier_genuine_state_is_refused(
+    agentdojo: ServiceProcess,
+    put_back: str,
+) -> None:
+    created = httpx.post(f"{agentdojo.url}/v1/episodes", json=EPISODE, timeout=60)
+    episode, key = created.json()["episode_id"], episode_key(created.json()["episode_id"])
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        before, version_before = client.get(key), client.get(version_key(key))
+        assert before is not None and version_before == b"1"
+        paid = httpx.post(f"{agentdojo.url}/v1/episodes/{episode}/step", json=PAY, timeout=60)
+        assert paid.status_code == 200 and paid.json()["results"][0]["error"] is None, paid.text
+        client.set(key, before, px=60_000)  # genuine, sealed by the service: only older
+        if put_back == "state-and-version":
+            client.set(version_key(key), version_before, px=60_000)
+        answer = finish(agentdojo, episode, "done")
+        assert answer.status_code == 500 and answer.json()["error"] == "store_tampered", answer.text
+        assert "an older value put back" in answer.json()["message"]
+        assert client.exists(key) == 0, "the refused state is deleted"
+    finally:
+        client.close()
+    assert logged(agentdojo, "an older value put back")
+
+
+def test_a_finished_episode_cannot_finish_again(agentdojo: ServiceProcess) -> None:
+    created = httpx.post(f"{agentdojo.url}/v1/episodes", json=EPISODE, timeout=60)
+    episode, key = created.json()["episode_id"], episode_key(created.json()["episode_id"])
+    assert httpx.post(f"{agentdojo.url}/v1/episodes/{episode}/step", json=STEP, timeout=60).status_code == 200
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        unfinished = client.get(key)
+        assert unfinished is not None
+        first = finish(agentdojo, episode, "done")
+        assert first.status_code == 200, first.text
+        again = finish(agentdojo, episode, "done")
+        assert again.status_code == 409 and again.json()["error"] == "episode_finished", again.text
+        client.set(key, unfinished, px=60_000)  # the state before the finish, put back
+        replayed = finish(agentdojo, episode, "another answer")
+        assert replayed.status_code == 500 and replayed.json()["error"] == "store_tampered", replayed.text
+    finally:
+        client.close()
+    late = finish(agentdojo, episode, "another answer")
+    assert late.status_code != 200, late.text
 
 
 def test_a_forged_cached_score_is_not_paid() -> None:

@@ -9,8 +9,9 @@ import redis
 
 from corrgrpo_common.registry import declared
 from corrgrpo_common.store.errors import StoreFull, StoreUnavailable
+from corrgrpo_common.store.interface import Claim
 from corrgrpo_common.store.memory import MemoryStore
-from corrgrpo_common.store.redis_store import RedisStore
+from corrgrpo_common.store.redis_store import RedisStore, version_key
 
 
 async def test_expired_keys_are_freed_not_just_hidden() -> None:
@@ -72,11 +73,14 @@ async def test_redis_keys_always_get_a_ttl(redis_url: str, key_prefix: str) -> N
     await store.set(key_prefix + "a", b"1")
     await store.set_many({key_prefix + "b": b"2"}, evictable=True)
     await store.add(key_prefix + "c", b"3")
-    await store.lease("e", {key_prefix + "d": 2}, 600)
-    await store.renew("e", [key_prefix + "d"], 300)  # a shorter renewal never shortens the group's TTL
+    await store.lease("e", {key_prefix + "d": Claim(2, 5)}, 600)
+    await store.lease("e", {key_prefix + "d": Claim(1, 5)}, 300)  # a shorter lease never shortens the TTL
+    await store.set_state(key_prefix + "e", b"5", 0)
     await store.close()
     client = redis.Redis.from_url(redis_url)
-    ttls = [client.pttl(key_prefix + k) for k in "abcd"]
+    keys = [key_prefix + k for k in ("a", "b", "c", "d", "d:amounts", "e")] + [version_key(key_prefix + "e")]
+    ttls = [client.pttl(key) for key in keys]
+    client.delete(version_key(key_prefix + "e"))
     client.close()
     assert all(0 < ttl <= 600_000 for ttl in ttls), ttls
 

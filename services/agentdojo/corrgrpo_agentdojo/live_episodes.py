@@ -1,12 +1,14 @@
 """Live episodes over the Store: create, step, finish. Any replica can serve any step of any episode.
 
-An episode's state lives under `corrgrpo:agentdojo:episode:<id>` with a TTL renewed on each step;
-a finished episode leaves a small tombstone (with its rewards) for the same TTL, so a late step
-gets 409 "finished" instead of 404 "unknown". A step holds a short lock key so two concurrent
-steps of one episode cannot both apply to the same state and lose one's calls.
+An episode's state lives under `corrgrpo:agentdojo:episode:<id>` (`Store.set_state`: each write names the
+version it replaces, and on Redis an older value put back is refused) with a TTL renewed on each step; a
+finished episode leaves a small tombstone (with its rewards) for the same TTL, so a late step gets 409
+"finished" instead of 404 "unknown", and a finish cannot run twice. A step holds a short lock key so two
+concurrent steps of one episode cannot both apply to the same state and lose one's calls.
 
-An unfinished episode holds a lease in its client's group and in the group of all (`Store.lease`),
-so one client filling the store cannot lock the others out: over its share it gets 429, and what it
+An episode holds a lease in its client's groups and in the groups of all (`Store.lease`): a place while
+unfinished, and the bytes stored for it (its tombstone's once finished), so one client filling the store
+cannot lock the others out. A create or step over a client's share gets 429 and changes nothing; what it
 abandons idles out after `agentdojo_episode_ttl_s`, freeing its share.
 """
 
@@ -15,13 +17,16 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 from corrgrpo_common import Store
+from corrgrpo_common.store.errors import StoreConflict
+from corrgrpo_common.store.interface import Claim
 from corrgrpo_proto import resolve_weights
 from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, FinishRequest, FinishResponse, StepRequest, StepResponse
 
 from . import episode_state as ep
-from .catalog import Catalog
+from .catalog import Catalog, Resolved
 from .declaration import COMPONENTS
 from .request_checks import EpisodeError, calls_of, check_budget, malformed, resolve_spec
 from .settings import AgentDojoSettings
@@ -29,42 +34,102 @@ from .start_environments import StartCache
 from .tool_calls import read_completion
 
 PREFIX = "corrgrpo:agentdojo:episode:"
-LIVE = "{corrgrpo:agentdojo:live}:"  # the quota groups share one Redis Cluster hash slot: a lease checks both at once
+LIVE = "{corrgrpo:agentdojo:live}:"  # the quota groups share one Redis Cluster slot: one lease checks all
+ALL, BYTES = LIVE + "all", ":bytes"
 LOCK_TTL_S = 60
+STORED_OVERHEAD = 256
+"""Bytes an episode's key, version and the store's bookkeeping take besides its value (in memory: 160)."""
+TOMBSTONE_TEXT_CHARS = 1000
+"""A finished episode's stored `info` texts (checker errors, why it is invalid) are cut here."""
+
+
+def _cut(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: v[:TOMBSTONE_TEXT_CHARS] if isinstance(v, str) else v for k, v in info.items()}
 
 
 class LiveEpisodes:
     def __init__(self, settings: AgentDojoSettings, store: Store, catalog: Catalog, starts: StartCache) -> None:
         self.settings, self.store, self.catalog, self.starts = settings, store, catalog, starts
 
-    def _quota(self, client: str) -> dict[str, int]:
-        """The lease groups of `client`'s episodes with their caps: its own first, so a client over its share is told so."""
-        settings = self.settings
-        return {
-            LIVE + f"client:{client}": settings.agentdojo_max_live_episodes_per_client,
-            LIVE + "all": settings.agentdojo_max_live_episodes,
+    def _claims(self, client: str, stored: int, unfinished: bool = True) -> dict[str, Claim]:
+        """The lease of an episode of `client` with `stored` bytes in the store: a place (while unfinished)
+        and those bytes, in its client's groups first, so a client over its share is told so."""
+        settings, mine = self.settings, LIVE + f"client:{client}"
+        per_client, total = settings.live_bytes()
+        claims = {
+            mine: Claim(1, settings.agentdojo_max_live_episodes_per_client),
+            mine + BYTES: Claim(stored, per_client),
+            ALL: Claim(1, settings.agentdojo_max_live_episodes),
+            ALL + BYTES: Claim(stored, total),
         }
+        return {group: claim for group, claim in claims.items() if unfinished or group.endswith(BYTES)}
+
+    @staticmethod
+    def _places(client: str) -> list[str]:
+        return [LIVE + f"client:{client}", ALL]
 
     def _refusal(self, full: str, client: str) -> EpisodeError:
         settings = self.settings
-        idle = f"finish one, or one idles out {settings.agentdojo_episode_ttl_s}s after its last step"
-        if full == LIVE + "all":
-            message = f"the service holds {settings.agentdojo_max_live_episodes} unfinished episodes; retry when one ends"
+        per_client, total = settings.live_bytes()
+        ttl = settings.agentdojo_episode_ttl_s
+        idle = f"finish one, or one idles out {ttl}s after its last step"
+        if full == ALL:
+            message = (
+                f"the service holds {settings.agentdojo_max_live_episodes} unfinished episodes "
+                "(CORRGRPO_AGENTDOJO_MAX_LIVE_EPISODES); retry when one ends"
+            )
             return EpisodeError(503, "episodes_full", message, retry_after_s=settings.retry_after_s)
+        if full == ALL + BYTES:
+            message = (
+                f"the stored episodes of all clients would exceed {total} bytes "
+                "(CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES); retry when one ends"
+            )
+            return EpisodeError(503, "episodes_full", message, retry_after_s=settings.retry_after_s)
+        if full.endswith(BYTES):
+            message = (
+                f"client {client}'s stored episodes would exceed its share of {per_client} bytes "
+                f"(CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES_PER_CLIENT): {idle}; a finished one's result is kept "
+                f"{ttl}s"
+            )
+            return EpisodeError(429, "too_many_episode_bytes", message, retry_after_s=settings.retry_after_s)
         limit = settings.agentdojo_max_live_episodes_per_client
-        message = f"client {client} holds {limit} unfinished episodes, its share: {idle}"
+        message = (
+            f"client {client} holds {limit} unfinished episodes, its share "
+            f"(CORRGRPO_AGENTDOJO_MAX_LIVE_EPISODES_PER_CLIENT): {idle}"
+        )
         return EpisodeError(429, "too_many_episodes", message, retry_after_s=settings.retry_after_s)
+
+    async def _write(
+        self,
+        episode_id: str,
+        owner: str,
+        blob: bytes,
+        version: int,
+        unfinished: bool = True,
+    ) -> None:
+        """Store `blob` over `version` of the episode, its lease grown or shrunk to its size first: over a
+        share, refused (429 or 503) with nothing changed."""
+        key, ttl = PREFIX + episode_id, self.settings.agentdojo_episode_ttl_s
+        claims = self._claims(owner, len(key) + len(blob) + STORED_OVERHEAD, unfinished)
+        if (full := await self.store.lease(episode_id, claims, ttl)) is not None:
+            raise self._refusal(full, owner)
+        try:
+            await self.store.set_state(key, blob, version, ttl)
+        except StoreConflict as error:
+            message = f"episode {episode_id!r} was written by another step or finish meanwhile ({error})"
+            raise EpisodeError(409, "episode_busy", message) from error
+
+    def _start_blob(self, resolved: Resolved, spec: EpisodeSpec, client: str) -> bytes:
+        return ep.dumps(ep.start_episode(spec, self.starts.start_bytes(resolved), client))
 
     async def create(self, spec: EpisodeSpec, client: str = "in-process") -> Episode:
         resolved, normal = resolve_spec(self.catalog, spec)
-        episode_id, quota, ttl = uuid.uuid4().hex, self._quota(client), self.settings.agentdojo_episode_ttl_s
-        if (full := await self.store.lease(episode_id, quota, ttl)) is not None:
-            raise self._refusal(full, client)
+        episode_id = uuid.uuid4().hex
+        blob = await asyncio.to_thread(self._start_blob, resolved, normal, client)
         try:
-            start = await asyncio.to_thread(self.starts.start_bytes, resolved)
-            await self.store.set(PREFIX + episode_id, ep.dumps(ep.start_episode(normal, start, client)), ttl)
-        except Exception:
-            await self.store.release(episode_id, list(quota))
+            await self._write(episode_id, client, blob, 0)
+        except Exception:  # e.g. the in-memory store full: the lease taken for it is given back
+            await self.store.release(episode_id, list(self._claims(client, 0)))
             raise
         return Episode(
             episode_id=episode_id,
@@ -73,15 +138,17 @@ class LiveEpisodes:
             tools=ep.tool_schemas(resolved.suite),
         )
 
-    async def _load(self, episode_id: str) -> ep.EpisodeState:
-        blob = await self.store.get(PREFIX + episode_id)
-        if blob is None:
+    async def _load(self, episode_id: str) -> tuple[ep.EpisodeState, int]:
+        """The episode's state and its version; 404 when unknown or expired, 409 when finished."""
+        current = await self.store.get_state(PREFIX + episode_id)
+        if current is None:
             ttl = self.settings.agentdojo_episode_ttl_s
             message = f"episode {episode_id!r} is unknown or expired (episodes expire {ttl}s after their last step)"
             raise EpisodeError(404, "unknown_episode", message)
-        if blob.startswith(b"{"):
-            raise EpisodeError(409, "episode_finished", f"episode {episode_id!r} is finished: {blob.decode()}")
-        return ep.loads(blob)
+        if current.value.startswith(b"{"):
+            message = f"episode {episode_id!r} is finished: {current.value.decode()}"
+            raise EpisodeError(409, "episode_finished", message)
+        return ep.loads(current.value), current.version
 
     async def _locked(self, episode_id: str) -> None:
         if not await self.store.add(PREFIX + episode_id + ":lock", b"1", LOCK_TTL_S):
@@ -93,15 +160,13 @@ class LiveEpisodes:
         calls, answer, broken = await asyncio.to_thread(calls_of, request, max_arg_chars)
         await self._locked(episode_id)
         try:
-            state = await self._load(episode_id)
+            state, version = await self._load(episode_id)
             check_budget(len(state.trace) + len(calls), self.settings.agentdojo_max_tool_calls)
             if broken is not None:
                 ep.mark_invalid(state, broken)
             resolved, _ = resolve_spec(self.catalog, state.spec)
             results = await asyncio.to_thread(ep.run_calls, state, resolved.suite, calls)
-            ttl = self.settings.agentdojo_episode_ttl_s
-            await self.store.set(PREFIX + episode_id, ep.dumps(state), ttl)
-            await self.store.renew(episode_id, list(self._quota(state.owner)), ttl)
+            await self._write(episode_id, state.owner, ep.dumps(state), version)
         finally:
             await self.store.delete(PREFIX + episode_id + ":lock")
         return StepResponse(episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer)
@@ -118,15 +183,15 @@ class LiveEpisodes:
             final_answer, broken = read.answer, malformed(request.completion, read.calls)
         await self._locked(episode_id)
         try:
-            state = await self._load(episode_id)
+            state, version = await self._load(episode_id)
             if broken is not None:
                 ep.mark_invalid(state, broken)
             resolved, _ = resolve_spec(self.catalog, state.spec)
             max_chars = self.settings.agentdojo_max_answer_chars
             components, info = await asyncio.to_thread(ep.score, state, resolved, final_answer, max_chars)
-            tombstone = json.dumps({"components": components, "info": info}).encode()
-            await self.store.set(PREFIX + episode_id, tombstone, self.settings.agentdojo_episode_ttl_s)
-            await self.store.release(episode_id, list(self._quota(state.owner)))
+            tombstone = json.dumps({"components": components, "info": _cut(info)}).encode()
+            await self._write(episode_id, state.owner, tombstone, version, unfinished=False)
+            await self.store.release(episode_id, self._places(state.owner))
         finally:
             await self.store.delete(PREFIX + episode_id + ":lock")
         total = sum(weights[name] * value for name, value in components.items())

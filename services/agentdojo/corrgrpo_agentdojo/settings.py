@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from corrgrpo_common import ServiceSettings
+
+MIB = 1024 * 1024
+REDIS_LIVE_BYTES = 192 * MIB
+"""All clients' episodes with Redis and no `CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES`: three quarters of the default
+in-memory store's cap, as with the in-memory store."""
 
 
 class AgentDojoSettings(ServiceSettings):
@@ -26,8 +31,20 @@ class AgentDojoSettings(ServiceSettings):
     agentdojo_max_live_episodes: int = Field(
         4096,
         gt=0,
-        description="Unfinished episodes of all clients together (workspace: ~90 KB each, ~370 MB); one more gets 503 "
-        "with `Retry-After`. Four clients at their share fit; the in-memory store's own cap may refuse first",
+        description="Unfinished episodes of all clients together (workspace: ~90 KB each); one more gets "
+        "503 with `Retry-After`. Four clients at their share fit",
+    )
+    agentdojo_max_live_bytes_per_client: int | None = Field(
+        None,
+        gt=0,
+        description="Bytes of stored episodes (finished ones' results until they expire) one client may hold "
+        "(429 beyond); unset: a quarter of `CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES`'s value",
+    )
+    agentdojo_max_live_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="Bytes of stored episodes of all clients (503 beyond), at most the in-memory store cap; "
+        "unset: three quarters of `CORRGRPO_MEMORY_STORE_MAX_BYTES`, 192 MiB with Redis",
     )
     agentdojo_max_tool_calls: int = Field(100, description="Tool calls allowed per episode or trajectory")
     agentdojo_env_cache_size: int = Field(256, description="Injected start environments kept per process")
@@ -39,3 +56,25 @@ class AgentDojoSettings(ServiceSettings):
     agentdojo_max_arg_chars: int = Field(
         20_000, description="A tool-call argument whose JSON is longer is refused (422, `argument_too_long`, with its path)"
     )
+
+    def live_bytes(self) -> tuple[int, int]:
+        """(one client's, all clients') bytes of stored episodes, unset ones derived from the store's cap."""
+        derived = REDIS_LIVE_BYTES if self.redis_url else self.memory_store_max_bytes * 3 // 4
+        total = self.agentdojo_max_live_bytes or derived
+        return self.agentdojo_max_live_bytes_per_client or total // 4, total
+
+    @model_validator(mode="after")
+    def _shares_fit(self) -> AgentDojoSettings:
+        """A client at its share must leave room for the others, and the in-memory store for every quota."""
+        client, total = self.live_bytes()
+        if client >= total:
+            raise ValueError(
+                f"CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES_PER_CLIENT ({client}) must be below "
+                f"CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES ({total}): one client at its share would lock others out"
+            )
+        if not self.redis_url and total > self.memory_store_max_bytes:
+            raise ValueError(
+                f"CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES ({total}) exceeds CORRGRPO_MEMORY_STORE_MAX_BYTES "
+                f"({self.memory_store_max_bytes}): the in-memory store would fill before the quotas refuse"
+            )
+        return self

@@ -11,7 +11,13 @@ Whoever can write to Redis is not trusted: `RedisStore` prefixes every value wit
 reference time never reaches a service, nor a genuine value moved to another key. The in-memory
 store is one process's own memory: nothing to authenticate.
 
-Leases (`lease`, `renew`, `release`) count live holders per group with a cap, for quotas that
-must hold across replicas (AgentDojo's live episodes per client and in total); on Redis they are Lua scripts
-(`lease_scripts`).
+State that must not go back (`get_state`, `set_state`: AgentDojo's episodes) carries a version: each write
+names the version it replaces (compare-and-set, a Lua script on Redis), so an update is never lost, and on
+Redis the version is sealed with the value while a version key says which is current, so an older genuine
+value put back under its own key is refused (`StoreTampered`), as is a rollback of both by a replica that saw
+the later version.
+
+Leases (`lease`, `release`) hold an amount per group with a limit (a place, or bytes), for quotas that must
+hold across replicas (AgentDojo's episodes per client and in total, in places and in bytes); on Redis they are
+Lua scripts (`lease_scripts`).
 """

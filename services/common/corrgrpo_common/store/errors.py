@@ -16,5 +16,9 @@ class StoreFull(StoreUnavailable):
     """The in-memory store is at its size cap with live state only; a new state key is refused (services answer 503)."""
 
 
+class StoreConflict(RuntimeError):
+    """`Store.set_state` found another version than the one it replaces: another writer came first."""
+
+
 class StoreMisconfigured(ValueError):
     """The settings cannot give a safe store (Redis without `CORRGRPO_STORE_SECRET`): the service refuses to start."""

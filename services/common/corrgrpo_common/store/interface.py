@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import NamedTuple
 
 DEFAULT_TTL_S = 7 * 24 * 3600.0
 """TTL of a key written without one: no key any service writes lives forever, in memory or in Redis."""
@@ -11,11 +12,29 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 MIN_SECRET_CHARS = 16
 
 
+class Claim(NamedTuple):
+    """What a lease holds in one group: `amount` (1 for a count, bytes for a size) of the group's `limit`."""
+
+    amount: int
+    limit: int
+
+
+class Versioned(NamedTuple):
+    """A state value and its version: 1 when first written, one more at each write."""
+
+    value: bytes
+    version: int
+
+
 class Store(abc.ABC):
     """Async bytes-to-bytes map with per-key expiry; `ttl_s=None` means the store's `default_ttl_s`.
 
     `evictable=True` marks a cache entry (idempotency results, measured timings): under memory
     pressure it may be dropped. Everything else is state (episodes, locks) and is never evicted.
+
+    State that must never go back to an older value (an episode) is written with `set_state` and read with
+    `get_state`: each write names the version it replaces, so a lost update is refused, and on Redis an older
+    genuine value put back under its key is refused on read (`StoreTampered`).
     """
 
     kind: str
@@ -45,17 +64,25 @@ class Store(abc.ABC):
         """Remove `key`; True when it existed."""
 
     @abc.abstractmethod
-    async def lease(self, member: str, limits: dict[str, int], ttl_s: float) -> str | None:
-        """Hold `member` in every group of `limits` (group → most live members) for `ttl_s` when each has room (or
-        holds it already); else hold nothing and return the first full group, in `limits`' order."""
+    async def get_state(self, key: str) -> Versioned | None:
+        """The current value of a state key and its version; None when absent."""
 
     @abc.abstractmethod
-    async def renew(self, member: str, groups: Sequence[str], ttl_s: float) -> None:
-        """Extend `member`'s hold in `groups` to `ttl_s` from now (a lease not held stays not held)."""
+    async def set_state(self, key: str, value: bytes, version: int, ttl_s: float | None = None) -> int:
+        """Write `key` when its current version is `version` (0: absent) and return the new version,
+        `version` + 1; raise `StoreConflict` otherwise. Never evicted; a new key may be refused for size
+        (`StoreFull`)."""
+
+    @abc.abstractmethod
+    async def lease(self, member: str, claims: dict[str, Claim], ttl_s: float) -> str | None:
+        """Hold `claims[group].amount` of every group for `member` for `ttl_s` when each group's holders'
+        amounts stay within its limit (what `member` held there is replaced; holding less always fits); else
+        hold nothing new and return the first group without room, in `claims`' order. `member` is not
+        empty."""
 
     @abc.abstractmethod
     async def release(self, member: str, groups: Sequence[str]) -> None:
-        """End `member`'s hold in `groups`; a lease also ends `ttl_s` after it was last taken or renewed."""
+        """End `member`'s hold in `groups`; a lease also ends `ttl_s` after it was last taken."""
 
     @abc.abstractmethod
     async def ping(self) -> None:

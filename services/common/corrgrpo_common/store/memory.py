@@ -8,8 +8,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import StoreFull
-from .interface import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, Store
+from .errors import StoreConflict, StoreFull
+from .interface import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, Claim, Store, Versioned
 
 
 @dataclass(frozen=True)
@@ -18,34 +18,57 @@ class _Entry:
     deadline: float
     evictable: bool
     size: int
+    version: int = 0
 
 
 class MemoryLeases:
-    """Live lease holders of one process: member → (deadline, groups); a lapsed hold is dropped on the next call."""
+    """Lease holders of one process: group → member → (deadline, amount), with each group's total; a lapsed
+    hold is dropped on the next call (a heap of deadlines: a call costs what has lapsed, not what is held)."""
 
     def __init__(self) -> None:
-        self._leases: dict[str, tuple[float, frozenset[str]]] = {}
+        self._groups: dict[str, dict[str, tuple[float, int]]] = {}
+        self._totals: dict[str, int] = {}
+        self._deadlines: list[tuple[float, str, str]] = []
 
-    def _held(self) -> dict[str, tuple[float, frozenset[str]]]:
-        now = time.monotonic()
-        self._leases = {member: held for member, held in self._leases.items() if held[0] > now}
-        return self._leases
+    def _drop(self, group: str, member: str) -> None:
+        members = self._groups[group]
+        self._totals[group] -= members.pop(member)[1]
+        if not members:
+            del self._groups[group], self._totals[group]
 
-    def lease(self, member: str, limits: dict[str, int], ttl_s: float) -> str | None:
-        held = self._held()
-        if member not in held:
-            for group, limit in limits.items():
-                if sum(group in groups for _, groups in held.values()) >= limit:
-                    return group
-        held[member] = (time.monotonic() + ttl_s, frozenset(limits))
+    def _expire(self) -> None:
+        now, heap = time.monotonic(), self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, group, member = heapq.heappop(heap)
+            held = self._groups.get(group, {}).get(member)
+            if held is not None and held[0] == deadline:
+                self._drop(group, member)
+        live = sum(map(len, self._groups.values()))
+        if len(heap) > 2 * live + 1024:  # renewed holds leave stale deadlines behind
+            held = self._groups.items()
+            self._deadlines = [(d, g, m) for g, members in held for m, (d, _) in members.items()]
+            heapq.heapify(self._deadlines)
+
+    def lease(self, member: str, claims: dict[str, Claim], ttl_s: float) -> str | None:
+        self._expire()
+        for group, (amount, limit) in claims.items():
+            held = self._groups.get(group, {}).get(member, (0.0, 0))[1]
+            if amount > held and self._totals.get(group, 0) - held + amount > limit:
+                return group
+        deadline = time.monotonic() + ttl_s
+        for group, (amount, _) in claims.items():
+            if member in self._groups.get(group, {}):
+                self._drop(group, member)
+            self._groups.setdefault(group, {})[member] = (deadline, amount)
+            self._totals[group] = self._totals.get(group, 0) + amount
+            heapq.heappush(self._deadlines, (deadline, group, member))
         return None
 
-    def renew(self, member: str, ttl_s: float) -> None:
-        if (held := self._held().get(member)) is not None:
-            self._leases[member] = (time.monotonic() + ttl_s, held[1])
-
-    def release(self, member: str) -> None:
-        self._leases.pop(member, None)
+    def release(self, member: str, groups: Sequence[str]) -> None:
+        self._expire()
+        for group in groups:
+            if member in self._groups.get(group, {}):
+                self._drop(group, member)
 
 
 class MemoryStore(Store):
@@ -106,7 +129,15 @@ class MemoryStore(Store):
         if kept:
             self._lru[keep] = None
 
-    def _put(self, key: str, value: bytes, ttl_s: float | None, evictable: bool, admit: bool = False) -> None:
+    def _put(
+        self,
+        key: str,
+        value: bytes,
+        ttl_s: float | None,
+        evictable: bool,
+        admit: bool = False,
+        version: int = 0,
+    ) -> None:
         self._expire()
         size = len(key) + len(value) + self.ENTRY_OVERHEAD
         old = self._data.get(key)
@@ -120,7 +151,7 @@ class MemoryStore(Store):
         if old is not None:
             self._remove(key)
         deadline = time.monotonic() + self.ttl(ttl_s)
-        self._data[key] = _Entry(value, deadline, evictable, size)
+        self._data[key] = _Entry(value, deadline, evictable, size, version)
         self.bytes += size
         heapq.heappush(self._deadlines, (deadline, key))
         if evictable:
@@ -151,14 +182,24 @@ class MemoryStore(Store):
         self._remove(key)
         return True
 
-    async def lease(self, member: str, limits: dict[str, int], ttl_s: float) -> str | None:
-        return self._leases.lease(member, limits, ttl_s)
+    async def get_state(self, key: str) -> Versioned | None:
+        self._expire()
+        entry = self._data.get(key)
+        return None if entry is None else Versioned(entry.value, entry.version)
 
-    async def renew(self, member: str, groups: Sequence[str], ttl_s: float) -> None:
-        self._leases.renew(member, ttl_s)
+    async def set_state(self, key: str, value: bytes, version: int, ttl_s: float | None = None) -> int:
+        self._expire()
+        entry = self._data.get(key)
+        if (entry.version if entry else 0) != version:
+            raise StoreConflict(f"{key!r} is at version {entry.version if entry else 0}, not {version}")
+        self._put(key, value, ttl_s, evictable=False, version=version + 1)
+        return version + 1
+
+    async def lease(self, member: str, claims: dict[str, Claim], ttl_s: float) -> str | None:
+        return self._leases.lease(member, claims, ttl_s)
 
     async def release(self, member: str, groups: Sequence[str]) -> None:
-        self._leases.release(member)
+        self._leases.release(member, groups)
 
     async def ping(self) -> None:
         return None

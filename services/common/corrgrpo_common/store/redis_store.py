@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
-from .errors import StoreTampered, StoreUnavailable
-from .interface import DEFAULT_TTL_S, Store
-from .lease_scripts import LEASE, RENEW
+from .errors import StoreConflict, StoreTampered, StoreUnavailable
+from .interface import DEFAULT_TTL_S, Claim, Store, Versioned
+from .lease_scripts import LEASE, RELEASE, SET_STATE
 from .sealing import ValueSeal
 
 log = logging.getLogger("corrgrpo.store")
@@ -19,6 +20,25 @@ log = logging.getLogger("corrgrpo.store")
 
 def _ms(ttl_s: float) -> int:
     return max(1, int(ttl_s * 1000))
+
+
+def version_key(key: str) -> str:
+    """Where a state key's current version lives: in its key's Redis Cluster slot (a key without braces)."""
+    return f"{{{key}}}:version"
+
+
+def amounts_key(group: str) -> str:
+    return f"{group}:amounts"
+
+
+def _lease_keys(groups: Sequence[str]) -> list[str]:
+    return [key for group in groups for key in (group, amounts_key(group))]
+
+
+VERSION_BYTES = 8
+REMEMBERED_VERSIONS = 100_000
+"""State keys whose latest version a process remembers (~100 bytes each), so a rollback of a value and its
+version key together is refused by every replica that has seen the later version."""
 
 
 def redacted(url: str) -> str:
@@ -33,7 +53,12 @@ def redacted(url: str) -> str:
 
 class RedisStore(Store):
     """Redis-backed store; every Redis failure surfaces as `StoreUnavailable` (password redacted), every value read
-    back is authenticated with `secret` (HMAC-SHA256 of key and value, stored in front of the value)."""
+    back is authenticated with `secret` (HMAC-SHA256 of key and value, stored in front of the value).
+
+    A state value (`set_state`) seals its version with it, and the version key (`version_key`) says which
+    version is current: an older genuine value put back under its key is refused on read, as is one whose
+    version key is gone.
+    """
 
     kind = "redis"
 
@@ -51,7 +76,21 @@ class RedisStore(Store):
         self._redis = aioredis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **({"password": password} if password else {})
         )
-        self._lease, self._renew = self._redis.register_script(LEASE), self._redis.register_script(RENEW)
+        self._lease, self._release = self._redis.register_script(LEASE), self._redis.register_script(RELEASE)
+        self._set_state = self._redis.register_script(SET_STATE)
+        self._latest: OrderedDict[str, int] = OrderedDict()
+
+    def _remember(self, key: str, version: int) -> None:
+        self._latest[key] = version
+        self._latest.move_to_end(key)
+        if len(self._latest) > REMEMBERED_VERSIONS:
+            self._latest.popitem(last=False)
+
+    async def _refused(self, key: str, why: str) -> StoreTampered:
+        """Log, delete and describe a value that is not this service's current one (never decoded)."""
+        log.error(f"store value {why}: refused and deleted", extra={"key": key, "store": self.shown_url})
+        await self._call(self._redis.delete(key))
+        return StoreTampered(f"the value of {key!r} in redis at {self.shown_url} {why}")
 
     async def _opened(self, key: str, blob: bytes | None) -> bytes | None:
         """The value `blob` carries when its MAC is this service's for `key`; a forged one is deleted and refused."""
@@ -60,9 +99,7 @@ class RedisStore(Store):
         value = self._seal.opened(key, blob)
         if value is not None:
             return value
-        log.error("store value failed authentication: refused and deleted", extra={"key": key, "store": self.shown_url})
-        await self._call(self._redis.delete(key))
-        raise StoreTampered(f"the value of {key!r} in redis at {self.shown_url} is not this service's (MAC mismatch)")
+        raise await self._refused(key, "failed authentication: not this service's (MAC mismatch)")
 
     async def _call(self, coro):  # type: ignore[no-untyped-def]
         try:
@@ -93,19 +130,38 @@ class RedisStore(Store):
         sealed = self._seal.sealed(key, value)
         return bool(await self._call(self._redis.set(key, sealed, px=_ms(self.ttl(ttl_s)), nx=True)))
 
-    async def lease(self, member: str, limits: dict[str, int], ttl_s: float) -> str | None:
-        groups = list(limits)
-        full = await self._call(self._lease(keys=groups, args=[member, _ms(ttl_s), *limits.values()]))
+    async def get_state(self, key: str) -> Versioned | None:
+        blob, current = await self._call(self._redis.mget([key, version_key(key)]))
+        if blob is None:
+            return None
+        value = await self._opened(key, blob)
+        version = int.from_bytes(value[:VERSION_BYTES], "big")
+        if current is None or current != str(version).encode():
+            raise await self._refused(key, f"is version {version}, not the current: an older value put back")
+        if version < (latest := self._latest.get(key, 0)):
+            why = f"is version {version}, this process saw {latest}: an older value put back, version key too"
+            raise await self._refused(key, why)
+        self._remember(key, version)
+        return Versioned(value[VERSION_BYTES:], version)
+
+    async def set_state(self, key: str, value: bytes, version: int, ttl_s: float | None = None) -> int:
+        sealed = self._seal.sealed(key, (version + 1).to_bytes(VERSION_BYTES, "big") + value)
+        args = [version, sealed, _ms(self.ttl(ttl_s))]
+        if not await self._call(self._set_state(keys=[key, version_key(key)], args=args)):
+            raise StoreConflict(f"{key!r} in redis at {self.shown_url} is no longer at version {version}")
+        self._remember(key, version + 1)
+        return version + 1
+
+    async def lease(self, member: str, claims: dict[str, Claim], ttl_s: float) -> str | None:
+        if not member:
+            raise ValueError("a lease member is not empty: the field '' holds each group's total")
+        groups = list(claims)
+        amounts = [number for claim in claims.values() for number in claim]
+        full = await self._call(self._lease(keys=_lease_keys(groups), args=[member, _ms(ttl_s), *amounts]))
         return groups[int(full) - 1] if full else None
 
-    async def renew(self, member: str, groups: Sequence[str], ttl_s: float) -> None:
-        await self._call(self._renew(keys=list(groups), args=[member, _ms(ttl_s)]))
-
     async def release(self, member: str, groups: Sequence[str]) -> None:
-        pipe = self._redis.pipeline(transaction=False)
-        for group in groups:
-            pipe.zrem(group, member)
-        await self._call(pipe.execute())
+        await self._call(self._release(keys=_lease_keys(groups), args=[member]))
 
     async def delete(self, key: str) -> bool:
         return bool(await self._call(self._redis.delete(key)))
