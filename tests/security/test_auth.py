@@ -2,7 +2,8 @@
 a wrong one, an empty one (`Bearer ` and `Bearer`), another scheme and the right one, on every route of every
 declared service.
 
-- served: `python -m corrgrpo_<name>` (our server) over real HTTP, each request written on a raw socket;
+- served: `python -m corrgrpo_<name>` (our server) over real HTTP, each request written on a raw socket, and
+  the same behind the compose stack's nginx (deploy/nginx);
 - prefixed: the app under a prefix as Ray Serve's proxy mounts it, the prefix kept in the path and named in
   `root_path` (tests/ray_serve/test_auth.py runs the same checks on a real Serve deployment).
 An empty or unsendable `CORRGRPO_API_TOKEN` refuses to start in one line.
@@ -15,16 +16,18 @@ import re
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from corrgrpo_common import declared
 from corrgrpo_testing.auth_checks import Answer, check_every_route, check_served
-from corrgrpo_testing.servers import SERVICE_PYTHON, ServiceProcess, start_service
+from corrgrpo_testing.servers import SERVICE_PYTHON, ServiceProcess, nginx_in_front, start_service
 
 TOKEN = f"tok-{uuid.uuid4().hex}"
 PREFIX = "/svc"  # as serve.yaml's route_prefix `/code`
+NGINX_DIR = Path(__file__).resolve().parents[2] / "deploy" / "nginx"
 SCORED = re.compile(r'corrgrpo_requests_total\{route="/v1/score",service="\w+",status="200"\} 1.0')
 
 
@@ -36,6 +39,11 @@ def served(request: pytest.FixtureRequest) -> Iterator[ServiceProcess]:
 
 async def test_every_route_of_a_served_service_needs_the_token(served: ServiceProcess) -> None:
     await check_served(served.name, served.url, TOKEN)
+
+
+async def test_every_route_behind_nginx_needs_the_token(served: ServiceProcess) -> None:
+    with nginx_in_front(served.url, NGINX_DIR) as port:
+        await check_served(served.name, f"http://127.0.0.1:{port}", TOKEN)
 
 
 @pytest.mark.parametrize("name", list(declared()))
