@@ -1,11 +1,8 @@
 """The code service's hostile-completion checks in each shape it ships in (issue 48), one set of test bodies.
 
-`CORRGRPO_TEST_SHAPES` (comma-separated) picks the shapes; default: the three that need no Docker engine.
-- `bwrap`: `python -m corrgrpo_code` as the test's user (root in CI: cgroup v1 counters where the host
-  has them).
-- `bwrap-uid10001`: the same as the images' uid 10001: bwrap in an unprivileged user namespace, no
-  cgroup counter.
-- `bwrap-cgroup2`: as root on a cgroup v2 host (a private mount namespace with the unified hierarchy alone).
+`CORRGRPO_TEST_SHAPES` (comma-separated) picks the shapes; default: the three that need no Docker engine,
+`python -m corrgrpo_code` with bwrap in each of corrgrpo_testing.shapes' SHAPES (as root, as the images'
+uid 10001, on a cgroup v2 host). Besides them:
 - `docker`: `CORRGRPO_CODE_ISOLATION=docker` (an engine and `CORRGRPO_SANDBOX_DOCKER_IMAGE`).
 - `compose`: the compose stack's nginx at `CORRGRPO_TEST_CODE_URL`, code replicas behind it.
 make compose-test runs the last two (deploy/compose-test.sh, tests/deploy/compose_stack.py). A shape that
@@ -15,15 +12,12 @@ cannot start skips locally and fails under CI. Problems carry a fresh id: nothin
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,9 +26,7 @@ import pytest
 from corrgrpo_code.app import HIDDEN_CPU_S, uncounted_cpu
 from corrgrpo_sandbox import ExecResult, Limits
 from corrgrpo_testing.servers import SERVICE_PYTHON, ServiceProcess, free_port, start_service
-
-IMAGE_UID = 10001  # deploy/docker/service.Dockerfile's USER
-LOCAL_SHAPES = "bwrap,bwrap-uid10001,bwrap-cgroup2"
+from corrgrpo_testing.shapes import SHAPES, fail_or_skip, shape_argv
 
 
 @dataclass(frozen=True)
@@ -44,57 +36,30 @@ class Shape:
     ready: dict[str, Any]  # its /readyz body
 
 
-def fail_or_skip(message: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def in_namespace(argv: list[str], shape: str, staging: str) -> list[str]:
-    """`argv` as `shape` runs it, in a private mount namespace. bwrap-cgroup2: /sys/fs/cgroup is the
-    unified hierarchy alone (a cgroup v2 host). bwrap-uid10001: uid 10001; where the interpreter lies under a
-    directory others cannot enter (pyenv in /root), that directory is an empty tmpfs but for it."""
-    prefix = Path(sys.base_prefix)
-    closed = next((p for p in reversed(prefix.parents) if not p.stat().st_mode & stat.S_IXOTH), None)
-    script = ["set -e"]
-    if shape == "bwrap-cgroup2":
-        script.append("umount -R /sys/fs/cgroup; mount -t cgroup2 cgroup2 /sys/fs/cgroup")
-    if shape == "bwrap-uid10001":
-        argv = ["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups", "--", *argv]
-        if closed is not None:
-            script.append('mount --bind "$1" "$2"; mount -t tmpfs -o mode=755 tmpfs "$3"; mkdir -p "$1"')
-            script.append('mount --move "$2" "$1"')
-    script.append('shift 3; exec "$@"')
-    shell = ["sh", "-c", "; ".join(script), "sh", str(prefix), staging, str(closed)]
-    return ["unshare", "--mount", "--", *shell, *argv]
-
-
 @contextmanager
 def namespaced_service(shape: str, env: dict[str, str]) -> Iterator[ServiceProcess]:
-    """The code service in a shape of its own mount namespace, from this interpreter; needs root."""
-    if os.geteuid() != 0:
-        fail_or_skip(f"{shape} needs root (a mount namespace, a uid switch)")
+    """The code service in one of corrgrpo_testing.shapes' shapes, from this interpreter."""
     port = free_port()
     log_path = f"/tmp/corrgrpo-code-{port}.log"
     argv = [SERVICE_PYTHON, "-m", "corrgrpo_code", "--host", "127.0.0.1", "--port", str(port)]
-    with tempfile.TemporaryDirectory(prefix="corrgrpo-shapes-") as staging, open(log_path, "wb") as log:
+    with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            in_namespace(argv, shape, staging),
+            shape_argv(shape, argv),
             env={**os.environ, **env, "HOME": "/nonexistent"},
             cwd="/",
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        service = ServiceProcess("code", f"http://127.0.0.1:{port}", process, log_path)
-        try:
-            service.wait_healthy(60)
-            yield service
-        except BaseException:
-            sys.stderr.write(service.log()[-4000:])
-            raise
-        finally:
-            service.stop()
+    service = ServiceProcess("code", f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        service.wait_healthy(60)
+        yield service
+    except BaseException:
+        sys.stderr.write(service.log()[-4000:])
+        raise
+    finally:
+        service.stop()
 
 
 @contextmanager
@@ -107,21 +72,22 @@ def started(shape: str) -> Iterator[str]:
             fail_or_skip("shape compose needs CORRGRPO_TEST_CODE_URL (tests/deploy/compose_stack.py sets it)")
         yield url.rstrip("/")
         return
-    if shape in ("bwrap-uid10001", "bwrap-cgroup2"):
+    if shape in SHAPES:
         with namespaced_service(shape, {**env, "CORRGRPO_CODE_ISOLATION": "bwrap"}) as service:
             yield service.url
         return
-    if shape not in ("bwrap", "docker"):
+    if shape != "docker":
         pytest.fail(f"unknown shape {shape!r} in CORRGRPO_TEST_SHAPES")
     try:
-        with start_service("code", env={**env, "CORRGRPO_CODE_ISOLATION": shape}) as service:
+        with start_service("code", env={**env, "CORRGRPO_CODE_ISOLATION": "docker"}) as service:
             yield service.url
-    except RuntimeError as error:  # it refused to start (no engine, no bwrap): its log is on stderr
-        fail_or_skip(f"the code service did not start in shape {shape}: {error}")
+    except RuntimeError as error:  # it refused to start (no engine, no image): its log is on stderr
+        fail_or_skip(f"the code service did not start in shape docker: {error}")
 
 
 def shapes() -> list[str]:
-    return [s.strip() for s in os.environ.get("CORRGRPO_TEST_SHAPES", LOCAL_SHAPES).split(",") if s.strip()]
+    chosen = os.environ.get("CORRGRPO_TEST_SHAPES", ",".join(SHAPES))
+    return [name.strip() for name in chosen.split(",") if name.strip()]
 
 
 @pytest.fixture(scope="module", params=shapes())
