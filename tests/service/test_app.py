@@ -98,7 +98,8 @@ async def test_body_limit_gives_413() -> None:
 async def test_kit_endpoints() -> None:
     async with make([]) as client:
         assert (await client.get("/healthz")).json()["status"] == "ok"
-        assert (await client.get("/readyz")).json() == {"ready": True, "service": "toy", "checks": {"store": "ok"}}
+        checks = {"store": "ok", "auth": "none (CORRGRPO_API_TOKEN unset): routes open"}
+        assert (await client.get("/readyz")).json() == {"ready": True, "service": "toy", "checks": checks}
         assert [c["name"] for c in (await client.get("/v1/components")).json()["components"]] == ["a", "b"]
         await client.post("/v1/score", json={"items": [{"value": 1}]})
         metrics = (await client.get("/metrics")).text

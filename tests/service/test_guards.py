@@ -11,6 +11,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from corrgrpo_common import MemoryStore, Scored, ServiceSettings, add_score_route, create_app
+from corrgrpo_common.app import OPEN_READINESS
 from corrgrpo_common.guards.auth import BearerAuth
 from corrgrpo_common.guards.json_checks import Checked, JsonLimits, Problem, check_json
 from corrgrpo_common.guards.parsed_json import PARSED_BODY, PARSED_JSON, ParsedJsonRequest
@@ -74,6 +75,7 @@ async def test_bearer_token_guards_every_route_but_the_open_ones() -> None:
         assert (await client.get("/v1/components", headers={"authorization": "bearer s3cret"})).status_code == 200
         for open_path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
             assert (await client.get(open_path)).status_code == 200, open_path
+        assert (await client.get("/readyz")).json()["checks"]["auth"] == "bearer token"
         metrics = (await client.get("/metrics")).text
         assert 'corrgrpo_rejections_total{reason="unauthorized",service="toy"} 8.0' in metrics
 
@@ -89,9 +91,11 @@ def test_an_empty_token_never_turns_auth_on() -> None:
         BearerAuth(app, "", (), lambda: None)
 
 
-async def test_no_token_configured_means_open() -> None:
+async def test_no_token_configured_means_open_and_readyz_says_so() -> None:
     async with make(ServiceSettings()) as client:
         assert (await client.post("/v1/score", json={"items": [{"value": 1}]})).status_code == 200
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["checks"]["auth"] == OPEN_READINESS
 
 
 @pytest.mark.parametrize(

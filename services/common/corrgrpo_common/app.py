@@ -178,6 +178,19 @@ def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits)
     app.add_middleware(UnambiguousFraming)  # first of all: nothing reads a body whose end is in doubt
 
 
+OPEN_READINESS = "none (CORRGRPO_API_TOKEN unset): routes open"
+
+
+def auth_readiness(settings: ServiceSettings) -> ReadinessCheck:
+    """/readyz's `auth`: whether a token guards the routes, so an open service says so where it is probed."""
+    said = "bearer token" if settings.api_token is not None else OPEN_READINESS
+
+    async def check() -> str:
+        return said
+
+    return check
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     log.info("service started", extra={"service": app.state.service, "store": app.state.store.kind})
@@ -204,7 +217,7 @@ def create_app(
     app.router.route_class = ParsedJsonRoute  # JSON bodies are parsed once, by JsonGuard
     state = app.state
     state.service, state.version, state.components, state.settings, state.store = service, version, components, settings, store
-    state.readiness = {"store": store.ping, **(readiness or {})}
+    state.readiness = {"store": store.ping, "auth": auth_readiness(settings), **(readiness or {})}
     state.metrics = Metrics(service)
     state.inflight = InflightItems(settings.max_inflight_items, state.metrics.inflight_items.labels(service).set)
     # OpenRLHF's labels are held to the same JSON limits (state.json_limits).
