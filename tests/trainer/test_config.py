@@ -93,7 +93,7 @@ def test_a_warmup_config_is_checked_against_trls_sft_config(tmp_path: Path, caps
     )
 
 
-def test_paths_in_the_file_are_relative_to_it_and_paths_given_with_set_to_the_working_directory(
+def test_inputs_in_the_file_are_relative_to_it_outputs_and_set_paths_to_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder, elsewhere = tmp_path / "experiment", tmp_path / "elsewhere"
@@ -112,7 +112,7 @@ def test_paths_in_the_file_are_relative_to_it_and_paths_given_with_set_to_the_wo
     config = read_config(Path("..") / "experiment" / "rl.yaml")
     assert config["dataset"]["path"] == str(folder / "data" / "rows.parquet")
     assert config["warmup"] == str(tmp_path / "warm.yaml")
-    assert config["trl"]["output_dir"] == config["run_dir"] == str(folder / "out")
+    assert config["trl"]["output_dir"] == config["run_dir"] == str(elsewhere / "out")  # never beside the config
     assert config["model"] == "smollm2-135m-instruct"  # a name, not a path
     again = read_config(folder / "rl.yaml", overrides=["trl.output_dir=out", "dataset.path=owner/name"])
     assert again["trl"]["output_dir"] == again["run_dir"] == str(elsewhere / "out")

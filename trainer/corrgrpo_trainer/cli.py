@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +28,9 @@ from typing import Any
 from .advantages import ESTIMATORS
 from .config import InputError, ServicesDown, check_services, read_config
 from .config_shape import SCHEMA_DIR, Kind, write_schemas
-from .models import EMBEDDED, TINY, PolicyLoadError
+from .models import EMBEDDED, TINY, TINY_CONTEXT, PolicyLoadError
 from .reward_json import advantages_report, read_json, strict_json
+from .rundir import Interrupted, claim
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,13 @@ def run_command(args: argparse.Namespace) -> int:
     from .pipeline import run
 
     config = config_of(args)
+    claim([config["run_dir"], config["trl"]["output_dir"]], args.resume)
     warmup = None
     if "warmup" in config:  # it warms up the RL config's model
-        warmup = read_config(config["warmup"], "warmup", [*args.warmup_set, f"model={json.dumps(config['model'])}"])
-    run(config, warmup)
+        tiny = [f"trl.max_length={TINY_CONTEXT}"] if config["model"] == TINY else []  # its rows are longer in tokens
+        overrides = [*tiny, *args.warmup_set, f"model={json.dumps(config['model'])}"]
+        warmup = read_config(config["warmup"], "warmup", overrides)
+    run(config, warmup, args.resume)
     return 0
 
 
@@ -63,8 +69,9 @@ def train_command(args: argparse.Namespace) -> int:
     from .train import train
 
     config = config_of(args)
+    claim([config["run_dir"], config["trl"]["output_dir"]], args.resume)
     write_resolved(config)
-    train(config)
+    train(config, resume=args.resume)
     return 0
 
 
@@ -133,11 +140,23 @@ def config_options(parser: argparse.ArgumentParser) -> None:
 def training_options(parser: argparse.ArgumentParser) -> None:
     config_options(parser)
     parser.add_argument("--max-steps", type=int, help="training steps (default: the config's trl.max_steps)")
-    parser.add_argument("--output-dir", help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir)")
+    parser.add_argument(
+        "--output-dir",
+        help="where checkpoints and metrics.jsonl go (default: the config's trl.output_dir, under the working folder)",
+    )
+
+
+def rl_options(parser: argparse.ArgumentParser) -> None:
+    training_options(parser)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the output directory from its last checkpoint (default: a non-empty one is refused)",
+    )
 
 
 def run_options(parser: argparse.ArgumentParser) -> None:
-    training_options(parser)
+    rl_options(parser)
     parser.add_argument(
         "--warmup-set",
         action="append",
@@ -220,9 +239,7 @@ COMMANDS = {
         run_command,
         run_options,
     ),
-    "train": Command(
-        "train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)", train_command, training_options
-    ),
+    "train": Command("train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)", train_command, rl_options),
     "sft": Command(
         "supervised warm-up on tool-call demonstrations before RL (TRL's SFTTrainer), writing a checkpoint",
         sft_command,
@@ -271,8 +288,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    again = shlex.join([*parser.prog.split(), *argv])
+    resume = again if "--resume" in argv else f"{again} --resume"
     try:
         return args.handler(args)
     except (InputError, PolicyLoadError, ServicesDown) as error:
         parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+    except Interrupted as error:
+        parser.exit(130, f"{parser.prog} {args.command}: {error}; resume: {resume}\n")
+    except KeyboardInterrupt:  # a second Ctrl-C in training, or one in another phase
+        if hasattr(args, "resume"):
+            parser.exit(130, f"\n{parser.prog} {args.command}: interrupted; resume from the last checkpoint: {resume}\n")
+        parser.exit(130, f"\n{parser.prog} {args.command}: interrupted; run it again: {again}\n")

@@ -2,8 +2,9 @@
 
 A config is an RL config (`train`, `run`) or a warm-up config (`sft`); its `domain` picks the shape of `dataset`.
 Every problem is one line naming the key, where it came from (the file or the `--set`) and the closest valid
-name; `trl` is checked against the installed TRL's `GRPOConfig` / `SFTConfig` fields. Paths in the file are
-resolved against the file's folder, paths given with `--set` against the working directory.
+name; `trl` is checked against the installed TRL's `GRPOConfig` / `SFTConfig` fields. Input paths in the file are
+resolved against the file's folder, output paths (`trl.output_dir`, `run_dir`) and paths given with `--set` against
+the working directory.
 
 Every command-line error is one of two exceptions that `cli.main` prints as one line (exit status 2):
 `InputError` (a file or value the user gave is wrong) and `ServicesDown` (a configured service does not answer).
@@ -42,9 +43,12 @@ class ServicesDown(RuntimeError):
 
 # trl keys set elsewhere in the config
 TRL_RESERVED = {"rl": {"reward_weights": "services.<name>.weights"}, "warmup": {}}
-# keys holding paths: always a path, or a path only when it names something on disk or starts like one
-OUTPUT_PATHS = {("trl", "output_dir"), ("run_dir",), ("warmup",)}
-INPUT_PATHS = {("model",), ("dataset", "path"), ("dataset", "exclude_prompts_of"), ("evaluation", "path")}
+# Keys holding paths. Outputs go under the working folder, wherever the config file is (a copied config writes
+# where it is run); inputs are read beside the file, `warmup` always a path, the others when they name something
+# on disk or start like a path.
+OUTPUT_PATHS = {("trl", "output_dir"), ("run_dir",)}
+INPUT_PATHS = {("warmup",), ("model",), ("dataset", "path"), ("dataset", "exclude_prompts_of"), ("evaluation", "path")}
+ALWAYS_PATHS = OUTPUT_PATHS | {("warmup",)}
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".gz")  # a file, never a hub id
 TOKEN_ENV = "CORRGRPO_API_TOKEN"  # the services' own variable: one shell runs both with the same token
 TOKEN_FILE = ("client", "token_file")  # under each service
@@ -65,9 +69,9 @@ def read_config(path: str | Path, kind: Kind = "rl", overrides: Sequence[str] = 
         raise InputError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: expected a mapping of keys (see trainer/configs/)")
-    if isinstance(raw.setdefault("trl", {}), dict):  # the default output folder is beside the file too
+    if isinstance(raw.setdefault("trl", {}), dict):
         raw["trl"].setdefault("output_dir", f"trainer_out/{raw.get('domain')}{'_sft' if kind == 'warmup' else ''}")
-    resolve_paths(raw, source.resolve().parent)
+    resolve_paths(raw, source.resolve().parent, Path.cwd())
     sets = {}
     for override in overrides:
         key, value = parse_override(override)
@@ -88,7 +92,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     parts = tuple(key.split("."))
     holder: dict[str, Any] = {}
     assign(holder, parts, parsed, text)
-    resolve_paths(holder, Path.cwd())
+    resolve_paths(holder, Path.cwd(), Path.cwd())
     return parts, functools.reduce(operator.getitem, parts, holder)
 
 
@@ -101,20 +105,21 @@ def assign(raw: dict[str, Any], key: tuple[str, ...], value: Any, origin: str) -
     node[key[-1]] = value
 
 
-def resolve_paths(raw: dict[str, Any], base: Path) -> None:
-    """Make the path keys of `raw` absolute against `base`, in place (hub ids, URLs and model names stay)."""
+def resolve_paths(raw: dict[str, Any], base: Path, outputs: Path) -> None:
+    """Make the path keys of `raw` absolute, in place: inputs against `base`, outputs against `outputs` (hub ids, URLs
+    and model names stay)."""
     for key in OUTPUT_PATHS | INPUT_PATHS:
         parent = raw
         for part in key[:-1]:
             parent = parent.get(part) if isinstance(parent, dict) else None
         if not isinstance(parent, dict) or key[-1] not in parent:
             continue
-        value = parent[key[-1]]
-        always = key in OUTPUT_PATHS
+        value, against = parent[key[-1]], outputs if key in OUTPUT_PATHS else base
+        always = key in ALWAYS_PATHS
         if isinstance(value, str):
-            parent[key[-1]] = resolve_path(value, base, always)
+            parent[key[-1]] = resolve_path(value, against, always)
         elif isinstance(value, list):
-            parent[key[-1]] = [resolve_path(v, base, always) if isinstance(v, str) else v for v in value]
+            parent[key[-1]] = [resolve_path(v, against, always) if isinstance(v, str) else v for v in value]
     services = raw.get("services")
     for spec in services.values() if isinstance(services, dict) else ():
         client = spec.get(TOKEN_FILE[0]) if isinstance(spec, dict) else None
@@ -159,7 +164,7 @@ def check(raw: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[str, ..
 
 def check_local_sources(config: dict[str, Any], source: str, sets: dict[tuple[str, ...], str]) -> None:
     """Every dataset given as a local path exists (hub ids and URLs are read later, by data.py)."""
-    for key in sorted(INPUT_PATHS - {("model",)}):
+    for key in sorted(key for key in INPUT_PATHS if len(key) == 2):  # the dataset sections
         section = config.get(key[0]) or {}
         values = section.get(key[1]) or []
         for value in [values] if isinstance(values, str) else values:

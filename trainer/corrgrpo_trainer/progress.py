@@ -16,14 +16,19 @@ ABS_ADVANTAGE = "advantages/abs_mean"  # mean |advantage| of the step's rollouts
 
 
 def metrics_callback(
-    path: Path, key: str, line: Callable[[Any, dict[str, float]], str] | None, extra: dict[str, Any] | None = None
+    path: Path,
+    key: str,
+    line: Callable[[Any, dict[str, float]], str] | None,
+    extra: dict[str, Any] | None = None,
+    append: bool = False,
 ) -> Any:
-    """A TrainerCallback that appends every logged step carrying `key` ("reward", "loss") to `path` (emptied now)
-    as one JSON object (with `extra`) and, given `line`, prints `line(state, logs)`."""
+    """A TrainerCallback that appends every logged step carrying `key` ("reward", "loss") to `path` (emptied now
+    unless `append`) as one JSON object (with `extra`) and, given `line`, prints `line(state, logs)`."""
     from transformers import TrainerCallback
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("")
+    if not append or not path.is_file():
+        path.write_text("")
 
     class StepLog(TrainerCallback):
         def on_log(self, _args: Any, state: Any, _control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:

@@ -9,6 +9,8 @@
                            fields `rescore` sends again)
 
 Only the main process writes. Nothing here imports torch: `report` and `rescore` read runs without it.
+A run never overwrites another: it starts in an empty (or new) directory, or continues one with `--resume` from
+its last checkpoint, the records of steps after that checkpoint dropped and the new ones appended.
 """
 
 from __future__ import annotations
@@ -28,6 +30,29 @@ RESOLVED_CONFIG = "config.resolved.yaml"
 METRICS, RUN, ROLLOUTS, PROMPTS = "metrics.jsonl", "run.json", "rollouts.jsonl", "prompts.jsonl"
 
 
+class Interrupted(Exception):
+    """A run stopped by Ctrl-C; the message is one line, which `cli.main` completes with the resume command."""
+
+
+def claim(directories: Sequence[str | Path], resume: bool) -> None:
+    """A run starts only where no run is: each of `directories` new or empty, unless it is resumed."""
+    for directory in dict.fromkeys(Path(d) for d in directories):
+        if not resume and directory.is_dir() and any(directory.iterdir()):
+            raise InputError(f"{directory} is not empty (a run is there): --resume continues it, --output-dir DIR starts another")
+
+
+def checkpoint_step(checkpoint: str | None) -> int:
+    """The step a `checkpoint-N` folder was saved at (0: none, a run resumed from its start)."""
+    return int(Path(checkpoint).name.rpartition("-")[2]) if checkpoint else 0
+
+
+def keep_steps(path: Path, last: int) -> None:
+    """Drop the records of steps after `last` from a JSONL file (a resumed run trains them again)."""
+    if path.is_file():
+        kept = [line for line in path.read_text().splitlines(keepends=True) if json.loads(line).get("step", 0) <= last]
+        path.write_text("".join(kept))
+
+
 def prompt_id(prompt: Any, columns: Mapping[str, Any]) -> str:
     """A short stable id of a dataset row: the same prompt and item fields give the same id in every run."""
     text = json.dumps([prompt, columns], sort_keys=True, default=str)
@@ -42,15 +67,26 @@ def number(value: float) -> float | None:
 class RolloutWriter:
     """Appends each generation's rollouts to `rollouts.jsonl`, each new prompt to `prompts.jsonl`."""
 
-    def __init__(self, run_dir: str | Path, names: Sequence[str], weights: Sequence[float], estimator: str, group: int) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        names: Sequence[str],
+        weights: Sequence[float],
+        estimator: str,
+        group: int,
+        start: Mapping[str, Any] | None = None,
+        resume: bool = False,
+    ) -> None:
+        """`start` (the starting weights, `model.starting_weights`) goes to run.json; `resume` appends to the files."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.names, self.weights, self.group = list(names), list(weights), group
         meta = {"components": self.names, "weights": self.weights, "estimator": estimator, "num_generations": group}
-        (self.run_dir / RUN).write_text(json.dumps(meta, indent=2) + "\n")
+        (self.run_dir / RUN).write_text(json.dumps(meta | ({"start": dict(start)} if start else {}), indent=2) + "\n")
         for name in (ROLLOUTS, PROMPTS):
-            (self.run_dir / name).write_text("")
-        self.seen: set[str] = set()
+            if not resume or not (self.run_dir / name).is_file():
+                (self.run_dir / name).write_text("")
+        self.seen: set[str] = {prompt["prompt_id"] for prompt in read_jsonl(self.run_dir / PROMPTS)}
 
     def write(
         self,

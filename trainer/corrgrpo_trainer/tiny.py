@@ -13,9 +13,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from .models import quiet
+from .models import TINY_CONTEXT, quiet
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
 
 # ChatML as Qwen2.5 uses it, without the tool-calling branches (TRL only needs messages and the generation prompt).
 CHAT_TEMPLATE = (
@@ -51,7 +52,7 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>"],
         chat_template=CHAT_TEMPLATE,
-        model_max_length=512,
+        model_max_length=TINY_CONTEXT,
     )
 
 
@@ -65,7 +66,7 @@ def build_tiny_policy(path: str | Path, seed: int = 0) -> tuple[Qwen2ForCausalLM
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=512,
+        max_position_embeddings=TINY_CONTEXT,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,

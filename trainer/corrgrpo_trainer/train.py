@@ -10,25 +10,32 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .agentdojo.trl_inputs import agentdojo_episodes
 from .config import check_services
 from .data import load_rows
-from .policy import bf16, config_policy
+from .policy import bf16, config_policy, starting_weights
 from .progress import component_table, metrics_callback, progress_line
 from .rewards import service_rewards
 from .row_check import checked_rows
+from .rundir import METRICS, ROLLOUTS, Interrupted, checkpoint_step, keep_steps
 
 
-def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, progress: bool = True) -> Any:
+def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, progress: bool = True, resume: bool = False) -> Any:
     """Build the policy, the reward columns and a CorrGRPOTrainer from `config`, train, and return the trainer.
 
     `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given; rows a
     service cannot take are dropped with one line (row_check.py).
     Every logged step is appended to `<output_dir>/metrics.jsonl` (TRL's metrics, the estimator's
     diagnostics, `model/params`). Every configured service is checked first (ServicesDown), before the heavy imports.
+    `resume` continues from the last checkpoint of the output directory (from the start when there is none). The first
+    Ctrl-C ends the run after the current step, saved as a resume needs it (Interrupted); a second one stops at once.
     """
     # 1. config
     check_services(config)
@@ -53,6 +60,7 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
 
     # 3. policy
     name, model, tokenizer = config_policy(config, trl_args["output_dir"])
+    start = starting_weights(name, model)
 
     # 4. trainer
     args = CorrGRPOConfig(
@@ -66,8 +74,15 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
     names = [c.__name__ for c in columns]
     params = {"model/params": sum(p.numel() for p in model.parameters())}
     line = (lambda state, logs: step_lines(state.global_step, state.max_steps, logs, names)) if progress else None
-    metrics = Path(args.run_dir or args.output_dir) / "metrics.jsonl"
-    step_log = metrics_callback(metrics, "reward", line, params)
+    run_dir = Path(args.run_dir or args.output_dir)
+    checkpoint = last_checkpoint(args.output_dir) if resume else None
+    if resume:  # the steps after the checkpoint are trained again
+        for name in (METRICS, ROLLOUTS):
+            keep_steps(run_dir / name, checkpoint_step(checkpoint))
+        print(f"[train] resuming {run_dir} from {checkpoint or 'its start (no checkpoint)'}", flush=True)
+    metrics = run_dir / METRICS
+    step_log = metrics_callback(metrics, "reward", line, params, append=resume)
+    stop = StopAfterStep()
     trainer = CorrGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -75,11 +90,17 @@ def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, prog
         args=args,
         train_dataset=Dataset.from_list(rows),
         **(episodes.trainer_kwargs(tokenizer) if episodes else {}),
-        callbacks=[step_log],
+        callbacks=[step_log, stop.callback],
+        start=start,
+        resume=resume,
     )
     if progress:
         trainer.remove_callback(PrinterCallback)  # its raw log dicts would drown the progress lines
-    trainer.train()
+    with stop.on_interrupt():
+        trainer.train(resume_from_checkpoint=checkpoint)
+    if stop.requested:
+        step = trainer.state.global_step
+        raise Interrupted(f"stopped at step {step}, saved in {args.output_dir}/checkpoint-{step}")
     if progress:
         print(component_table(trainer.state.log_history, names))
         print(f"[train] metrics of every step: {metrics}; every rollout: {metrics.parent}/rollouts.jsonl")
@@ -99,3 +120,45 @@ def nothing_learned(step: int) -> str:
         f"[train] step {step}: every group had the same reward (zero variance): nothing is learned; warm up first "
         "(`warmup:` in the config, run by `python -m corrgrpo_trainer run`) or raise trl.temperature / trl.num_generations"
     )
+
+
+def last_checkpoint(output_dir: str) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+
+
+class StopAfterStep:
+    """Ctrl-C while training: the first ends the run after the current step with a checkpoint (what `--resume`
+    needs: weights, optimizer, scheduler, RNG, step), the second raises KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        from transformers import TrainerCallback
+
+        owner = self
+
+        class Callback(TrainerCallback):
+            def on_step_end(self, _args: Any, _state: Any, control: Any, **_: Any) -> None:
+                if owner.requested:
+                    control.should_save = control.should_training_stop = True
+
+        self.requested = False
+        self.callback = Callback()
+
+    @contextmanager
+    def on_interrupt(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def handle(_signum: int, _frame: Any) -> None:
+            self.requested = True
+            signal.signal(signal.SIGINT, previous)
+            print("\n[train] Ctrl-C: stopping after this step and saving it for --resume (Ctrl-C again: now, unsaved)")
+
+        signal.signal(signal.SIGINT, handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)

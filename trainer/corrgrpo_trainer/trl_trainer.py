@@ -105,7 +105,8 @@ class CorrGRPOTrainer(GRPOTrainer):
 
     args: CorrGRPOConfig
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, start: dict[str, Any] | None = None, resume: bool = False, **kwargs: Any) -> None:
+        """`start` (the starting weights) goes to run.json; `resume` appends to the run directory's files."""
         super().__init__(*args, **kwargs)
         if getattr(self, "async_loop", None) is not None:  # TRL's daemon loop of async reward functions
             atexit.register(finish_event_loop, self.async_loop_thread, self.async_loop)  # runs before TRL's stop
@@ -119,7 +120,8 @@ class CorrGRPOTrainer(GRPOTrainer):
         if self.args.keep_rollouts and main:
             names, weights = self.reward_func_names, self.reward_weights.tolist()
             run_dir = self.args.run_dir or self.args.output_dir
-            self.rollouts = RolloutWriter(run_dir, names, weights, self.args.advantage_estimator, self.num_generations)
+            estimator, group = self.args.advantage_estimator, self.num_generations
+            self.rollouts = RolloutWriter(run_dir, names, weights, estimator, group, start, resume)
 
     def _generate(self, prompts: list[Any]) -> Any:
         if self.phases is not None:
