@@ -35,7 +35,8 @@ for pid in sorted({1, os.getppid()}):
 seen["uts"] = [socket.gethostname(), read("/proc/sys/kernel/domainname")]
 for path in ("kernel/msgmax", "kernel/shmmax", "fs/mqueue/msg_max", "net/ipv4/ip_forward", "net/core/somaxconn"):
     seen[path] = read("/proc/sys/" + path)
-seen["keys"] = read("/proc/keys")
+# keys a run could add (keyrings come and go with every session and uid on the host: `.user_reg` counts them)
+seen["keys"] = [line for line in read("/proc/keys").splitlines() if line.split()[7:8] != ["keyring"]]
 seen["processes"] = sum(p.isdigit() for p in os.listdir("/proc"))
 print(json.dumps(seen))
 """
