@@ -10,7 +10,7 @@ eval        --config trainer/configs/agentdojo.yaml [--output F]   AgentDojo's p
 rollout     --config trainer/configs/agentdojo.yaml [--episodes N]   a look at a few AgentDojo episodes
 advantages  --input rewards.json [--estimator corrgrpo|grpo|gdpo|all] [--output out.json]   for other stacks
 schema      [--output-dir D]   the configs' JSON Schemas (trainer/schemas/)
-report      RUN_DIR [--output-dir D]   the kept rollouts as PNGs                                           report.py
+report      RUN_DIR [RUN_DIR ...] [--output-dir D]   the kept rollouts as PNGs, several runs overlaid        report.py
 rescore     RUN_DIR [--url NAME=URL]   the kept rollouts scored again: which values changed              rescore.py
 """
 
@@ -191,7 +191,7 @@ def advantages_options(parser: argparse.ArgumentParser) -> None:
 def report_command(args: argparse.Namespace) -> int:
     from .report import report
 
-    for path in report(args.run_dir, args.output_dir):
+    for path in report(args.run_dirs, args.output_dir):
         print(path)
     return 0
 
@@ -210,8 +210,8 @@ def run_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def report_options(parser: argparse.ArgumentParser) -> None:
-    run_dir_option(parser)
-    parser.add_argument("--output-dir", help="write the PNGs here (default: RUN_DIR)")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories of train or run; several are overlaid")
+    parser.add_argument("--output-dir", help="write the PNGs here (default: RUN_DIR; for several runs ./report)")
 
 
 def rescore_options(parser: argparse.ArgumentParser) -> None:
@@ -260,7 +260,8 @@ COMMANDS = {
     ),
     "schema": Command("write the JSON Schemas of the RL and warm-up configs", schema_command, schema_options),
     "report": Command(
-        "PNGs of a run's kept rollouts: reward curves, CorrGRPO's scale, correlations, zero variance",
+        "PNGs of a run's kept rollouts (several runs overlaid): rewards, CorrGRPO's scale, correlations, zero variance, "
+        "held-out evaluation",
         report_command,
         report_options,
     ),

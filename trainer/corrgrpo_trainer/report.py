@@ -1,33 +1,42 @@
-"""`python -m corrgrpo_trainer report RUN_DIR`: the kept rollouts of a run as PNGs (matplotlib).
+"""`python -m corrgrpo_trainer report RUN_DIR [RUN_DIR ...]`: the kept rollouts of one run, or several overlaid, as PNGs.
 
-Everything is computed again from `rollouts.jsonl` with the run's weights (rundir.py), grouped as the run grouped them,
-with the statistics of advantages.py, so a plot says what the estimator saw:
+Everything is computed again from `rollouts.jsonl` with each run's weights (rundir.py), grouped as the run grouped
+them, with the statistics of advantages.py, so a plot says what the estimator saw:
 
-- rewards.png          each component's mean per step (a band: its 25-75 % range), and the weighted total
-- scale.png            CorrGRPO's scale 1 / sqrt(Σρ) per group (dots) and its mean per step, beside GRPO's 1 / std R
-- correlations.png     the mean within-group correlation matrix ρ of the components, per window of steps
+- rewards.png          each component's mean per step (one run: a band for its 25-75 % range), and the weighted total;
+                       a component trained at weight 0 is drawn grey and titled so
+- scale.png            CorrGRPO's scale 1 / sqrt(Σρ + ε) per group (one run: dots) and its mean per step, beside
+                       GRPO's 1 / std R (log scale when anything varied)
+- correlations.png     the mean within-group correlation matrix ρ of the trained components (weight 0 ones are not
+                       in ρ): one run per window of steps, several runs one panel each; 0 is a white cell with its
+                       number, a pair never both varying a grey cell with "n/a"
 - zero_variance.png    per step: the share of groups whose total did not vary (advantage 0: nothing learned) and,
-                       per component, the share of groups in which it did not vary (ρ's row and column are 0)
+                       per trained component, the share in which it did not vary; the legend beside the plot
+- evaluation.png       the held-out evaluation (evaluation.json) of each run that has one
 
-Groups are left out of a statistic where it is undefined, as in `advantages.diagnostics`: the scales where nothing
-varies, a correlation where either component is constant.
+Runs overlaid (an ablation: GRPO, CorrGRPO, GDPO on the same seed) share the plots, one colour per run. A run of any
+shape gets its plots: one step, no group varying, no evaluation, cut short. Groups are left out of a statistic where
+it is undefined, as in `advantages.diagnostics`.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .advantages import ZERO_VAR_TOL, group_moments
+from .advantages import ZERO_VAR_TOL, corrgrpo_scale, group_moments
 from .config import InputError
 from .rundir import Run, read_run
 
-EPS = 1e-4  # the estimators' ε
-WINDOWS = 4  # correlation panels at most
+EPS = 1e-4  # GRPO's ε
+WINDOWS = 4  # correlation panels of one run at most
+EVALUATION = "evaluation.json"
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,27 @@ class Step:
     rho: torch.Tensor  # [B, K, K], NaN where either component is constant
     constant: torch.Tensor  # [B] bool, R did not vary
     varying: torch.Tensor  # [B, K] bool
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A run as the plots show it: its steps, its label and the components it trained (weight ≠ 0)."""
+
+    run: Run
+    steps: list[Step]
+    label: str
+
+    @property
+    def trained(self) -> list[int]:
+        """The components in ρ: those of weight ≠ 0 (all of them in a run that trained none)."""
+        return [k for k, weight in enumerate(self.run.weights) if weight != 0] or list(range(len(self.run.weights)))
+
+    def evaluation(self) -> dict[str, float] | None:
+        path = self.run.file(EVALUATION)
+        try:
+            return json.loads(path.read_text()) if path.is_file() else None
+        except ValueError:
+            return None
 
 
 def steps_of(run: Run) -> list[Step]:
@@ -66,7 +96,7 @@ def step_stats(step: int, groups: list[list[list[float]]], weights: list[float])
     return Step(
         step=step,
         rewards=rewards,
-        corrgrpo_scale=torch.where(has_pair & any_varying, 1 / (moments.sum_rho.sqrt() + EPS), nan),
+        corrgrpo_scale=torch.where(has_pair & any_varying, 1 / corrgrpo_scale(moments.sum_rho), nan),
         grpo_scale=torch.where(varies, 1 / (moments.std_total + EPS), nan),
         rho=torch.where(both, rho, nan),
         constant=has_pair & ~varies,
@@ -74,33 +104,56 @@ def step_stats(step: int, groups: list[list[list[float]]], weights: list[float])
     )
 
 
-def report(run_dir: str | Path, output_dir: str | Path | None = None) -> list[Path]:
-    """Write the PNGs of the run at `run_dir` into `output_dir` (default: the run directory); their paths."""
+def labels(paths: Sequence[Path]) -> list[str]:
+    """Each run's folder name, with as many parent folders as tell them apart."""
+    for depth in range(1, max(len(path.parts) for path in paths) + 1):
+        names = ["/".join(path.parts[-depth:]) for path in paths]
+        if len(set(names)) == len(names):
+            return names
+    return [str(path) for path in paths]
+
+
+def report(run_dirs: str | Path | Sequence[str | Path], output_dir: str | Path | None = None) -> list[Path]:
+    """Write the PNGs of the run (or the runs, overlaid) into `output_dir` (default: the run directory; for several
+    runs, `report` under the working folder); their paths."""
     try:
         import matplotlib
     except ImportError:
         raise InputError("report needs matplotlib: pip install 'corrgrpo-trainer[examples]' (make install does)") from None
     matplotlib.use("Agg")  # files only, no display
-    run = read_run(run_dir)
-    steps = steps_of(run)
-    if not steps:
-        raise InputError(f"{run_dir}: rollouts.jsonl is empty (the run ended before its first step was scored)")
-    out = Path(output_dir) if output_dir is not None else run.path
+    paths = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(path) for path in run_dirs]
+    runs = [read_run(path) for path in paths]
+    for run in runs:
+        if not run.rollouts:
+            raise InputError(f"{run.path}: rollouts.jsonl is empty (the run ended before its first step was scored)")
+    shown = [Shown(run, steps_of(run), label) for run, label in zip(runs, labels([r.path.resolve() for r in runs]), strict=True)]
+    out = Path(output_dir) if output_dir is not None else runs[0].path if len(runs) == 1 else Path("report")
     out.mkdir(parents=True, exist_ok=True)
-    title = f"{run.path.name}: {run.estimator}, {len(steps)} steps, groups of {run.num_generations}"
     plots = {
         "rewards.png": plot_rewards,
         "scale.png": plot_scale,
         "correlations.png": plot_correlations,
         "zero_variance.png": plot_zero_variance,
     }
+    if any(s.evaluation() for s in shown):
+        plots["evaluation.png"] = plot_evaluation
+    from matplotlib import pyplot
+
     written = []
     for name, plot in plots.items():
-        figure = plot(run, steps)
-        figure.suptitle(title, fontsize=10)
+        figure = plot(shown)
+        figure.suptitle(title(shown), fontsize=10)
         figure.savefig(out / name, dpi=110, bbox_inches="tight")
+        pyplot.close(figure)  # several runs: many figures
         written.append(out / name)
     return written
+
+
+def title(shown: list[Shown]) -> str:
+    if len(shown) == 1:
+        only = shown[0]
+        return f"{only.label}: {only.run.estimator}, {len(only.steps)} steps, groups of {only.run.num_generations}"
+    return " vs ".join(f"{s.label} ({s.run.estimator}, {len(s.steps)} steps)" for s in shown)
 
 
 def figure(columns: int = 1, rows: int = 1, width: float = 4.2, height: float = 3.2) -> tuple[Any, Any]:
@@ -117,26 +170,41 @@ def nanquantile(values: torch.Tensor, q: float) -> float:
     return torch.quantile(kept, q).item() if kept.numel() else float("nan")
 
 
-def plot_rewards(run: Run, steps: list[Step]) -> Any:
-    names = [*run.components, "total (weighted)"]
+def colour(index: int, shown: list[Shown]) -> str:
+    return "C0" if len(shown) == 1 else f"C{index % 10}"
+
+
+def plot_rewards(shown: list[Shown]) -> Any:
+    names = [*dict.fromkeys(name for s in shown for name in s.run.components), "total (weighted)"]
     fig, axes = figure(columns=min(4, len(names)), rows=-(-len(names) // 4), width=3.3, height=2.6)
-    x = [s.step for s in steps]
-    weights = torch.tensor(run.weights, dtype=torch.float64)
     for k, (name, axis) in enumerate(zip(names, axes, strict=False)):
-        if k < len(run.components):
-            per_step = [s.rewards[..., k].flatten() for s in steps]
-            label = f"{name} (w={run.weights[k]:g})"
-        else:
-            per_step = [total(s.rewards, weights) for s in steps]
-            label = name
-        means = [torch.nanmean(v).item() for v in per_step]
-        axis.fill_between(x, [nanquantile(v, 0.25) for v in per_step], [nanquantile(v, 0.75) for v in per_step], alpha=0.25)
-        axis.plot(x, means, marker="o", markersize=3)
-        axis.set_title(label, fontsize=9)
+        weights = set()
+        for index, s in enumerate(shown):
+            x = [step.step for step in s.steps]
+            if k == len(names) - 1:
+                per_step = [total(step.rewards, torch.tensor(s.run.weights, dtype=torch.float64)) for step in s.steps]
+            elif name in s.run.components:
+                column = s.run.components.index(name)
+                weights.add(s.run.weights[column])
+                per_step = [step.rewards[..., column].flatten() for step in s.steps]
+            else:
+                continue
+            grey = k < len(names) - 1 and weights == {0.0}
+            tint = "grey" if grey else colour(index, shown)
+            if len(shown) == 1:
+                low, high = [nanquantile(v, 0.25) for v in per_step], [nanquantile(v, 0.75) for v in per_step]
+                axis.fill_between(x, low, high, alpha=0.25, color=tint)
+            means = [torch.nanmean(v).item() for v in per_step]
+            axis.plot(x, means, marker="o", markersize=3, color=tint, label=s.label)
+        weight = ", ".join(f"{w:g}" for w in sorted(weights))
+        suffix = " (weight 0: not trained)" if weights == {0.0} else f" (w={weight})" if weights else ""
+        axis.set_title(name + suffix if k < len(names) - 1 else name, fontsize=9)
         axis.set_xlabel("step", fontsize=8)
         axis.tick_params(labelsize=7)
     for axis in axes[len(names) :]:
         axis.set_visible(False)
+    if len(shown) > 1:
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(4, len(shown)), fontsize=8)
     return fig
 
 
@@ -146,56 +214,106 @@ def total(rewards: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(rewards).all(dim=-1), float("nan"), totals).flatten()
 
 
-def plot_scale(_run: Run, steps: list[Step]) -> Any:
+def plot_scale(shown: list[Shown]) -> Any:
     fig, (axis,) = figure(width=6.4, height=3.6)
-    for attribute, label, color in (("corrgrpo_scale", "CorrGRPO 1/√Σρ", "C0"), ("grpo_scale", "GRPO 1/std R", "C1")):
-        for s in steps:
-            values = getattr(s, attribute)
-            kept = values[~torch.isnan(values)]
-            axis.scatter([s.step] * kept.numel(), kept.tolist(), s=9, alpha=0.35, color=color)
-        means = [torch.nanmean(getattr(s, attribute)).item() for s in steps]  # NaN (a gap): no group varied
-        axis.plot([s.step for s in steps], means, color=color, marker="o", label=label)
-    axis.set_yscale("log")
+    scales = (("corrgrpo_scale", "CorrGRPO 1/√(Σρ+ε)", "-"), ("grpo_scale", "GRPO 1/std R", "--"))
+    positive = False
+    for index, s in enumerate(shown):
+        for which, (attribute, name, style) in enumerate(scales):
+            tint = f"C{which}" if len(shown) == 1 else colour(index, shown)
+            if len(shown) == 1:
+                for step in s.steps:
+                    values = getattr(step, attribute)
+                    kept = values[~torch.isnan(values)]
+                    axis.scatter([step.step] * kept.numel(), kept.tolist(), s=9, alpha=0.35, color=tint)
+            means = [torch.nanmean(getattr(step, attribute)).item() for step in s.steps]  # NaN (a gap): none varied
+            positive = positive or any(m > 0 for m in means)
+            label = name if len(shown) == 1 else f"{s.label}: {name}"
+            axis.plot([step.step for step in s.steps], means, color=tint, linestyle=style, marker="o", label=label)
+    if positive:
+        axis.set_yscale("log")
+        axis.set_ylabel("advantage scale per group (log)")
+    else:
+        axis.set_ylabel("advantage scale per group")
+        axis.text(0.5, 0.5, "no group varied: no scale", transform=axis.transAxes, ha="center", va="center")
     axis.set_xlabel("step")
-    axis.set_ylabel("advantage scale per group (log)")
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
-def plot_correlations(run: Run, steps: list[Step]) -> Any:
-    count = min(WINDOWS, len(steps))
-    windows = [steps[i * len(steps) // count : (i + 1) * len(steps) // count] for i in range(count)]
-    fig, axes = figure(columns=count, width=3.4, height=3.3)
+def plot_correlations(shown: list[Shown]) -> Any:
+    panels: list[tuple[Shown, list[Step], str]] = []
+    for s in shown:
+        count = min(WINDOWS, len(s.steps)) if len(shown) == 1 else 1
+        for i in range(count):
+            window = s.steps[i * len(s.steps) // count : (i + 1) * len(s.steps) // count]
+            first, last = window[0].step, window[-1].step
+            steps = f"step {first}" if first == last else f"steps {first}-{last}"
+            panels.append((s, window, steps if len(shown) == 1 else f"{s.label}, {steps}"))
+    size = 1.6 + 0.55 * max(len(s.trained) for s in shown)
+    fig, axes = figure(columns=len(panels), width=size, height=size + 0.4)
     image = None
-    for window, axis in zip(windows, axes, strict=True):
-        rho = torch.cat([s.rho for s in window])
-        mean, defined = torch.nanmean(rho, dim=0), (~torch.isnan(rho)).sum(dim=0)
-        image = axis.imshow(mean.numpy(), vmin=-1, vmax=1, cmap="RdBu_r")
-        for (row, column), value in cells(mean):
-            if defined[row, column] > 0:
-                axis.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=6)
-        first, last = window[0].step, window[-1].step
-        axis.set_title(f"step {first}" if first == last else f"steps {first}-{last}", fontsize=9)
-        short = [name[:10] for name in run.components]
-        axis.set_xticks(range(len(short)), short, rotation=90, fontsize=7)
-        axis.set_yticks(range(len(short)), short if axis is axes[0] else [], fontsize=7)
-    fig.colorbar(image, ax=list(axes), shrink=0.8, label="mean within-group ρ (blank: never both varying)")
+    for (s, window, name), axis in zip(panels, axes, strict=True):
+        image = correlation_panel(axis, s, window)
+        axis.set_title(name, fontsize=9)
+    untrained = sorted({s.run.components[k] for s in shown for k, w in enumerate(s.run.weights) if w == 0})
+    note = f"; weight 0, not in ρ: {', '.join(untrained)}" if untrained else ""
+    fig.colorbar(image, ax=list(axes), shrink=0.8, label=f"mean within-group ρ (grey n/a: never both varying){note}")
     return fig
 
 
-def cells(matrix: torch.Tensor) -> list[tuple[tuple[int, int], float]]:
-    return [((row, column), matrix[row, column].item()) for row in range(matrix.shape[0]) for column in range(matrix.shape[1])]
+def correlation_panel(axis: Any, s: Shown, window: list[Step]) -> Any:
+    from matplotlib import colormaps
+
+    trained = s.trained
+    rho = torch.cat([step.rho for step in window])[:, trained][:, :, trained]
+    defined = (~torch.isnan(rho)).sum(dim=0)
+    mean = torch.where(defined > 0, torch.nan_to_num(rho).sum(dim=0) / defined.clamp(min=1), float("nan"))
+    cmap = colormaps["RdBu_r"].with_extremes(bad="#bdbdbd")
+    image = axis.imshow(mean.numpy(), vmin=-1, vmax=1, cmap=cmap)
+    for row in range(mean.shape[0]):
+        for column in range(mean.shape[1]):
+            value = mean[row, column].item()
+            axis.text(column, row, "n/a" if defined[row, column] == 0 else f"{value:.2f}", ha="center", va="center", fontsize=6)
+    names = [s.run.components[k] for k in trained]
+    axis.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+    axis.set_yticks(range(len(names)), names, fontsize=7)
+    return image
 
 
-def plot_zero_variance(run: Run, steps: list[Step]) -> Any:
+def plot_zero_variance(shown: list[Shown]) -> Any:
     fig, (axis,) = figure(width=6.4, height=3.6)
-    x = [s.step for s in steps]
-    axis.plot(x, [s.constant.double().mean().item() for s in steps], color="black", linewidth=2.5, label="total R (advantage 0)")
-    for k, name in enumerate(run.components):
-        shares = [(~s.varying[:, k]).double().mean().item() for s in steps]
-        axis.plot(x, shares, linewidth=1, alpha=0.8, marker="o", markersize=7 - k % 4, label=name)  # sizes tell overlaps
+    for index, s in enumerate(shown):
+        x = [step.step for step in s.steps]
+        prefix = "" if len(shown) == 1 else f"{s.label}: "
+        tint = "black" if len(shown) == 1 else colour(index, shown)
+        totals = [step.constant.double().mean().item() for step in s.steps]
+        axis.plot(x, totals, color=tint, linewidth=2.5, label=f"{prefix}total R (advantage 0)")
+        if len(shown) > 1:
+            continue  # runs overlaid: the total alone, one line each
+        for k in s.trained:
+            shares = [(~step.varying[:, k]).double().mean().item() for step in s.steps]
+            name = s.run.components[k]
+            axis.plot(x, shares, linewidth=1, alpha=0.8, marker="o", markersize=7 - k % 4, label=name)  # sizes: overlaps
     axis.set_ylim(-0.03, 1.03)
     axis.set_xlabel("step")
     axis.set_ylabel("share of groups with zero variance")
-    axis.legend(fontsize=7, ncol=2)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
+
+
+def plot_evaluation(shown: list[Shown]) -> Any:
+    results = {s.label: s.evaluation() or {} for s in shown}
+    metrics = list(dict.fromkeys(name for values in results.values() for name in values))
+    fig, (axis,) = figure(width=max(4.0, 1.1 * len(metrics) * max(1, len(shown)) ** 0.5), height=3.4)
+    width = 0.8 / len(shown)
+    for index, (label, values) in enumerate(results.items()):
+        x = [m + (index - (len(shown) - 1) / 2) * width for m in range(len(metrics))]
+        heights = [values.get(name, float("nan")) for name in metrics]
+        bars = axis.bar(x, heights, width=width, color=colour(index, shown), label=label if values else f"{label} (none)")
+        axis.bar_label(bars, fmt="%.3f", fontsize=6)
+    axis.axhline(0, color="black", linewidth=0.6)
+    axis.set_xticks(range(len(metrics)), metrics, rotation=30, ha="right", fontsize=8)
+    axis.set_ylabel("held-out mean (greedy)")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
