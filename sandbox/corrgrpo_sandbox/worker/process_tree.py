@@ -16,7 +16,11 @@ STRAGGLER_ROUNDS = 2000  # x 1 ms: how long killed processes may take to disappe
 
 
 class ProcessTree:
-    """The processes of one run: every descendant of the worker (a subreaper, so orphans stay descendants)."""
+    """The processes of one run: every descendant of the worker (a subreaper, so orphans stay descendants).
+
+    No process of a run is reaped by the kernel alone (`seccomp` refuses ignoring SIGCHLD, SA_NOCLDWAIT):
+    each is waited for by its parent, which adds its CPU to its children's time, or by the worker. So the
+    rusage of what the worker reaps and /proc of what lives (zombies too) is all of a run's CPU."""
 
     def __init__(self, namespaced: bool, usage: KernelFile | None) -> None:
         self.namespaced = namespaced  # alone in a PID namespace: every process but init and the worker is the run's

@@ -18,7 +18,15 @@ process or leave state behind the run are refused with EPERM:
   numbers each one after all it made before. Files are removed by the worker after each run; namespaced sysctls are
   behind the read-only `/proc` (see `isolation.bwrap_head`);
 * ways around the filter or the mounts: `io_uring_*` (its operations bypass seccomp), `bpf`, `perf_event_open`,
-  `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI.
+  `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI;
+* CPU outside the count: any new action for SIGCHLD (`rt_sigaction(SIGCHLD, act)`; querying stays). With
+  SIGCHLD ignored or SA_NOCLDWAIT the kernel reaps a run's children itself and their CPU is lost to every
+  counter but a cgroup's; without them each process waits as a zombie until its parent or the worker reaps it,
+  its CPU then added to the reaper's (`process_tree`);
+* the host's page cache, shared by every run: a run could evict a page of a read-only file (a 0) or touch it
+  (a 1) and a later run read it without blocking. Refused: `mincore`, `cachestat` and `preadv2`/`pwritev2` with
+  RWF_NOWAIT (residency), `fadvise64`, `readahead`, `remap_file_pages`, `process_madvise` and `madvise` with
+  any advice but `ADVICE` (eviction: PAGEOUT, COLD, REMOVE; KSM merging, another cross-process side channel).
 
 Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the program as another one without a
 setuid helper; the filter holds the same under bwrap, docker and for a root service, costs about a microsecond per
@@ -41,6 +49,7 @@ RET_ALLOW = 0x7FFF0000
 LOAD_WORD = 0x20  # BPF_LD | BPF_W | BPF_ABS
 JUMP_EQUAL = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 JUMP_AT_LEAST = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+JUMP_SET = 0x45  # BPF_JMP | BPF_JSET | BPF_K: any of k's bits
 RETURN = 0x06  # BPF_RET | BPF_K
 NR_OFFSET, ARCH_OFFSET, ARGS_OFFSET = 0, 4, 16  # struct seccomp_data
 X32_SYSCALL_BIT = 0x40000000
@@ -89,8 +98,23 @@ SYSCALLS = {
     "msgget": (68, 186),
     "socket": (41, 198),
     "socketpair": (53, 199),
+    "mincore": (27, 232),
+    "fadvise64": (221, 223),
+    "readahead": (187, 213),
+    "remap_file_pages": (216, 234),
+    "cachestat": (451, 451),
+    "process_madvise": (440, 440),
+    "madvise": (28, 233),
+    "preadv2": (327, 286),
+    "pwritev2": (328, 287),
+    "rt_sigaction": (13, 134),
 }
 PRIO_PROCESS, IOPRIO_WHO_PROCESS, AF_UNIX = 0, 1, 1
+SIGCHLD, RWF_NOWAIT = 17, 0x8  # the same on both architectures
+# madvise advice that acts on the caller's own mappings only (what allocators and the C library use: DONTNEED
+# and FREE drop anonymous pages, and only unmap file pages; guard regions); COLD, PAGEOUT, REMOVE, COLLAPSE, KSM
+# and test advice get EINVAL, the kernel's answer to advice it does not know, which libraries fall back from
+ADVICE = (0, 1, 2, 3, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19, 22, 23, 24, 102, 103)
 # allowed only with these (argument index, value) pairs: the caller itself, a unix socket
 CONDITIONAL = {
     "prlimit64": ((0, 0),),
@@ -105,7 +129,16 @@ CONDITIONAL = {
     "socket": ((0, AF_UNIX),),
     "socketpair": ((0, AF_UNIX),),
 }
-REFUSED = tuple(name for name in SYSCALLS if name not in CONDITIONAL)
+# refused only when every condition holds, each (argument index, test, value) on the argument's low 32 bits
+# (the kernel reads an int argument's, whatever the high ones); "set": a pointer that is not NULL (both halves)
+REFUSED_WHEN = {
+    "rt_sigaction": ((0, "equal", SIGCHLD), (1, "set", 0)),
+    "preadv2": ((5, "bits", RWF_NOWAIT),),
+    "pwritev2": ((5, "bits", RWF_NOWAIT),),
+}
+# allowed only with one of these values of the argument, else this errno
+ONE_OF = {"madvise": (2, ADVICE, errno.EINVAL)}
+REFUSED = tuple(name for name in SYSCALLS if name not in {**CONDITIONAL, **REFUSED_WHEN, **ONE_OF})
 ARCHITECTURES = {"x86_64": (0xC000003E, 0), "aarch64": (0xC00000B7, 1)}  # AUDIT_ARCH_*, column in SYSCALLS
 
 
@@ -150,7 +183,7 @@ def build_filter(machine: str | None = None) -> bytes:
         program.add(JUMP_AT_LEAST, X32_SYSCALL_BIT, "refuse", 0)
     for name in REFUSED:
         program.add(JUMP_EQUAL, SYSCALLS[name][column], "refuse", 0)
-    for name in CONDITIONAL:
+    for name in (*CONDITIONAL, *REFUSED_WHEN, *ONE_OF):
         program.add(JUMP_EQUAL, SYSCALLS[name][column], f"check {name}", 0)
     program.add(RETURN, RET_ALLOW)
     for name, pairs in CONDITIONAL.items():
@@ -160,6 +193,28 @@ def build_filter(machine: str | None = None) -> bytes:
             program.add(JUMP_EQUAL, value, 0, "refuse")
             program.add(LOAD_WORD, ARGS_OFFSET + 8 * index + 4)
             program.add(JUMP_EQUAL, 0, 0, "refuse")
+        program.add(RETURN, RET_ALLOW)
+    for name, conditions in REFUSED_WHEN.items():
+        program.label(f"check {name}")
+        for index, test, value in conditions:
+            program.add(LOAD_WORD, ARGS_OFFSET + 8 * index)
+            if test == "set":
+                program.add(JUMP_EQUAL, 0, 0, f"{name} {index} set")
+                program.add(LOAD_WORD, ARGS_OFFSET + 8 * index + 4)
+                program.add(JUMP_EQUAL, 0, f"allow {name}", 0)
+                program.label(f"{name} {index} set")
+            else:
+                program.add(JUMP_EQUAL if test == "equal" else JUMP_SET, value, 0, f"allow {name}")
+        program.add(RETURN, RET_ERRNO | errno.EPERM)
+        program.label(f"allow {name}")
+        program.add(RETURN, RET_ALLOW)
+    for name, (index, values, error) in ONE_OF.items():
+        program.label(f"check {name}")
+        program.add(LOAD_WORD, ARGS_OFFSET + 8 * index)
+        for value in values:
+            program.add(JUMP_EQUAL, value, f"allow {name}", 0)
+        program.add(RETURN, RET_ERRNO | error)
+        program.label(f"allow {name}")
         program.add(RETURN, RET_ALLOW)
     program.label("refuse")
     program.add(RETURN, RET_ERRNO | errno.EPERM)
