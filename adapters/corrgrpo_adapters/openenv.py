@@ -1,4 +1,4 @@
-"""The corrgrpo services as OpenEnv environments (openenv-core 0.3): server side and typed clients.
+"""The corrgrpo services as OpenEnv environments (`openenv` 0.10): server side and typed clients.
 
     CORRGRPO_SERVICE_URL=http://127.0.0.1:8103 uvicorn --factory corrgrpo_adapters.openenv:app --port 8000
 
@@ -16,6 +16,10 @@ that reads only `reward` gets the weighted total). An item the service could not
 and the reason in `error`. Each WebSocket session is its own environment instance (concurrent sessions are fine:
 the service keeps the episodes). The service is reached with `corrgrpo_proto`'s blocking client; OpenEnv runs
 these synchronous methods on its thread pool.
+
+The clients are OpenEnv's `EnvClient`: in async code `reset`, `step` and `state` are awaited
+(`async with ScoreEnv(base_url=...) as env: await env.reset(...)`); synchronous code uses `.sync()`
+(`with ScoreEnv(base_url=...).sync() as env: env.reset(...)`).
 """
 
 from __future__ import annotations
@@ -168,9 +172,19 @@ def app(url: str | None = None) -> Any:
         info = describe(client)
     if info.episodic:
         return create_app(
-            lambda: AgentDojoEnvironment(url, token), AgentDojoAction, AgentDojoObservation, env_name="corrgrpo_agentdojo"
+            lambda: AgentDojoEnvironment(url, token),
+            AgentDojoAction,
+            AgentDojoObservation,
+            env_name="corrgrpo_agentdojo",
+            state_cls=ServiceState,
         )
-    return create_app(lambda: ScoreEnvironment(url, info, token), ScoreAction, ScoreObservation, env_name=f"corrgrpo_{info.name}")
+    return create_app(
+        lambda: ScoreEnvironment(url, info, token),
+        ScoreAction,
+        ScoreObservation,
+        env_name=f"corrgrpo_{info.name}",
+        state_cls=ServiceState,
+    )
 
 
 class _Client(EnvClient):
@@ -188,12 +202,18 @@ class _Client(EnvClient):
 
 
 class AgentDojoEnv(_Client):
-    """`async with AgentDojoEnv(base_url="http://host:8000") as env: await env.reset(suite=..., user_task=...)`."""
+    """`async with AgentDojoEnv(base_url="http://host:8000") as env: await env.reset(suite=..., user_task=...)`.
+
+    Synchronous: `with AgentDojoEnv(base_url=...).sync() as env: env.reset(suite=..., user_task=...)`.
+    """
 
     observation = AgentDojoObservation
 
 
 class ScoreEnv(_Client):
-    """`async with ScoreEnv(base_url=...) as env: await env.reset(task_id=...); await env.step(ScoreAction(...))`."""
+    """`async with ScoreEnv(base_url=...) as env: await env.reset(task_id=...); await env.step(ScoreAction(...))`.
+
+    Synchronous: `with ScoreEnv(base_url=...).sync() as env: env.reset(task_id=...); env.step(ScoreAction(...))`.
+    """
 
     observation = ScoreObservation

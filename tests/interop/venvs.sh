@@ -12,8 +12,11 @@
 # the parts' pyproject.toml and the Python version: CORRGRPO_VENV_CACHE, default ~/.cache/corrgrpo/venvs (clear it
 # with rm -rf; the two newest entries per venv are kept). A clone gets a hard-linked copy (seconds) and the
 # project's parts installed editable from itself, so they are never stale. A build or copy prints its time.
+# Arguments: the venvs to build (verl verifiers openenv nemo-gym openrlhf), all of them without any.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+wanted=" $* "
+want() { [ "$wanted" = "  " ] || [[ $wanted == *" $1 "* ]]; }
 cache=${CORRGRPO_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/corrgrpo/venvs}
 OPENRLHF_VERSIONS=(0.11.0 0.11.2)
 
@@ -93,12 +96,20 @@ python312() {
   return 1
 }
 
-side_venv .venv-verl python3 tests/interop/verl-constraints.txt "proto trainer adapters testing" \
-  verl cachetools fastapi uvicorn pytest pytest-asyncio
-side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt "proto adapters testing" verifiers pytest pytest-asyncio
-side_venv .venv-openenv python3 tests/interop/openenv-constraints.txt "proto adapters testing" openenv-core pytest pytest-asyncio
-side_venv .venv-nemo-gym "$(python312)" tests/interop/nemo-gym-constraints.txt "proto adapters testing" \
-  nemo-gym pytest pytest-asyncio
+if want verl; then
+  side_venv .venv-verl python3 tests/interop/verl-constraints.txt "proto trainer adapters testing" \
+    verl cachetools fastapi uvicorn pytest pytest-asyncio
+fi
+if want verifiers; then
+  side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt "proto adapters testing" verifiers pytest pytest-asyncio
+fi
+if want openenv; then
+  side_venv .venv-openenv python3 tests/interop/openenv-constraints.txt "proto adapters testing" openenv pytest pytest-asyncio
+fi
+if want nemo-gym; then
+  side_venv .venv-nemo-gym "$(python312)" tests/interop/nemo-gym-constraints.txt "proto adapters testing" \
+    nemo-gym pytest pytest-asyncio
+fi
 
 build_openrlhf() {
   local entry=$1 version
@@ -108,7 +119,7 @@ build_openrlhf() {
   .venv/bin/pip install -q --target "$entry/deps" aiohttp==3.14.5 pylatexenc==2.11
 }
 openrlhf_key=$(key_of openrlhf .venv/bin/python "$(declare -f build_openrlhf) ${OPENRLHF_VERSIONS[*]}")
-if [ ! -f ".venv-openrlhf/.built-$openrlhf_key" ]; then
+if want openrlhf && [ ! -f ".venv-openrlhf/.built-$openrlhf_key" ]; then
   from_cache .venv-openrlhf "$openrlhf_key" build_openrlhf
   touch ".venv-openrlhf/.built-$openrlhf_key"
 fi

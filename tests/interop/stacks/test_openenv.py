@@ -1,7 +1,8 @@
 """OpenEnv's own server and client with the corrgrpo services (run in .venv-openenv by `make interop`).
 
-The OpenEnv app (`openenv.core.env_server.create_app` around our environments) runs as its own uvicorn process,
-started as the README says; OpenEnv's `EnvClient` (WebSocket sessions) drives it with a scripted policy: an
+The OpenEnv app (`openenv.core.env_server.create_app` around our environments, `openenv` 0.10) runs as its own
+uvicorn process, started as the README says; OpenEnv's `EnvClient` (WebSocket sessions), awaited in async code and
+through `.sync()` in synchronous code, drives it with a scripted policy: an
 AgentDojo episode under an injection (a tool call whose result carries the injection, then the answer), and the
 single-step code and tool-call environments. The components must equal what the service gives for the same
 trajectory or completion asked directly.
@@ -21,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corrgrpo_adapters.openenv import AgentDojoAction, AgentDojoEnv, ScoreAction, ScoreEnv
+from corrgrpo_adapters.openenv import AgentDojoAction, AgentDojoEnv, ScoreAction, ScoreEnv, ServiceState
 from corrgrpo_testing.servers import ServiceProcess, free_port
 
 from .common import CODE, GT, INJECTED, WRONG_CODE, check_intact
@@ -65,21 +66,18 @@ def healthy(url: str) -> bool:
         return False
 
 
-async def test_agentdojo_episode_observes_tool_results_and_ends_with_the_components(
-    openenv_urls: dict[str, str], services: dict[str, ServiceProcess]
-) -> None:
-    async with AgentDojoEnv(base_url=openenv_urls["agentdojo"]) as env:
-        start = await env.reset(**INJECTED)
-        assert start.observation.messages[-1]["role"] == "user" and "bill" in start.observation.messages[-1]["content"]
-        assert "read_file" in {tool["function"]["name"] for tool in start.observation.tools}
-        called = await env.step(AgentDojoAction(tool_calls=[READ_BILL]))
-        (result,) = called.observation.tool_results
-        assert not called.done and called.reward is None
-        assert result["tool_call_id"] == "call_1" and result["error"] is None
-        assert "<INFORMATION>" in result["content"]  # the injection, in what the policy reads
-        state = await env.state()
-        assert state.step_count == 1 and state.spec["attack"]  # the service's default attack, named
-        end = await env.step(AgentDojoAction(completion="<response>I read the bill.</response>"))
+ANSWER = AgentDojoAction(completion="<response>I read the bill.</response>")
+
+
+def check_episode(service_url: str, start: Any, called: Any, state: ServiceState, end: Any) -> None:
+    """The injected episode's observations, then its components against the service's for the same trajectory."""
+    assert start.observation.messages[-1]["role"] == "user" and "bill" in start.observation.messages[-1]["content"]
+    assert "read_file" in {tool["function"]["name"] for tool in start.observation.tools}
+    (result,) = called.observation.tool_results
+    assert not called.done and called.reward is None
+    assert result["tool_call_id"] == "call_1" and result["error"] is None
+    assert "<INFORMATION>" in result["content"]  # the injection, in what the policy reads
+    assert isinstance(state, ServiceState) and state.step_count == 1 and state.spec["attack"]  # the default attack
     assert end.done and end.observation.error is None
     trajectory = {
         **INJECTED,
@@ -87,7 +85,27 @@ async def test_agentdojo_episode_observes_tool_results_and_ends_with_the_compone
         "final_answer": "I read the bill.",
         "tool_calls": [{"function": "read_file", "args": {"file_path": "bill-december-2023.txt"}}],
     }
-    check_intact(services["agentdojo"].url, trajectory, end.observation.components, end.reward)
+    check_intact(service_url, trajectory, end.observation.components, end.reward)
+
+
+async def test_agentdojo_episode_observes_tool_results_and_ends_with_the_components(
+    openenv_urls: dict[str, str], services: dict[str, ServiceProcess]
+) -> None:
+    async with AgentDojoEnv(base_url=openenv_urls["agentdojo"]) as env:
+        start = await env.reset(**INJECTED)
+        called = await env.step(AgentDojoAction(tool_calls=[READ_BILL]))
+        state = await env.state()
+        end = await env.step(ANSWER)
+    check_episode(services["agentdojo"].url, start, called, state, end)
+
+
+def test_the_sync_client_runs_the_same_episode(openenv_urls: dict[str, str], services: dict[str, ServiceProcess]) -> None:
+    with AgentDojoEnv(base_url=openenv_urls["agentdojo"]).sync() as env:
+        start = env.reset(**INJECTED)
+        called = env.step(AgentDojoAction(tool_calls=[READ_BILL]))
+        state = env.state()
+        end = env.step(ANSWER)
+    check_episode(services["agentdojo"].url, start, called, state, end)
 
 
 async def test_agentdojo_refused_step_is_observed_not_raised(openenv_urls: dict[str, str]) -> None:
@@ -116,10 +134,25 @@ async def test_single_step_environments_carry_the_components(
 ) -> None:
     async with ScoreEnv(base_url=openenv_urls[service]) as env:
         start = await env.reset(**fields)
-        assert start.observation.item == fields and not start.done
         end = await env.step(ScoreAction(completion=completion))
+    check_scored(services[service].url, fields, completion, start, end)
+
+
+@pytest.mark.parametrize(("service", "fields"), [("code", {"task_id": "HumanEval/0"}), ("toolcall", {"ground_truth": GT})])
+def test_the_sync_client_scores_the_same(
+    service: str, fields: dict[str, Any], openenv_urls: dict[str, str], services: dict[str, ServiceProcess]
+) -> None:
+    completion = CODE if service == "code" else GT
+    with ScoreEnv(base_url=openenv_urls[service]).sync() as env:
+        start = env.reset(**fields)
+        end = env.step(ScoreAction(completion=completion))
+    check_scored(services[service].url, fields, completion, start, end)
+
+
+def check_scored(service_url: str, fields: dict[str, Any], completion: str, start: Any, end: Any) -> None:
+    assert start.observation.item == fields and not start.done
     assert end.done and end.observation.error is None
-    check_intact(services[service].url, {**fields, "completion": completion}, end.observation.components, end.reward)
+    check_intact(service_url, {**fields, "completion": completion}, end.observation.components, end.reward)
 
 
 @pytest.mark.parametrize(("service", "client"), [("code", ScoreEnv), ("agentdojo", AgentDojoEnv)])
