@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 PYTEST_ARGS ?=
 
-.PHONY: install test demo serve lint format docs schemas manifests bench clean compose-test interop ray-test
+.PHONY: install test demo serve lint format docs schemas manifests bench clean compose-test interop ray-test mutants
 
 install: $(STAMP)
 
@@ -25,6 +25,11 @@ $(STAMP): constraints.txt $(addsuffix /pyproject.toml,$(PARTS))
 test: install
 	bash tests/with_redis.sh $(PY) -m pytest $(PYTEST_ARGS) || { rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: failing on purpose" >&2; exit $$rc; }
+
+# The curated mutation suite (tests/mutants/README.md): each mutant edits a scratch copy of the tree and must fail
+# the tests it names; MUTANTS_ARGS: mutant names, --jobs N, --check.
+mutants: install
+	bash tests/with_redis.sh $(PY) tests/mutants/run.py $(MUTANTS_ARGS)
 
 demo: install
 	$(PY) examples/demo.py
