@@ -55,7 +55,9 @@ class CodeSettings(ServiceSettings):
         "`calibrated` (candidate and reference in interleaved pairs; only a speed-up beyond their spread is paid)",
     )
     code_timing_min_pairs: int = Field(
-        DEFAULT.calibration.min_pairs, ge=FEWEST_PAIRS, description="`calibrated`: fewest timing pairs (within the budget)"
+        DEFAULT.calibration.min_pairs,
+        ge=FEWEST_PAIRS,
+        description="`calibrated`: pairs before precision or a settled median may end them",
     )
     code_timing_max_pairs: int = Field(
         DEFAULT.calibration.max_pairs,
@@ -65,9 +67,8 @@ class CodeSettings(ServiceSettings):
     code_timing_budget_s: float = Field(
         DEFAULT.timing_budget_s,
         ge=2,
-        description="CPU seconds of the timing runs of one distinct correct program (`calibrated`: its pairs, both "
-        "sides, every stdin case) or of one problem's t_ref (`paper`), enforced during each run: a run's CPU limit is "
-        "what is left (whole seconds, less 1: the sandbox's cap); a run it cuts pays efficiency 0",
+        description="Sandbox CPU seconds of one distinct correct program's timing runs (`paper`: of a t_ref), "
+        "enforced within each run; a run it cuts pays efficiency 0",
     )
     code_max_chars: int = Field(
         DEFAULT.max_code_chars,
