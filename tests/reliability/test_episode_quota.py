@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -35,13 +35,20 @@ def client_at(address: str) -> Iterator[httpx.Client]:
         yield client
 
 
+Env = dict[str, str]
+
+
+def store_env(request: pytest.FixtureRequest, env: Env, memory: Env, redis: Env) -> Env:
+    """`env` and what the store of the fixture's param needs (`memory` or `redis`, and a throwaway Redis)."""
+    if request.param == "redis":
+        return {**env, **redis, "CORRGRPO_REDIS_URL": request.getfixturevalue("throwaway_redis").url}
+    return {**env, **memory}
+
+
 @pytest.fixture(params=["memory", "redis"])
 def agentdojo(request: pytest.FixtureRequest) -> Iterator[ServiceProcess]:
-    with ExitStack() as stack:
-        env = dict(LIMITS)
-        if request.param == "redis":
-            env["CORRGRPO_REDIS_URL"] = request.getfixturevalue("throwaway_redis").url
-        yield stack.enter_context(start_service("agentdojo", env=env, timeout_s=120))
+    with start_service("agentdojo", env=store_env(request, LIMITS, {}, {}), timeout_s=120) as service:
+        yield service
 
 
 def create_until_refused(client: httpx.Client, url: str, attempts: int) -> tuple[list[str], httpx.Response | None]:
@@ -108,15 +115,14 @@ BIG_STEP = {
 
 @pytest.fixture(params=["memory", "redis"])
 def bytes_bound(request: pytest.FixtureRequest) -> Iterator[ServiceProcess]:
-    with ExitStack() as stack:
-        env = dict(BYTE_LIMITS)
-        if request.param == "redis":
-            env["CORRGRPO_REDIS_URL"] = request.getfixturevalue("throwaway_redis").url
-            env["CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES_PER_CLIENT"] = str(CLIENT_BYTES)
-            env["CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES"] = str(ALL_BYTES)
-        else:
-            env["CORRGRPO_MEMORY_STORE_MAX_BYTES"] = "200000"
-        yield stack.enter_context(start_service("agentdojo", env=env, timeout_s=120))
+    memory = {"CORRGRPO_MEMORY_STORE_MAX_BYTES": "200000"}
+    redis = {
+        "CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES_PER_CLIENT": str(CLIENT_BYTES),
+        "CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES": str(ALL_BYTES),
+    }
+    env = store_env(request, BYTE_LIMITS, memory, redis)
+    with start_service("agentdojo", env=env, timeout_s=120) as service:
+        yield service
 
 
 def test_a_client_at_its_byte_share_gets_429_and_others_still_create(bytes_bound: ServiceProcess) -> None:
