@@ -123,14 +123,17 @@ def test_readyz_names_the_isolation_and_that_all_cpu_counts(shape: Shape) -> Non
 
 
 class LosingSandbox:
-    """Counts only the CPU of processes a run waits for (HEAD's sandbox without a cgroup counter did)."""
+    """Counts only the CPU of processes a run waits for (the sandbox without a cgroup counter did), after
+    `anomalies` runs whose worker broke."""
 
-    def __init__(self, cpu_s: float) -> None:
-        self.cpu_s = cpu_s
+    def __init__(self, cpu_s: float, anomalies: int = 0) -> None:
+        self.cpu_s, self.anomalies = cpu_s, anomalies
 
     def run(self, source: str, limits: Limits) -> ExecResult:
+        self.anomalies -= 1
+        anomaly = "worker died" if self.anomalies >= 0 else None
         streams = {"stdout": b"", "stderr": b"", "channel": b"", "truncated": False, "timed_out": False}
-        ends = {"wall_s": 0.2, "peak_rss_kb": 1, "isolation": "bwrap", "anomaly": None}
+        ends = {"wall_s": 0.2, "peak_rss_kb": 1, "isolation": "bwrap", "anomaly": anomaly}
         return ExecResult(0, None, **streams, cpu_s=self.cpu_s, **ends)
 
 
@@ -139,6 +142,10 @@ def test_a_shape_that_loses_reaped_cpu_is_refused() -> None:
     reason = uncounted_cpu(LosingSandbox(HIDDEN_CPU_S + 0.003))
     assert reason == "0.053 s of a run's 0.1 s in reaped processes counted"
     assert uncounted_cpu(LosingSandbox(2 * HIDDEN_CPU_S + 0.004)) is None
+    # one broken worker is retried; two are a refusal naming the anomaly
+    assert uncounted_cpu(LosingSandbox(2 * HIDDEN_CPU_S, anomalies=1)) is None
+    failed = uncounted_cpu(LosingSandbox(2 * HIDDEN_CPU_S, anomalies=2))
+    assert failed == "the CPU probe run failed: worker died"
 
 
 # What a candidate causes is its own failure, never an item error, and never its neighbour's.
