@@ -22,10 +22,10 @@ from corrgrpo_code.prepared import PreparedProblem
 from corrgrpo_code.runs import dump, run_key
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.settings import CodeSettings
-from corrgrpo_code.timing_budget import TimingBudget
+from corrgrpo_code.timing_budget import BudgetedSandbox, OverBudget, TimingBudget
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import AnyProblem, CodeItem, CodeProblem, StdinProblem
-from corrgrpo_sandbox import ExecResult, Sandbox
+from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
 BUDGET_S = 4.0
 SLOW_S = 1.5  # a slow side's CPU per run: three pairs of it, or four reference runs, are over the budget
@@ -136,6 +136,19 @@ def test_a_run_the_budget_cuts_pays_nothing(sandbox: CountingSandbox, monkeypatc
     assert result.components["efficiency"] == 0 and result.info["timing_cpu_s"] == pytest.approx(timing_s, abs=1e-6)
 
 
+def test_a_run_starts_only_within_the_budget_and_a_wall_timeout_is_its_own(sandbox: CountingSandbox) -> None:
+    """Under 2 s left no run starts; a run that sleeps past its wall limit is returned as it is (the harness calls it
+    a timeout), not taken for the budget's cut, and its CPU is charged."""
+    spent = TimingBudget(4.0, spent_s=2.5)
+    before = sandbox.cpu_s
+    with pytest.raises(OverBudget, match="no run fits"):
+        BudgetedSandbox(sandbox, spent).run("pass\n", limits=Limits(cpu_s=5))
+    assert sandbox.cpu_s == before
+    budgeted = BudgetedSandbox(sandbox, TimingBudget(4.0))
+    result = budgeted.run("import time\ntime.sleep(30)\n", limits=Limits(cpu_s=5, wall_s=0.5))
+    assert result.timed_out and result.cpu_s < 1 and budgeted.budget.spent_s == result.cpu_s
+
+
 @pytest.mark.parametrize("left_s", [0.0, 1.0, 1.99, 2.0, 2.5, 3.0, 4.7, 9.99, 10.0])
 @pytest.mark.parametrize("own_s", [0.5, 1.0, 2.5, 5.0, 6.0])
 def test_a_runs_limit_keeps_its_sandbox_cap_within_what_is_left(left_s: float, own_s: float) -> None:
@@ -152,6 +165,8 @@ def test_a_runs_limit_keeps_its_sandbox_cap_within_what_is_left(left_s: float, o
 
 def test_pairs_stop_from_the_first_when_no_outcome_could_pay() -> None:
     calibration, budget = Calibration(min_pairs=12, max_pairs=24), TimingBudget(100.0)
+    assert PairedTimes([0.5] * 2, [1.0] * 2).efficiency(calibration) == 0  # two pairs have no spread to trust
+    assert PairedTimes([0.5] * 3, [1.0] * 3).efficiency(calibration) == pytest.approx(0.5)
     assert PairedTimes([1.0], [0.01]).done(calibration, budget)  # even at 3/4 and 4/3 of its costs: 56 times slower
     assert not PairedTimes([1.0], [0.9]).done(calibration, budget)  # within the costs' spread of a speed-up
     assert PairedTimes([1.0], [0.9]).done(calibration, TimingBudget(4.0, spent_s=1.9))  # no room for three pairs
