@@ -31,6 +31,21 @@ async def test_rewritten_keys_do_not_grow_the_deadline_heap() -> None:
     assert len(store) == 1 and len(store._deadlines) <= 1024 + 2
 
 
+async def test_leases_taken_again_do_not_grow_and_lapsed_ones_are_freed() -> None:
+    """A step leases its episode again: the deadlines it leaves behind are compacted, and a lapsed hold leaves
+    no group behind (a group per client address)."""
+    store = MemoryStore()
+    for step in range(5000):
+        assert await store.lease("episode", {"client:a": Claim(step, 10_000)}, 3600) is None
+    leases = store._leases
+    assert len(leases._deadlines) <= 1024 + 2 and leases._totals == {"client:a": 4999}
+    for client in range(200):
+        await store.lease(f"e{client}", {f"client:{client}": Claim(10, 10)}, 0.05)
+    await asyncio.sleep(0.1)
+    await store.release("episode", ["client:a"])
+    assert leases._groups == {} and leases._totals == {}
+
+
 async def test_keys_without_ttl_get_the_default() -> None:
     store = MemoryStore(default_ttl_s=0.05)
     await store.set("t_ref", b"1")
