@@ -36,9 +36,10 @@ def _lease_keys(groups: Sequence[str]) -> list[str]:
 
 
 VERSION_BYTES = 8
-REMEMBERED_VERSIONS = 100_000
-"""State keys whose latest version a process remembers (~100 bytes each), so a rollback of a value and its
-version key together is refused by every replica that has seen the later version."""
+REMEMBERED_VERSIONS = 20_000
+"""State keys whose latest version a process remembers (~230 bytes each, ~5 MB; five times the default cap
+of live episodes), so a rollback of a value and its version key together is refused by every replica that
+has seen the later version."""
 
 
 def redacted(url: str) -> str:
