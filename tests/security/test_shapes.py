@@ -11,13 +11,19 @@ cannot start skips locally and fails under CI. Problems carry a fresh id: nothin
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,6 +40,7 @@ class Shape:
     name: str
     url: str
     ready: dict[str, Any]  # its /readyz body
+    pid: int | None  # the service process, where it runs here
 
 
 @contextmanager
@@ -63,24 +70,24 @@ def namespaced_service(shape: str, env: dict[str, str]) -> Iterator[ServiceProce
 
 
 @contextmanager
-def started(shape: str) -> Iterator[str]:
-    """The base URL of the code service in `shape`, running for the length of the `with`."""
+def started(shape: str) -> Iterator[tuple[str, int | None]]:
+    """The base URL of the code service in `shape` and its pid if local, for the length of the `with`."""
     env = {"CORRGRPO_CODE_WORKERS": "2", "CORRGRPO_LOG_JSON": "true"}
     if shape == "compose":
         url = os.environ.get("CORRGRPO_TEST_CODE_URL")
         if not url:
             fail_or_skip("shape compose needs CORRGRPO_TEST_CODE_URL (tests/deploy/compose_stack.py sets it)")
-        yield url.rstrip("/")
+        yield url.rstrip("/"), None
         return
     if shape in SHAPES:
         with namespaced_service(shape, {**env, "CORRGRPO_CODE_ISOLATION": "bwrap"}) as service:
-            yield service.url
+            yield service.url, service.process.pid
         return
     if shape != "docker":
         pytest.fail(f"unknown shape {shape!r} in CORRGRPO_TEST_SHAPES")
     try:
         with start_service("code", env={**env, "CORRGRPO_CODE_ISOLATION": "docker"}) as service:
-            yield service.url
+            yield service.url, service.process.pid
     except RuntimeError as error:  # it refused to start (no engine, no image): its log is on stderr
         fail_or_skip(f"the code service did not start in shape docker: {error}")
 
@@ -92,9 +99,9 @@ def shapes() -> list[str]:
 
 @pytest.fixture(scope="module", params=shapes())
 def shape(request: pytest.FixtureRequest) -> Iterator[Shape]:
-    with started(request.param) as url:
+    with started(request.param) as (url, pid):
         ready = httpx.get(f"{url}/readyz", timeout=30)
-        yield Shape(request.param, url, ready.json())
+        yield Shape(request.param, url, ready.json(), pid)
 
 
 def score(shape: Shape, problem: dict[str, Any], *completions: str) -> list[dict[str, Any]]:
@@ -272,3 +279,51 @@ def test_a_time_limit_holds_for_work_split_over_reaped_children(shape: Shape) ->
     whole, split = score(shape, problem, BUSY + "busy(1.6)\nprint(int(input()) * 2)\n", SPLIT)
     assert whole["components"]["correct"] == 0 and whole["info"]["stage"] == "timeout", whole["info"]
     assert split["error"] is None and split["components"]["correct"] == 0, split["info"]
+
+
+def descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            for child in map(int, (task / "children").read_text().split()):
+                found += [child, *descendants(child)]
+    return found
+
+
+def kill_workers(shape: Shape, service_pid: int) -> int:
+    """SIGKILL every sandbox worker of the service and its run (bwrap: the service's descendants with the
+    worker's command line; docker: its containers)."""
+    if shape.name == "docker":
+        owner = f"label=corrgrpo.sandbox={socket.gethostname()}:{service_pid}"  # docker_backend.LABEL
+        listed = subprocess.run(["docker", "ps", "-q", "--filter", owner], capture_output=True, text=True)
+        containers = listed.stdout.split()
+        subprocess.run(["docker", "kill", *containers], capture_output=True, check=bool(containers))
+        return len(containers)
+    workers = [pid for pid in descendants(service_pid) if b"corrgrpo_sandbox/worker" in cmdline(pid)]
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+    return len(workers)
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile
+        return b""
+
+
+def test_a_worker_killed_from_outside_costs_a_retry(shape: Shape) -> None:
+    """The OOM killer, an operator or a crashed container ends a worker mid-run: the item is run again,
+    neither scored as the candidate's failure nor an error."""
+    if shape.pid is None:
+        pytest.skip(f"{shape.name}: its workers are out of reach; compose_stack.py kills a replica there")
+    problem = fresh(stdin_cases=[{"input": "1 2\n", "output": "3\n"}])
+    slow = "import time\ntime.sleep(1.5)\na, b = map(int, input().split())\nprint(a + b)\n"
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(score, shape, problem, slow)
+        time.sleep(0.7)
+        killed = kill_workers(shape, shape.pid)
+        (result,) = pending.result()
+    assert killed >= 2, killed  # CORRGRPO_CODE_WORKERS, and the run's own process where it had started
+    assert result["error"] is None and result["components"]["correct"] == 1, result["info"]
