@@ -34,9 +34,10 @@ mutants: install
 demo: install
 	$(PY) examples/demo.py
 
-# Every declared service as a local process (in-memory state, default ports) until Ctrl-C.
+# Every declared service as a local process (in-memory state, default ports) until Ctrl-C; SERVE_ARGS go to
+# `corrgrpo_devtools up`, e.g. make serve SERVE_ARGS="toolcall --port toolcall=9102".
 serve: install
-	$(PY) -m corrgrpo_devtools up
+	$(PY) -m corrgrpo_devtools up $(SERVE_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
