@@ -39,6 +39,18 @@ def variants(example: Example) -> list[str]:
     return out
 
 
+def hostile_pair() -> tuple[str, str]:
+    """Issue 48.7's case: 64 predicted calls of 300 parameters (168 kB) against a 1,000-call ground truth
+    (29 kB), which matching compared pair by pair (~0.6 s an item)."""
+
+    def block(calls: list[dict]) -> str:
+        lines = "\n".join(json.dumps(call, separators=(",", ":")) for call in calls)
+        return f"<think>t</think>\n<tool_call>\n{lines}\n</tool_call>"
+
+    wide = {"name": "a", "parameters": {f"k{i}": 0 for i in range(300)}}
+    return block([wide] * 64), block([{"name": "a", "parameters": {}}] * 1000)
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process, from /proc (the server is another process)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -76,6 +88,7 @@ def main() -> int:
     rows = [("pure function, 1 process", f"{len(pairs)} mixed", *pure_rate(pairs))]
     long_think = [("<think>" + "word " * 20_000 + t.split("</think>", 1)[1], t) for _, t in pairs[:50] if "</think>" in t]
     rows.append(("pure function, 100 kB think", str(len(long_think)), *pure_rate(long_think, 2.0)))
+    rows.append(("pure function, 1,000-call ground truth", "1 hostile", *pure_rate([hostile_pair()], 2.0)))
     with start_service("toolcall") as service:
         for batch in (1, 64, 400):
             rate = http_rate(service.url, service.process.pid, pairs, batch)
