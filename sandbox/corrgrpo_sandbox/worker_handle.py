@@ -125,8 +125,8 @@ class WorkerHandle:
         self.taken = 0  # requests the pool handed out on this worker and not yet given back (`WorkerPool`)
         self.unread = bytearray()  # read ahead of the reply stream
         self._sending = threading.Lock()  # requests go out whole and in ticket order
-        # held while a caller reads its reply: the reply fd is closed only after it, never under the reader (where its
-        # number, reused by a replacement's pipe, would hand it another run's reply)
+        # held while a caller reads its reply: the reply fd is closed only after it, never under the reader
+        # (where its number, reused by a replacement's pipe, would hand it another run's reply)
         self._reading = threading.Lock()
         self._turns = threading.Condition()  # guards the tickets: replies are read in the order requests were sent
         self._sent = self._answered = 0  # requests written, replies read
@@ -240,7 +240,7 @@ class WorkerHandle:
         """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read); what it read
         of the next request's reply stays in `unread` for that request's turn."""
         while True:
-            # checked before the read-ahead too: a cancelled caller's reply may have come with the reply before it
+            # checked before the read-ahead too: a cancelled caller's reply may have come with the one before
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("run cancelled")
             if len(self.unread) >= size:
@@ -263,9 +263,9 @@ class WorkerHandle:
         return data
 
     def close(self) -> None:
-        """Kill the worker and every process of its runs, then close its pipes: a request being written fails at once
-        and a reply being read ends (their other ends are gone), so each pipe is closed only after its user is done:
-        never under a writer's or a reader's feet. A reply written whole before the kill is still read whole."""
+        """Kill the worker and every process of its runs, then close its pipes: a request being written
+        fails at once and a reply being read ends (their other ends are gone), so each pipe is closed only
+        after its user is done, never under its feet. A reply written whole before the kill is read whole."""
         self.end("the worker was closed")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)

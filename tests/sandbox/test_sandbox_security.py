@@ -64,7 +64,7 @@ print("done")
 
 @pytest.mark.parametrize("ignore_sigchld", [False, True], ids=["orphan", "auto-reaped"])
 def test_cpu_of_a_grandchild_counts(pool_sandbox: Sandbox, ignore_sigchld: bool) -> None:
-    """In every shape (test_guarantees_by_shape): ignoring SIGCHLD is refused, so no process's CPU leaves with it."""
+    """In every shape (test_guarantees_by_shape): ignoring SIGCHLD is refused, no CPU leaves with a child."""
     result = pool_sandbox.run(GRANDCHILD_DOES_THE_WORK.format(ignore_sigchld=ignore_sigchld), limits=Limits(wall_s=30))
     stdout = b"refused\ndone\n" if ignore_sigchld else b"done\n"
     assert (result.exit_code, result.stdout, result.anomaly) == (0, stdout, None)

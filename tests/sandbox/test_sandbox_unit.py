@@ -314,8 +314,8 @@ def test_a_cgroup_is_removed_even_with_a_process_left_in_it() -> None:
 
 
 class LateReader:
-    """`select` for the parent's reply reads that waits until `go` is set: a caller that gets a core late on a loaded
-    machine, made deterministic (the two races below failed 2 runs in 11 of this file at load 3-8)."""
+    """`select` for the parent's reply reads that waits until `go` is set: a caller that gets a core late on a
+    loaded machine, made deterministic (the two races below failed 2 runs in 11 of this file at load 3-8)."""
 
     def __init__(self) -> None:
         self.go = threading.Event()
@@ -332,13 +332,16 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def test_a_reply_is_read_whole_though_a_request_behind_it_finds_the_worker_gone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run spends its worker, which ends after its reply; a request handed to that worker meanwhile cannot be written
-    (the worker is gone), so its caller closes the worker. The reply of the run before, whole in the pipe, is still
-    its caller's: it read 'worker closed: OSError(9, 'Bad file descriptor')' when its fd was closed under it."""
+def test_a_reply_is_read_whole_though_a_request_behind_it_finds_the_worker_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run spends its worker, which ends after its reply; a request handed to that worker meanwhile
+    cannot be written (the worker is gone), so its caller closes the worker. The reply of the run before,
+    whole in the pipe, is still its caller's: it read 'worker closed: OSError(9, 'Bad file descriptor')'
+    when its fd was closed under it, or, once a replacement's pipe had the fd's number, that run's reply."""
     late = LateReader()
     monkeypatch.setattr("corrgrpo_sandbox.worker_handle.select", late)
-    spend = "import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\nos.fork() or os._exit(0)\nprint('spent')"
+    spend = "import os\nfor _ in range(2):\n    os.fork() or os._exit(0)\nprint('spent')"  # 2 pids: spent
     with Sandbox("pool", workers=1) as sandbox, ThreadPoolExecutor(2) as threads:
         (worker,) = sandbox._pool.live
         spender = threads.submit(sandbox.run, spend)
@@ -353,8 +356,8 @@ def test_a_reply_is_read_whole_though_a_request_behind_it_finds_the_worker_gone(
 def test_a_queued_run_cancelled_before_its_turn_raises_though_its_reply_was_read_ahead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The queued run ends before the caller of the run before it reads; that read takes both replies (read-ahead),
-    and the cancelled caller found its reply already read and returned it: 'DID NOT RAISE RunCancelled'."""
+    """The queued run ends before the caller of the run before it reads; that read takes both replies
+    (read-ahead), and the cancelled caller found its reply already read and returned it: 'DID NOT RAISE'."""
     late, cancel = LateReader(), threading.Event()
     monkeypatch.setattr("corrgrpo_sandbox.worker_handle.select", late)
 
@@ -369,8 +372,12 @@ def test_a_queued_run_cancelled_before_its_turn_raises_though_its_reply_was_read
         second = threads.submit(queued)
         wait_for(lambda: worker._sent == 2, "the second request was not sent")
         cancel.set()
-        pending = array.array("i", [0])
-        wait_for(lambda: fcntl.ioctl(worker.reply_fd, termios.FIONREAD, pending) == 0 and pending[0] > 4000, "replies")
+        pending = array.array("i", [0])  # bytes in the reply pipe: both replies, the second over 4000
+
+        def both_replies() -> bool:
+            return fcntl.ioctl(worker.reply_fd, termios.FIONREAD, pending) == 0 and pending[0] > 4000
+
+        wait_for(both_replies, "the two runs did not both answer")
         late.go.set()
         assert (first.result(30).stdout, first.result().anomaly) == (b"first\n", None)
         with pytest.raises(RunCancelled):

@@ -23,10 +23,10 @@ process or leave state behind the run are refused with EPERM:
   SIGCHLD ignored or SA_NOCLDWAIT the kernel reaps a run's children itself and their CPU is lost to every
   counter but a cgroup's; without them each process waits as a zombie until its parent or the worker reaps it,
   its CPU then added to the reaper's (`process_tree`);
-* the host's page cache, shared by every run: a run could evict a page of a read-only file (a 0) or touch it
-  (a 1) and a later run read it without blocking. Refused: `mincore`, `cachestat` and `preadv2`/`pwritev2` with
-  RWF_NOWAIT (residency), `fadvise64`, `readahead`, `remap_file_pages`, `process_madvise` and `madvise` with
-  any advice but `ADVICE` (eviction: PAGEOUT, COLD, REMOVE; KSM merging, another cross-process side channel).
+* the host's page cache, shared by every run: a run could evict a page of a read-only file (a 0) or touch
+  it (a 1) and a later run read it without blocking. Refused: `mincore`, `cachestat` and `preadv2`/`pwritev2`
+  with RWF_NOWAIT (residency), `fadvise64`, `readahead`, `remap_file_pages`, `process_madvise` and `madvise`
+  with any advice but `ADVICE` (eviction: PAGEOUT, COLD, REMOVE; KSM merging, a cross-process side channel).
   Touching a page and reading residency back by fault-around or timing remain (the sandbox README).
 
 Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the program as another one without a
@@ -113,8 +113,8 @@ SYSCALLS = {
 PRIO_PROCESS, IOPRIO_WHO_PROCESS, AF_UNIX = 0, 1, 1
 SIGCHLD, RWF_NOWAIT = 17, 0x8  # the same on both architectures
 # madvise advice that acts on the caller's own mappings only (what allocators and the C library use: DONTNEED
-# and FREE drop anonymous pages, and only unmap file pages; guard regions); COLD, PAGEOUT, REMOVE, COLLAPSE, KSM
-# and test advice get EINVAL, the kernel's answer to advice it does not know, which libraries fall back from
+# and FREE drop anonymous pages, and only unmap file pages; guard regions); COLD, PAGEOUT, REMOVE, COLLAPSE,
+# KSM and test advice get EINVAL, the kernel's answer to unknown advice, which libraries fall back from
 ADVICE = (0, 1, 2, 3, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19, 22, 23, 24, 102, 103)
 # allowed only with these (argument index, value) pairs: the caller itself, a unix socket
 CONDITIONAL = {
@@ -131,7 +131,7 @@ CONDITIONAL = {
     "socketpair": ((0, AF_UNIX),),
 }
 # refused only when every condition holds, each (argument index, test, value) on the argument's low 32 bits
-# (the kernel reads an int argument's, whatever the high ones); "set": a pointer that is not NULL (both halves)
+# (the kernel reads an int argument's, whatever the high ones); "set": a pointer not NULL (either half)
 REFUSED_WHEN = {
     "rt_sigaction": ((0, "equal", SIGCHLD), (1, "set", 0)),
     "preadv2": ((5, "bits", RWF_NOWAIT),),
