@@ -4,6 +4,7 @@ Every command that reads a config takes `--config FILE`, `--set key.path=value` 
 COMMANDS lists them, with the function that adds a command's own options.
 
 run         --config trainer/configs/toolcall.yaml [--warmup-set K=V]   warm-up (when missing), RL, evaluation  pipeline.py
+preflight   --config trainer/configs/<domain>.yaml   one batch: truncation, zero variance, step time, advice  preflight.py
 train       --config trainer/configs/<domain>.yaml [--max-steps N] [--output-dir D]    RL only            train.py
 sft         --config trainer/configs/<domain>_sft.yaml [--max-steps N] [--output-dir D]  the warm-up only  sft.py
 eval        --config trainer/configs/agentdojo.yaml [--output F]   AgentDojo's paper metrics (agentdojo/)
@@ -55,12 +56,23 @@ def run_command(args: argparse.Namespace) -> int:
 
     config = config_of(args)
     claim([config["run_dir"], config["trl"]["output_dir"]], args.resume)
-    warmup = None
-    if "warmup" in config:  # it warms up the RL config's model
-        tiny = [f"trl.max_length={TINY_CONTEXT}"] if config["model"] == TINY else []  # its rows are longer in tokens
-        overrides = [*tiny, *args.warmup_set, f"model={json.dumps(config['model'])}"]
-        warmup = read_config(config["warmup"], "warmup", overrides)
-    run(config, warmup, args.resume)
+    run(config, warmup_of(config, args.warmup_set), args.resume)
+    return 0
+
+
+def warmup_of(config: dict[str, Any], warmup_set: list[str]) -> dict[str, Any] | None:
+    """The config's warm-up (an SFT config) for the RL config's model, or None."""
+    if "warmup" not in config:
+        return None
+    tiny = [f"trl.max_length={TINY_CONTEXT}"] if config["model"] == TINY else []  # its rows are longer in tokens
+    return read_config(config["warmup"], "warmup", [*tiny, *warmup_set, f"model={json.dumps(config['model'])}"])
+
+
+def preflight_command(args: argparse.Namespace) -> int:
+    from .preflight import preflight, starting_model
+
+    warmup = warmup_of(config := config_of(args), args.warmup_set)
+    preflight(*starting_model(config, warmup), warmup=warmup)
     return 0
 
 
@@ -157,6 +169,10 @@ def rl_options(parser: argparse.ArgumentParser) -> None:
 
 def run_options(parser: argparse.ArgumentParser) -> None:
     rl_options(parser)
+    warmup_set_option(parser)
+
+
+def warmup_set_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup-set",
         action="append",
@@ -164,6 +180,11 @@ def run_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY.PATH=VALUE",
         help="override a key of the warm-up config, as --set does for the RL config; repeatable (default: none)",
     )
+
+
+def preflight_options(parser: argparse.ArgumentParser) -> None:
+    config_options(parser)
+    warmup_set_option(parser)
 
 
 def eval_options(parser: argparse.ArgumentParser) -> None:
@@ -238,6 +259,12 @@ COMMANDS = {
         "warm-up (when its checkpoint is missing), RL and the held-out evaluation into one run directory",
         run_command,
         run_options,
+    ),
+    "preflight": Command(
+        "one batch of the configured policy scored by the services: truncation, zero variance, reward ranges, "
+        "a step's time, advice",
+        preflight_command,
+        preflight_options,
     ),
     "train": Command("train a policy with CorrGRPO/GRPO/GDPO against running reward services (TRL)", train_command, rl_options),
     "sft": Command(

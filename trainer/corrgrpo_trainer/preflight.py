@@ -1,0 +1,262 @@
+"""`python -m corrgrpo_trainer preflight`: one generation batch of the configured policy scored by the real services,
+and what it says about the config before a run spends hours on it.
+
+The batch is made by the trainer itself: a CorrGRPOTrainer built of the run's rows (data.py, row_check.py), reward
+columns (rewards.py), policy (policy.py) and TRL arguments generates and scores it (`_generate_and_score_completions`,
+so TRL's own sampling settings), and one micro-batch is trained on for real (TRL's loss, backward, no optimizer
+step) to time the update. The report: truncation rate, per-component zero-variance share and reward range, seconds
+per item per service, a step's time split into generation / scoring / update, and advice drawn from those numbers.
+`run` prints the same lines before step 1 (pipeline.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import json
+import math
+import resource
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import InputError, check_services
+from .data import load_rows
+from .policy import bf16, config_policy
+from .rewards import service_rewards
+from .row_check import checked_rows
+from .rundir import RUN
+
+TRUNCATION_ADVICE = 0.1  # above this share of truncated completions the report says how long answers are
+PERCENTILE = 0.95
+
+
+@dataclass
+class Report:
+    """One preflight batch and what it says; `lines()` is what is printed."""
+
+    model: str
+    max_completion_length: int
+    group: int
+    names: list[str]
+    completion_ids: list[list[int]]  # each completion's tokens up to and including its EOS (truncated: all of them)
+    truncated: list[bool]
+    rewards: list[list[float]]  # [N][K] unweighted, NaN = missing
+    service_seconds: dict[str, tuple[int, float]]  # service -> items, seconds
+    generation_s: float
+    scoring_s: float
+    update_s: float  # the estimated update of one step
+    update_how: str
+    warmup_p95: int | None = None  # tokens of the warm-up's answers (95th percentile), when the config has a warm-up
+    max_steps: int = 0
+    peak: dict[str, float] = field(default_factory=dict)  # peak_memory() after the batch and its update
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def truncation_rate(self) -> float:
+        return sum(self.truncated) / len(self.truncated)
+
+    def zero_variance_share(self) -> dict[str, float]:
+        """Per component, the share of groups whose scored values are all equal (a group with none scored counts)."""
+        groups = [self.rewards[start : start + self.group] for start in range(0, len(self.rewards), self.group)]
+        shares = {}
+        for k, name in enumerate(self.names):
+            constant = [len({row[k] for row in group if not math.isnan(row[k])}) <= 1 for group in groups]
+            shares[name] = sum(constant) / len(constant)
+        return shares
+
+    def reward_range(self) -> dict[str, tuple[float, float] | None]:
+        """Per component, the lowest and highest scored value (None: nothing scored)."""
+        ranges: dict[str, tuple[float, float] | None] = {}
+        for k, name in enumerate(self.names):
+            values = [row[k] for row in self.rewards if not math.isnan(row[k])]
+            ranges[name] = (min(values), max(values)) if values else None
+        return ranges
+
+    @property
+    def step_s(self) -> float:
+        return self.generation_s + self.scoring_s + self.update_s
+
+    def advice(self) -> list[str]:
+        """What to change, from the numbers; empty when nothing stands out."""
+        advice = []
+        if self.truncation_rate > TRUNCATION_ADVICE:
+            lengths = [len(ids) for ids, cut in zip(self.completion_ids, self.truncated, strict=True) if not cut]
+            known = (
+                f"warm-up answers have p95 {self.warmup_p95} tokens"
+                if self.warmup_p95 is not None
+                else f"finished completions here have p95 {percentile(lengths)} tokens"
+                if lengths
+                else "no completion here finished"
+            )
+            advice.append(
+                f"max_completion_length {self.max_completion_length} truncates {self.truncation_rate:.0%} of "
+                f"completions; {known}: raise trl.max_completion_length (a truncated answer scores as malformed)"
+            )
+        shares = self.zero_variance_share()
+        if shares and all(share == 1.0 for share in shares.values()):
+            advice.append(
+                "no group's reward varied in any component: every advantage is 0 and nothing is learned; "
+                "warm the policy up (`warmup:`) or raise trl.temperature / trl.num_generations"
+            )
+        else:
+            advice.extend(
+                f"{name} did not vary in any group: it adds nothing to the advantages yet"
+                for name, share in shares.items()
+                if share == 1.0
+            )
+        return advice
+
+    def lines(self) -> list[str]:
+        n, tokens = len(self.truncated), [len(ids) for ids in self.completion_ids]
+        lines = [
+            f"[preflight] {n} completions ({n // self.group} groups of {self.group}) of {self.model}, scored by the services",
+            f"[preflight] truncated: {self.truncation_rate:.0%} at max_completion_length {self.max_completion_length} "
+            f"(completion tokens: median {percentile(tokens, 0.5)}, p95 {percentile(tokens)})",
+        ]
+        for name, share in self.zero_variance_share().items():
+            span = self.reward_range()[name]
+            shown = f"{span[0]:.3g}..{span[1]:.3g}" if span else "nothing scored"
+            lines.append(f"[preflight] {name}: zero-variance groups {share:.0%}, rewards {shown}")
+        lines += [
+            f"[preflight] {service}: {seconds / max(items, 1):.3f} s per item ({items} items in {seconds:.1f} s)"
+            for service, (items, seconds) in self.service_seconds.items()
+        ]
+        total = f"; {self.max_steps} steps ~{clock(self.step_s * self.max_steps)}" if self.max_steps > 0 else ""
+        lines.append(
+            f"[preflight] a step ~{self.step_s:.1f} s: generation {self.generation_s:.1f} s, scoring "
+            f"{self.scoring_s:.1f} s, update {self.update_s:.1f} s ({self.update_how}){total}"
+        )
+        lines += [f"[preflight] peak memory: {', '.join(f'{k} {v}' for k, v in self.peak.items())}"] if self.peak else []
+        lines += [f"[preflight] note: {note}" for note in self.notes]
+        lines += [f"[preflight] advice: {advice}" for advice in self.advice()] or ["[preflight] advice: none"]
+        return lines
+
+
+def percentile(values: Sequence[int], q: float = PERCENTILE) -> int:
+    """The nearest-rank q-quantile (0 of nothing)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
+
+
+def starting_model(config: dict[str, Any], warmup: dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """The config with the policy step 1 would train: the warm-up checkpoint `run` would reuse when it is there; and a
+    note when it is not (the batch is then the unwarmed model's)."""
+    if warmup is None:
+        return config, None
+    from .pipeline import warmup_checkpoint
+
+    checkpoint = warmup_checkpoint(config, warmup)
+    if (checkpoint / "config.json").is_file():
+        return config | {"model": str(checkpoint)}, None
+    return config, f"no warm-up checkpoint yet ({checkpoint}): this is {config['model']} before its warm-up"
+
+
+def warmup_answer_tokens(warmup: dict[str, Any], tokenizer: Any) -> int | None:
+    """The 95th percentile of the tool-call warm-up's answers in the policy's tokens (with the EOS that ends one)."""
+    if warmup.get("domain") != "toolcall":
+        return None
+    from .sft import rlla_rows
+
+    with contextlib.redirect_stdout(io.StringIO()):  # its row count line belongs to the warm-up
+        rows = rlla_rows(warmup.get("dataset") or {})
+    answers = [row["completion"][0]["content"] for row in rows]
+    return percentile([len(ids) + 1 for ids in tokenizer(answers, add_special_tokens=False)["input_ids"]])
+
+
+def preflight(config: dict[str, Any], warmup: dict[str, Any] | None = None, note: str | None = None, show: bool = True) -> Report:
+    """Generate and score one batch of `config`'s policy, train one micro-batch of it, and report (printed when
+    `show`). `config["model"]` is the policy as given (`starting_model` picks the warm-up's checkpoint); `warmup`
+    gives the answer lengths the advice compares with, `note` is one more line."""
+    if config["domain"] not in ("code", "toolcall"):
+        raise InputError(f"preflight covers the single-turn domains (code, toolcall), not {config['domain']!r}")
+    check_services(config)
+    from datasets import Dataset
+    from trl.trainer.utils import split_tensor_dict
+
+    from .trl_trainer import CorrGRPOConfig, CorrGRPOTrainer
+
+    columns, weights = service_rewards(config)
+    rows = checked_rows(load_rows(config), config)
+    with tempfile.TemporaryDirectory(prefix="corrgrpo-preflight-") as scratch:
+        name, model, tokenizer = config_policy(config, scratch)
+        trl_args = {**config.get("trl", {}), "output_dir": scratch, "report_to": "none"}
+        args = CorrGRPOConfig(reward_weights=weights, keep_rollouts=False, show_phases=True, **{"bf16": bf16(name), **trl_args})
+        with contextlib.redirect_stdout(io.StringIO()):  # the phase lines of a step that is not one
+            trainer = CorrGRPOTrainer(
+                model=model, processing_class=tokenizer, reward_funcs=columns, args=args, train_dataset=Dataset.from_list(rows)
+            )
+            phases = trainer.phases
+            trainer.model.train()
+            if args.activation_checkpointing:  # as Trainer.train does: the update is timed as it will run
+                trainer.model.activation_checkpointing_enable(
+                    activation_checkpointing_kwargs=args.activation_checkpointing_kwargs
+                )
+            trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # Trainer.train sets it
+            phases.start_step(1, 1)
+            batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+            micro = split_tensor_dict(batch, args.steps_per_generation)[0]
+            start = time.monotonic()
+            trainer.accelerator.backward(trainer.compute_loss(trainer.model, micro))
+            micro_s = time.monotonic() - start
+            phases.end_step()
+            phases.close()
+        seconds = {phase: s for phase, _, s in phases.done}
+        eos = tokenizer.eos_token_id
+        completion_ids, truncated = [], []
+        for ids in batch["completion_ids"].tolist():
+            cut = eos not in ids
+            completion_ids.append(ids if cut else ids[: ids.index(eos) + 1])
+            truncated.append(cut)
+        micro_n = micro["completion_ids"].shape[0]
+        report = Report(
+            model=str(config.get("model")),
+            max_completion_length=args.max_completion_length,
+            group=args.num_generations,
+            names=list(trainer.reward_func_names),
+            completion_ids=completion_ids,
+            truncated=truncated,
+            rewards=trainer._gathered_rewards.tolist(),
+            service_seconds=dict(phases.services),
+            generation_s=seconds.get("generating", 0.0) + seconds.get("log-probs", 0.0),
+            scoring_s=seconds.get("scoring", 0.0),
+            update_s=micro_s * args.gradient_accumulation_steps * args.num_iterations,
+            update_how=f"one real forward+backward of {micro_n} rollouts ({micro_s:.1f} s) x "
+            f"{args.gradient_accumulation_steps} accumulation x {args.num_iterations} iteration",
+            warmup_p95=warmup_answer_tokens(warmup, tokenizer) if warmup else None,
+            max_steps=args.max_steps,
+            peak=peak_memory(),
+            notes=[note] if note else [],
+        )
+        del trainer, model, batch, micro
+        gc.collect()  # the run that follows loads its own policy
+    if show:
+        print("\n".join(report.lines()), flush=True)
+    return report
+
+
+def peak_memory() -> dict[str, float]:
+    """This process's peak memory so far in GB: `rss_max_gb` (the OS's maximum resident set), and
+    `cuda_max_allocated_gb` when torch has been using CUDA."""
+    peak = {"rss_max_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)}  # Linux: KiB
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peak["cuda_max_allocated_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    return peak
+
+
+def record_peak_memory(run_dir: str | Path) -> None:
+    """Add the process's peak memory (`peak_memory`) to the run's run.json."""
+    path = Path(run_dir) / RUN
+    if path.is_file():
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"peak_memory": peak_memory()}, indent=2) + "\n")
