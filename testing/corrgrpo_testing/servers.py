@@ -93,7 +93,8 @@ def launch(name: str, env: dict[str, str] | None = None, port: int | None = None
 def start_service(
     name: str, env: dict[str, str] | None = None, port: int | None = None, timeout_s: float = 60, tmp_dir: str = "/tmp"
 ) -> Iterator[ServiceProcess]:
-    """Run the service as a subprocess on loopback (JSON logs); yields once `/healthz` answers; stops it after."""
+    """Run the service as a subprocess on loopback (JSON logs); yields once `/healthz` answers; stops it after and
+    removes its log (its tail goes to stderr first when the block failed)."""
     port = port or free_port()
     full_env = {**os.environ, "CORRGRPO_LOG_JSON": "true", **(env or {})}
     service = launch(name, full_env, port, os.path.join(tmp_dir, f"corrgrpo-{name}-{port}.log"))
@@ -105,6 +106,7 @@ def start_service(
         raise
     finally:
         service.stop()
+        Path(service.log_path).unlink(missing_ok=True)
 
 
 @contextmanager

@@ -122,8 +122,14 @@ def test_inputs_in_the_file_are_relative_to_it_outputs_and_set_paths_to_the_work
 def test_set_reads_its_value_as_yaml_and_fills_in_defaults(tmp_path: Path) -> None:
     config = read_config(
         write_config(tmp_path),
-        overrides=["services.toolcall.components=[format, name]", "advantage_floor=0.5", "trl.learning_rate=1e-5"],
+        overrides=[
+            "services.toolcall.components=[format, name]",
+            "advantage_floor=0.5",
+            "trl.learning_rate=1e-5",
+            "trl.logging_steps=1",
+        ],
     )
+    assert "logging_steps: 1\n" in yaml.safe_dump(config["trl"])  # as given, not the field type's 1.0
     assert config["services"]["toolcall"]["components"] == ["format", "name"] and config["advantage_floor"] == 0.5
     assert config["trl"]["learning_rate"] == 1e-5  # YAML 1.1 reads 1e-5 as a string; TRL's float type converts it
     assert config["dataset"]["split"] == "train" and config["services"]["toolcall"]["prefix"] == ""

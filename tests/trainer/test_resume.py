@@ -59,6 +59,22 @@ def test_outputs_go_under_the_working_folder_and_a_run_there_is_not_overwritten(
     assert (tmp_path / "runs" / "a" / METRICS).read_text() == '{"step": 1}\n'
 
 
+def test_a_resume_that_would_drop_kept_steps_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = config_file(tmp_path / "configs", "http://127.0.0.1:9")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / METRICS).write_text('{"step": 1}\n')  # a run that saved no checkpoint
+    with pytest.raises(SystemExit):
+        main(["train", "--config", str(path), "--resume"])
+    assert capsys.readouterr().err.startswith(
+        f"python -m corrgrpo_trainer train: error: --resume: {tmp_path / 'runs' / 'a'} has no checkpoint, and starting "
+        "over would drop the steps the run kept"
+    )
+    assert (tmp_path / "runs" / "a" / METRICS).read_text() == '{"step": 1}\n'
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_and_resume_continues_the_steps(tmp_path: Path, toolcall: ServiceProcess) -> None:
     path = config_file(tmp_path, toolcall.url)

@@ -55,7 +55,7 @@ def run_command(args: argparse.Namespace) -> int:
     from .pipeline import run
 
     config = config_of(args)
-    claim([config["run_dir"], config["trl"]["output_dir"]], args.resume)
+    claim(config["run_dir"], config["trl"]["output_dir"], args.resume)
     run(config, warmup_of(config, args.warmup_set), args.resume)
     return 0
 
@@ -69,21 +69,25 @@ def warmup_of(config: dict[str, Any], warmup_set: list[str]) -> dict[str, Any] |
 
 
 def preflight_command(args: argparse.Namespace) -> int:
+    from .pipeline import warmup_checkpoint
     from .preflight import preflight, starting_model
 
     warmup = warmup_of(config := config_of(args), args.warmup_set)
-    preflight(*starting_model(config, warmup), warmup=warmup)
+    start, note = starting_model(config, warmup_checkpoint(config, warmup) if warmup else None)
+    preflight(start, warmup, note)
     return 0
 
 
 def train_command(args: argparse.Namespace) -> int:
     from .pipeline import write_resolved
+    from .preflight import record_peak_memory
     from .train import train
 
     config = config_of(args)
-    claim([config["run_dir"], config["trl"]["output_dir"]], args.resume)
+    claim(config["run_dir"], config["trl"]["output_dir"], args.resume)
     write_resolved(config)
     train(config, resume=args.resume)
+    record_peak_memory(config["run_dir"])
     return 0
 
 

@@ -197,7 +197,8 @@ def check_trl(values: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[
             raise InputError(f"{where}: unknown key 'trl.{key}' (not a trl.{config_class.__name__} field){hint}")
         adapter = TypeAdapter(hints[key])
         try:
-            checked[key] = adapter.dump_python(adapter.validate_python(value), mode="json")
+            dumped = adapter.dump_python(adapter.validate_python(value), mode="json")
+            checked[key] = value if dumped == value else dumped  # `logging_steps: 1` stays 1, not the field's 1.0
         except ValidationError as error:
             first = error.errors()[0]
             raise InputError(f"{where}: trl.{key}: {first['msg']} (got {value!r})") from None

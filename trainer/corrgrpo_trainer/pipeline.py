@@ -23,6 +23,7 @@ from .config import check_services
 from .data import load_rows
 from .models import EMBEDDED, WHEEL
 from .policy import load_policy
+from .preflight import preflight, record_peak_memory
 from .rewards import service_rewards
 from .row_check import checked_rows
 from .sft import generate, sft
@@ -52,9 +53,14 @@ def run(config: dict[str, Any], warmup: dict[str, Any] | None, resume: bool = Fa
         else:
             sft(warmup)
         config = config | {"model": str(checkpoint)}
-    trainer = train(config, resume=resume)
+    if config["domain"] != "agentdojo":  # the lines of `preflight`, before step 1
+        preflight(config, warmup)
     policy = Path(config["run_dir"]) / "policy"
-    trainer.save_model(str(policy))
+    if resume and (policy / "config.json").is_file():  # the run was stopped after its training
+        print(f"[run] {policy}: training finished before; evaluating it", flush=True)
+    else:
+        train(config, resume=resume).save_model(str(policy))
+    record_peak_memory(config["run_dir"])  # the process's: warm-up, preflight and training
     if "evaluation" not in config:
         return None
     held_out = config | {"model": str(policy), "dataset": config["evaluation"]}

@@ -34,14 +34,27 @@ class Interrupted(Exception):
     """A run stopped by Ctrl-C; the message is one line, which `cli.main` completes with the resume command."""
 
 
-def claim(directories: Sequence[str | Path], resume: bool) -> None:
-    """A run starts only where no run is: each of `directories` new or empty, unless it is resumed."""
-    for directory in dict.fromkeys(Path(d) for d in directories):
+def claim(run_dir: str | Path, output_dir: str | Path, resume: bool) -> None:
+    """A run starts only where no run is: both directories new or empty; a resumed one needs a checkpoint in
+    `output_dir` unless it kept no step yet (starting over would drop the steps it kept)."""
+    for directory in dict.fromkeys((Path(run_dir), Path(output_dir))):
         if not resume and directory.is_dir() and any(directory.iterdir()):
             raise InputError(f"{directory} is not empty (a run is there): --resume continues it, --output-dir DIR starts another")
+    metrics = Path(run_dir) / METRICS
+    if resume and last_checkpoint(output_dir) is None and metrics.is_file() and metrics.read_text().strip():
+        raise InputError(
+            f"--resume: {output_dir} has no checkpoint, and starting over would drop the steps the run kept "
+            "(trl.save_strategy saves checkpoints); --output-dir DIR starts another run"
+        )
 
 
-def checkpoint_step(checkpoint: str | None) -> int:
+def last_checkpoint(output_dir: str | Path) -> str | None:
+    """The `checkpoint-N` folder of the highest N in `output_dir` (TRL's), or None."""
+    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and p.name.partition("-")[2].isdigit()]
+    return str(max(found, key=checkpoint_step)) if found else None
+
+
+def checkpoint_step(checkpoint: str | Path | None) -> int:
     """The step a `checkpoint-N` folder was saved at (0: none, a run resumed from its start)."""
     return int(Path(checkpoint).name.rpartition("-")[2]) if checkpoint else 0
 

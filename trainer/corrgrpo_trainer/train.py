@@ -24,7 +24,7 @@ from .policy import bf16, config_policy, starting_weights
 from .progress import component_table, metrics_callback, progress_line
 from .rewards import service_rewards
 from .row_check import checked_rows
-from .rundir import METRICS, ROLLOUTS, Interrupted, checkpoint_step, keep_steps
+from .rundir import METRICS, ROLLOUTS, Interrupted, checkpoint_step, keep_steps, last_checkpoint
 
 
 def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, progress: bool = True, resume: bool = False) -> Any:
@@ -120,12 +120,6 @@ def nothing_learned(step: int) -> str:
         f"[train] step {step}: every group had the same reward (zero variance): nothing is learned; warm up first "
         "(`warmup:` in the config, run by `python -m corrgrpo_trainer run`) or raise trl.temperature / trl.num_generations"
     )
-
-
-def last_checkpoint(output_dir: str) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
 class StopAfterStep:
