@@ -3,6 +3,7 @@ reported as it is (truncation, zero variance, ranges, times, advice); `run` prin
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,8 +13,10 @@ import yaml
 
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import read_config
-from corrgrpo_trainer.preflight import preflight
+from corrgrpo_trainer.preflight import Report, percentile, preflight
+from corrgrpo_trainer.rundir import RUN
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
@@ -61,3 +64,61 @@ def test_the_report_is_what_the_batch_shows(tmp_path: Path, toolcall: ServicePro
     assert report.generation_s > 0 and report.update_s > 0
     assert cut > 0.5  # seeded: TRL's seed and the tiny policy's
     assert any(f"max_completion_length {MAX_TOKENS} truncates {cut:.0%} of completions" in line for line in printed)
+
+
+def test_the_command_and_run_print_the_report_before_step_1(
+    tmp_path: Path, toolcall: ServiceProcess, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = config_file(tmp_path, toolcall.url)
+    monkeypatch.chdir(tmp_path)
+    assert main(["preflight", "--config", str(path)]) == 0
+    alone = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[preflight]")]
+    assert alone[1].startswith("[preflight] truncated: ") and alone[-1].startswith("[preflight] advice: ")
+    assert main(["run", "--config", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    first_step = next(i for i, line in enumerate(out) if line.startswith("[train] step 1/1"))
+    in_run = [i for i, line in enumerate(out) if line.startswith("[preflight]")]
+    assert in_run and max(in_run) < first_step
+    # seeded alike, the same batch: the same lines but for the measured times and memory
+    timeless = [line for line in alone if " s per item" not in line and "a step ~" not in line and "memory" not in line]
+    assert [out[i] for i in in_run if out[i] in timeless] == timeless
+    peak = json.loads((tmp_path / "run" / RUN).read_text())["peak_memory"]
+    assert 0.1 < peak["rss_max_gb"] < 64
+
+
+def batch(rewards: list[list[float]], ids: list[list[int]], truncated: list[bool], warmup_p95: int | None) -> Report:
+    return Report(
+        model="m",
+        max_completion_length=4,
+        group=2,
+        names=["a", "b"],
+        completion_ids=ids,
+        truncated=truncated,
+        rewards=rewards,
+        service_seconds={"s": (4, 2.0)},
+        generation_s=1.0,
+        scoring_s=2.0,
+        update_s=3.0,
+        update_how="x",
+        warmup_p95=warmup_p95,
+    )
+
+
+def test_the_advice_follows_the_numbers() -> None:
+    nan = math.nan
+    varied = [[1.0, 0.0], [0.0, 0.0], [nan, 0.5], [0.5, 0.5]]  # a varies in group 0, b in neither (nan: missing)
+    report = batch(varied, [[1, 2], [1, 2, 3, 4], [5], [1, 2, 3, 4]], [False, True, False, True], None)
+    assert report.truncation_rate == 0.5
+    assert report.zero_variance_share() == {"a": 0.5, "b": 1.0}
+    assert report.reward_range() == {"a": (0.0, 1.0), "b": (0.0, 0.5)}
+    assert report.step_s == 6.0 and percentile([1, 2, 3, 4, 100]) == 100 and percentile([3, 1, 2], 0.5) == 2
+    assert report.advice() == [
+        "max_completion_length 4 truncates 50% of completions; finished completions here have p95 2 tokens: raise "
+        "trl.max_completion_length (a truncated answer scores as malformed)",
+        "b did not vary in any group: it adds nothing to the advantages yet",
+    ]
+    report = batch([[0.0, 0.0]] * 4, [[1, 2, 3, 4]] * 4, [True] * 4, 57)
+    assert report.advice()[0].startswith("max_completion_length 4 truncates 100% of completions; warm-up answers have p95 57")
+    assert report.advice()[1].startswith("no group's reward varied in any component")
+    report = batch([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], [[1]] * 4, [False] * 4, None)
+    assert report.advice() == [] and report.lines()[-1] == "[preflight] advice: none"

@@ -150,14 +150,11 @@ def clock(seconds: float) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
 
 
-def starting_model(config: dict[str, Any], warmup: dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
-    """The config with the policy step 1 would train: the warm-up checkpoint `run` would reuse when it is there; and a
-    note when it is not (the batch is then the unwarmed model's)."""
-    if warmup is None:
+def starting_model(config: dict[str, Any], checkpoint: Path | None) -> tuple[dict[str, Any], str | None]:
+    """The config with the policy step 1 would train: the warm-up `checkpoint` (`pipeline.warmup_checkpoint`) when
+    it is there; and a note when it is not (the batch is then the unwarmed model's)."""
+    if checkpoint is None:
         return config, None
-    from .pipeline import warmup_checkpoint
-
-    checkpoint = warmup_checkpoint(config, warmup)
     if (checkpoint / "config.json").is_file():
         return config | {"model": str(checkpoint)}, None
     return config, f"no warm-up checkpoint yet ({checkpoint}): this is {config['model']} before its warm-up"
