@@ -67,6 +67,7 @@ def namespaced_service(shape: str, env: dict[str, str]) -> Iterator[ServiceProce
         raise
     finally:
         service.stop()
+        Path(log_path).unlink(missing_ok=True)
 
 
 @contextmanager
@@ -127,11 +128,16 @@ def test_readyz_names_the_isolation_and_that_all_cpu_counts(shape: Shape) -> Non
     expected = "docker" if shape.name == "docker" else "bwrap"
     assert shape.ready["ready"] is True and shape.ready["checks"]["sandbox"] == expected, shape.ready
     assert shape.ready["checks"]["cpu"] == "every process of a run counted", shape.ready
+    # as uid 0 without a pids cgroup only a run's CPU and wall limits end its processes: /readyz says so
+    expected = "unbounded" if shape.name == "bwrap-cgroup2" else "at most 16"
+    assert shape.ready["checks"]["processes"].startswith(expected), shape.ready
 
 
 class LosingSandbox:
     """Counts only the CPU of processes a run waits for (the sandbox without a cgroup counter did), after
     `anomalies` runs whose worker broke."""
+
+    limits = Limits()
 
     def __init__(self, cpu_s: float, anomalies: int = 0) -> None:
         self.cpu_s, self.anomalies = cpu_s, anomalies
@@ -152,7 +158,7 @@ def test_a_shape_that_loses_reaped_cpu_is_refused() -> None:
     # one broken worker is retried; two are a refusal naming the anomaly
     assert uncounted_cpu(LosingSandbox(2 * HIDDEN_CPU_S, anomalies=1)) is None
     failed = uncounted_cpu(LosingSandbox(2 * HIDDEN_CPU_S, anomalies=2))
-    assert failed == "the CPU probe run failed: worker died"
+    assert failed == "the probe run failed: worker died"
 
 
 # What a candidate causes is its own failure, never an item error, and never its neighbour's.

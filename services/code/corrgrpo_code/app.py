@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import atexit
 import logging
+from dataclasses import replace
 
 from fastapi import FastAPI
 
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_common import add_score_route, make_store
 from corrgrpo_proto.code import CodeScoreRequest
-from corrgrpo_sandbox import IsolationUnavailable, Limits, Sandbox
+from corrgrpo_sandbox import ExecResult, IsolationUnavailable, Sandbox
 
 from .declaration import SERVICE
 from .problems import load_problems
@@ -40,16 +41,61 @@ for orphan in (False, True):
 """
 
 
+# Processes a run holds at once, past its limit (`processes`) if nothing stops it; it ends them itself, so
+# that no leftover makes the run an anomaly.
+MANY_PROCESSES = """
+import os, signal, time
+started = []
+for _ in range({attempts}):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    started.append(pid)
+for pid in started:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+print(len(started))
+"""
+
+
+def probe(sandbox: Sandbox, source: str) -> ExecResult:
+    """A start-up probe's run; a worker that broke tells nothing of the shape: once more, on a fresh one."""
+    limits = replace(sandbox.limits, cpu_s=2, wall_s=10)
+    result = sandbox.run(source, limits=limits)
+    return sandbox.run(source, limits=limits) if result.anomaly else result
+
+
+def failed(result: ExecResult) -> str | None:
+    if result.anomaly or result.exit_code != 0:
+        return f"the probe run failed: {result.anomaly or result.stderr[-300:].decode(errors='replace')}"
+    return None
+
+
 def uncounted_cpu(sandbox: Sandbox) -> str | None:
     """Why this shape's sandbox does not count all of a run's CPU, or None when it does (a run proves it)."""
-    result = sandbox.run(HIDDEN_CPU, limits=Limits(cpu_s=2, wall_s=10))
-    if result.anomaly:  # a worker that broke tells nothing of the counting: once more, on a fresh one
-        result = sandbox.run(HIDDEN_CPU, limits=Limits(cpu_s=2, wall_s=10))
-    if result.anomaly or result.exit_code != 0:
-        return f"the CPU probe run failed: {result.anomaly or result.stderr[-300:].decode(errors='replace')}"
+    result = probe(sandbox, HIDDEN_CPU)
+    if why := failed(result):
+        return why
     if result.cpu_s < 1.6 * HIDDEN_CPU_S:  # two processes spent HIDDEN_CPU_S each
         return f"{result.cpu_s:.3f} s of a run's {2 * HIDDEN_CPU_S} s in reaped processes counted"
     return None
+
+
+def process_bound(sandbox: Sandbox) -> str:
+    """What bounds a run's processes in this shape, as a run finds it (as uid 0 without a pids cgroup, only
+    its CPU and wall limits do)."""
+    limit = sandbox.limits.processes
+    result = probe(sandbox, MANY_PROCESSES.format(attempts=limit + 8))
+    if why := failed(result):
+        return why
+    started = int(result.stdout)
+    if started >= limit + 8:
+        return f"unbounded: a run held {started} processes (limit {limit}); only CPU and wall limits end them"
+    return f"at most {limit} a run"
 
 
 def build(settings: CodeSettings) -> FastAPI:
@@ -72,6 +118,7 @@ def build(settings: CodeSettings) -> FastAPI:
         sandbox.close()
         message = f"the code service refuses to score where not all of a run's CPU is counted: {uncounted}"
         raise IsolationUnavailable(message)
+    processes = process_bound(sandbox)
     atexit.register(sandbox.close)
     store = make_store(settings)
     scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), settings.scoring_config(), settings.code_workers)
@@ -87,7 +134,10 @@ def build(settings: CodeSettings) -> FastAPI:
             raise RuntimeError(uncounted)
         return "every process of a run counted"
 
-    readiness = {"sandbox": sandbox_isolation, "cpu": cpu_counted}
+    async def processes_bounded() -> str:
+        return processes
+
+    readiness = {"sandbox": sandbox_isolation, "cpu": cpu_counted, "processes": processes_bounded}
     app = SERVICE.create_app(settings, readiness=readiness, store=store, field_limits=settings.field_limits())
     app.state.scorer = scorer
     add_score_route(app, CodeScoreRequest, scorer.score)
