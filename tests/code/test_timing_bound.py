@@ -1,12 +1,14 @@
 """Timing has a hard bound: the sandbox CPU that timing spends on one correct program (`calibrated`: its pairs, both
 sides, every stdin case; `paper`: its problem's t_ref runs) is at most `CORRGRPO_CODE_TIMING_BUDGET_S`, whatever the
-program costs, and a run the budget cuts pays efficiency 0, never an item error.
+program costs, and a run the budget cuts pays efficiency 0, never an item error. So has a stdin verdict, all
+its cases together (`CORRGRPO_CODE_VERDICT_BUDGET_S`): a program it cuts is a `timeout`, whatever the cases.
 
 The CPU is counted here, from every sandbox run's `cpu_s`, not taken from the service's own account."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import threading
 from collections.abc import Iterator
@@ -17,33 +19,36 @@ import pytest
 
 from corrgrpo_code.efficiency import Calibration, PairedTimes
 from corrgrpo_code.extract import extract
-from corrgrpo_code.harness import CHILD_FILE, HarnessResult
+from corrgrpo_code.harness import CHILD_FILE, HarnessResult, main_program
 from corrgrpo_code.prepared import PreparedProblem
 from corrgrpo_code.runs import dump, run_key
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.settings import CodeSettings
 from corrgrpo_code.timing_budget import BudgetedSandbox, OverBudget, TimingBudget
 from corrgrpo_common import MemoryStore, Scored
+from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import AnyProblem, CodeItem, CodeProblem, StdinProblem
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
 BUDGET_S = 4.0
 SLOW_S = 1.5  # a slow side's CPU per run: three pairs of it, or four reference runs, are over the budget
 CASES = 12
+MANY_CASES = 40  # of 0.3 s each: far from a case's limit (6 s of CPU, 13 s of wall) on a loaded host
 SLACK_S = 0.05  # the kernel's CPU accounting ticks
 
 
 class CountingSandbox(Sandbox):
-    """The real sandbox, which adds up the CPU of every run it makes."""
+    """The real sandbox, which adds up the CPU of every run it makes, and of those of each program."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.lock, self.cpu_s = threading.Lock(), 0.0
+        self.lock, self.cpu_s, self.by_source = threading.Lock(), 0.0, collections.Counter[str]()
 
     def run(self, source: str, **kwargs: Any) -> ExecResult:
         result = super().run(source, **kwargs)
         with self.lock:
             self.cpu_s += result.cpu_s
+            self.by_source[source] += result.cpu_s
         return result
 
 
@@ -67,26 +72,45 @@ def square_problem(slow: str) -> tuple[AnyProblem, str, str]:
     return problem, f"def square(x):\n{slow}    return x * x\n", "def square(x):\n    return x * x\n"
 
 
-def stdin_problem(slow: str) -> tuple[AnyProblem, str, str]:
-    cases = [{"input": f"{i}\n", "output": f"{i * i}\n"} for i in range(CASES)]
+def stdin_problem(slow: str, count: int = CASES) -> tuple[AnyProblem, str, str]:
+    cases = [{"input": f"{i}\n", "output": f"{i * i}\n"} for i in range(count)]
     problem = StdinProblem(task_id="squares", stdin_cases=cases, reference="")  # type: ignore[arg-type]
     return problem, f"{slow}print(int(input()) ** 2)\n", "print(int(input()) ** 2)\n"
 
 
-def scored(
-    sandbox: CountingSandbox, monkeypatch: pytest.MonkeyPatch, mode: str, problem: AnyProblem, candidate: str, store: Any = None
-) -> tuple[Scored, float]:
-    """One item scored with the timing budget `BUDGET_S`, and the sandbox CPU spent on it beyond its verdict run."""
+def score_one(
+    sandbox: CountingSandbox,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    problem: AnyProblem,
+    candidate: str,
+    store: Any = None,
+) -> Scored | ItemError:
+    """One item scored with the timing budget `BUDGET_S` (and the verdict budget `BUDGET_S`)."""
     monkeypatch.setenv("CORRGRPO_CODE_EFFICIENCY_MODE", mode)
     monkeypatch.setenv("CORRGRPO_CODE_TIMING_BUDGET_S", str(BUDGET_S))
+    monkeypatch.setenv("CORRGRPO_CODE_VERDICT_BUDGET_S", str(BUDGET_S))
     monkeypatch.setenv("CORRGRPO_CODE_WALL_S", "60")  # CPU is what is bounded; a loaded machine must not time out
     config = CodeSettings().scoring_config()
     scorer = CodeScorer(sandbox, store or MemoryStore(), {}, config, workers=2)
-    before = sandbox.cpu_s
     try:
         [result] = asyncio.run(scorer.score([CodeItem(problem=problem, completion=f"```python\n{candidate}```")]))
     finally:
         scorer.close()
+    return result
+
+
+def scored(
+    sandbox: CountingSandbox,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    problem: AnyProblem,
+    candidate: str,
+    store: Any = None,
+) -> tuple[Scored, float]:
+    """One correct item scored (`score_one`), and the sandbox CPU spent on it beyond its verdict run."""
+    before = sandbox.cpu_s
+    result = score_one(sandbox, monkeypatch, mode, problem, candidate, store)
     assert isinstance(result, Scored) and result.components["correct"] == 1, result
     verdict_s = result.info["t"] if result.info["run"] == "run" else 0.0
     return result, sandbox.cpu_s - before - verdict_s
@@ -147,6 +171,66 @@ def test_a_run_starts_only_within_the_budget_and_a_wall_timeout_is_its_own(sandb
     budgeted = BudgetedSandbox(sandbox, TimingBudget(4.0))
     result = budgeted.run("import time\ntime.sleep(30)\n", limits=Limits(cpu_s=5, wall_s=0.5))
     assert result.timed_out and result.cpu_s < 1 and budgeted.budget.spent_s == result.cpu_s
+
+
+def scored_with_spend(
+    sandbox: CountingSandbox, monkeypatch: pytest.MonkeyPatch, problem: AnyProblem, candidate: str
+) -> tuple[Scored | ItemError, float, float]:
+    """`score_one` in `calibrated`, and the CPU spent by the candidate's runs and by the reference's."""
+    prepared = PreparedProblem.of(problem)
+    candidate_source = main_program(extract(f"```python\n{candidate}```", prepared.marker).code)
+    before = collections.Counter(sandbox.by_source)
+    result = score_one(sandbox, monkeypatch, "calibrated", problem, candidate)
+    after = collections.Counter(sandbox.by_source)
+    after.subtract(before)
+    return result, after[candidate_source], after[main_program(prepared.reference.code)]
+
+
+def test_a_slow_correct_stdin_program_over_many_cases_costs_its_verdict_at_most_the_budget(
+    sandbox: CountingSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of its cases well within the case limit, together three times the verdict budget (on the
+    cases' pool): the budget ends the verdict, a `timeout` (compile 1, runtime 0); the reference passes."""
+    problem, candidate, reference = stdin_problem(burn(3 * BUDGET_S / MANY_CASES), MANY_CASES)
+    problem = problem.model_copy(update={"reference": reference})
+    result, candidate_s, reference_s = scored_with_spend(sandbox, monkeypatch, problem, candidate)
+    assert isinstance(result, Scored) and result.info["stage"] == "timeout", result
+    assert "verdict budget" in result.info["error"] and result.info["tests_passed"] < MANY_CASES, result.info
+    components = result.components
+    assert (components["compile"], components["runtime"], components["correct"]) == (1, 0, 0)
+    assert 0 < candidate_s <= BUDGET_S + SLACK_S, (candidate_s, result.info)
+    assert reference_s > 0  # checked once, passing: the cut is the candidate's
+
+
+def test_a_problem_whose_reference_the_verdict_budget_cuts_is_invalid(
+    sandbox: CountingSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its reference as slow as the candidate: no program as fast as the reference could pass, so the cut
+    is `invalid_problem` naming the setting, each side's verdict within the budget."""
+    problem, candidate, _ = stdin_problem(burn(3 * BUDGET_S / MANY_CASES), MANY_CASES)
+    slow_reference = candidate.replace("** 2", "* int(1) ** 2")  # as slow, another program
+    problem = problem.model_copy(update={"reference": slow_reference})
+    result, candidate_s, reference_s = scored_with_spend(sandbox, monkeypatch, problem, candidate)
+    assert isinstance(result, ItemError) and result.code == "invalid_problem", result
+    assert "CORRGRPO_CODE_VERDICT_BUDGET_S" in result.message
+    assert 0 < candidate_s <= BUDGET_S + SLACK_S, candidate_s
+    assert 0 < reference_s <= BUDGET_S + SLACK_S, reference_s
+
+
+def test_runs_on_threads_reserve_their_caps_and_wait_for_what_the_others_leave() -> None:
+    """A second run whose limit does not fit beside the first's cap waits for it, then gets its own limit."""
+    budget = TimingBudget(10.0, name="verdict")
+    assert budget.reserve(5.0) == 5.0 and budget.left_s == 4.0  # its cap: 6 s
+    second: list[float | None] = []
+    waiter = threading.Thread(target=lambda: second.append(budget.reserve(5.0)))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not second
+    budget.release(5.0, spent_s=1.0)
+    waiter.join(5.0)
+    assert second == [5.0] and budget.spent_s == 1.0 and budget.left_s == 3.0
+    budget.release(5.0, spent_s=8.5)
+    assert budget.reserve(5.0) is None  # nothing in flight, under 2 s left: no run fits
 
 
 @pytest.mark.parametrize("left_s", [0.0, 1.0, 1.99, 2.0, 2.5, 3.0, 4.7, 9.99, 10.0])

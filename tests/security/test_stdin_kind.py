@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from corrgrpo_code.harness import HarnessResult
-from corrgrpo_code.stdio import CasePool, run_stdin
+from corrgrpo_code.stdio import CasePool, CaseRuns, run_stdin
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import Limits, Sandbox
 
@@ -22,7 +22,7 @@ def judged(sandbox: Sandbox, solution: str, cases: list[StdinCase] = CASES) -> H
     alone = run_stdin(sandbox, solution, cases, LIMITS, case_s=3)
     pool = CasePool(sandbox, workers=2)
     try:
-        pooled = run_stdin(sandbox, solution, cases, LIMITS, case_s=3, pool=pool)
+        pooled = run_stdin(sandbox, solution, cases, LIMITS, case_s=3, runs=CaseRuns(pool=pool))
     finally:
         pool.close()
     assert (pooled.stage, pooled.passed, pooled.total) == (alone.stage, alone.passed, alone.total)

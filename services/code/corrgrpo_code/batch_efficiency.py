@@ -22,6 +22,7 @@ from .lanes import Answers, item_error
 from .prepared import PreparedProblem
 from .reference_times import ReferenceTimes
 from .scoring import Outcome
+from .stdio import CaseRuns
 from .timing_budget import BudgetedSandbox, OverBudget, TimingBudget
 
 Timed = tuple[int, Outcome, PreparedProblem]  # a correct item: its index in the batch, outcome, problem
@@ -82,7 +83,8 @@ def calibrate(
     # Both programs parse when the reference did at preparation (`available`): the candidate passed its tests already.
     parsed = prepared.reference.available
     budgeted = BudgetedSandbox(sandbox, budget)
-    run = functools.partial(run_tests, budgeted, prepared, limits=config.limits, parsed=parsed, cases=(None, cancelled))
+    cases = CaseRuns(cancel=cancelled)
+    run = functools.partial(run_tests, budgeted, prepared, limits=config.limits, parsed=parsed, cases=cases)
     shown: dict[str, Any] = {"t_ref": None, "t_ref_source": "paired"}
     with sandbox.cancellable(cancelled or threading.Event()):
         try:

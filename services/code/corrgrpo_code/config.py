@@ -25,6 +25,9 @@ class ScoringConfig:
     calibration: Calibration = field(default_factory=Calibration)
     # CPU seconds of one program's calibrated pairs, or of one problem's t_ref runs (`timing_budget.py`)
     timing_budget_s: float = 10.0
+    # CPU seconds of one stdin verdict, all its cases (`stdio.py`): LeetCodeDataset v0.3.1's dearest passing
+    # reference needs 4.6 s for all of its tests, a stdin case 1.4 ms more
+    verdict_budget_s: float = 60.0
     max_code_chars: int = 100_000  # longer code is not parsed or run: parsing alone grows to seconds
     case_s: float = CASE_S
     run_ttl_s: float = 3600.0  # a run's verdict is shared through the store this long (`runs`); 0: within a batch only

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 
 from corrgrpo_proto.code import CallProblem
 from corrgrpo_sandbox import Limits, Sandbox
@@ -12,11 +11,10 @@ from .config import CASE_S
 from .harness import HarnessResult, run_assert, run_io
 from .parsing import syntax_error
 from .prepared import PreparedProblem
-from .stdio import CasePool, case_limits, run_stdin
+from .stdio import ONE_BY_ONE, CaseRuns, case_limits, run_stdin
 
 log = logging.getLogger("corrgrpo.code")
 PROBE = "def f():\n    return 1\n"  # a run the sandbox must pass when it is healthy
-CaseRuns = tuple[CasePool | None, threading.Event | None]  # where stdin cases run, and the batch's cancel event
 
 
 class SandboxFault(RuntimeError):
@@ -30,7 +28,7 @@ def _run_once(
         if not parsed and (error := syntax_error(solution)):
             return HarnessResult("syntax", "stdin", 0, len(prepared.stdin), error)  # type: ignore[arg-type]
         case_s = prepared.time_limit_s or CASE_S
-        return run_stdin(sandbox, solution, prepared.stdin, limits, case_s, *cases)
+        return run_stdin(sandbox, solution, prepared.stdin, limits, case_s, cases)
     if prepared.time_limit_s is not None:
         limits = case_limits(limits, min(limits.cpu_s, prepared.time_limit_s))
     if prepared.io_tests is not None:
@@ -46,7 +44,7 @@ def run_tests(
     solution: str,
     limits: Limits,
     parsed: bool = False,
-    cases: CaseRuns = (None, None),
+    cases: CaseRuns = ONE_BY_ONE,
 ) -> HarnessResult:
     """The harness run for `solution`, retried once on a sandbox anomaly. An anomaly that repeats while a
     trivial probe passes is the solution's doing (it killed its worker, say): returned as stage `anomaly`,

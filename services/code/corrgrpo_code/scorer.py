@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import math
 import queue
 import threading
@@ -23,7 +24,9 @@ from . import batch_efficiency
 from .config import ScoringConfig
 from .execution import run_tests
 from .extract import extract
+from .harness import HarnessResult
 from .identity import Content, content_hash, problem_content
+from .kinds import ProblemError
 from .lanes import Answers, Batch, lane
 from .memo import BoundedMemo
 from .parsing import parse_solution
@@ -31,9 +34,10 @@ from .prepared import PreparedProblem
 from .reference_times import ReferenceTimes
 from .runs import SharedRuns, run_key
 from .scoring import Outcome, conclude, too_long
-from .stdio import CasePool
+from .stdio import CasePool, CaseRuns, cut_by_budget
 
 PREPARED_CACHE = 256  # distinct problems kept prepared (split tests, reference tree)
+log = logging.getLogger("corrgrpo.code")
 
 
 class CodeScorer:
@@ -47,6 +51,8 @@ class CodeScorer:
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
         self.cases = CasePool(sandbox, max(1, workers))
         self.prepared: BoundedMemo[Content, PreparedProblem] = BoundedMemo(PREPARED_CACHE)
+        # `_verdict`'s reference checks, by problem: why it cannot be judged, or None
+        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED_CACHE)
         self.reference_times = ReferenceTimes(sandbox, store, self.pool, config)
 
     def close(self) -> None:
@@ -107,8 +113,8 @@ class CodeScorer:
             return too_long(extracted, config.max_code_chars)
         parsed = parse_solution(code)  # the syntax check and the similarity share one parse
         tree = None if isinstance(parsed, str) else parsed
-        cases = (self.cases, runs.cancelled if runs else None)
-        execute = functools.partial(run_tests, self.sandbox, prepared, code, config.limits, tree is not None, cases)
+        cases = CaseRuns(config.verdict_budget_s, self.cases, runs.cancelled if runs else None)
+        execute = functools.partial(self._verdict, prepared, code, tree is not None, cases)
         outcome = functools.partial(conclude, prepared, extracted, tree, isolation=isolation, timed=config.efficiency)
         if runs is None:
             return outcome(execute(), "run")
@@ -122,3 +128,25 @@ class CodeScorer:
             return outcome(future.result()[0], "batch")
 
         return concluded() if future.done() else concluded
+
+    def _verdict(self, prepared: PreparedProblem, code: str, parsed: bool, cases: CaseRuns) -> HarnessResult:
+        """`code`'s run; one the verdict's budget cut is the candidate's `timeout`, unless the problem's
+        reference is cut too (checked once per problem): then no program as fast as the reference could pass,
+        and it is `invalid_problem` (ProblemError)."""
+        result = run_tests(self.sandbox, prepared, code, self.config.limits, parsed, cases)
+        if cut_by_budget(result) and prepared.reference.code:
+            check = functools.partial(self._reference_cut, prepared, cases)
+            unjudgeable = self.unjudgeable.get(prepared.judged_key, check)
+            if unjudgeable is not None:
+                raise ProblemError(unjudgeable)
+        return result
+
+    def _reference_cut(self, prepared: PreparedProblem, cases: CaseRuns) -> str | None:
+        reference, config = prepared.reference, self.config
+        result = run_tests(self.sandbox, prepared, reference.code, config.limits, reference.available, cases)
+        if not cut_by_budget(result):
+            return None
+        budget_s, task_id = config.verdict_budget_s, prepared.problem.task_id
+        log.warning("a reference over the verdict budget", extra={"task_id": task_id, "budget_s": budget_s})
+        why = f"its reference does not pass within the verdict budget of {budget_s:g} CPU-s"
+        return f"{why} (CORRGRPO_CODE_VERDICT_BUDGET_S)"

@@ -70,6 +70,11 @@ class CodeSettings(ServiceSettings):
         description="Sandbox CPU seconds of one distinct correct program's timing runs (`paper`: of a t_ref), "
         "enforced within each run; a run it cuts pays efficiency 0",
     )
+    code_verdict_budget_s: float = Field(
+        DEFAULT.verdict_budget_s,
+        ge=2,
+        description="CPU seconds of one stdin verdict, all its cases (see Efficiency)",
+    )
     code_max_chars: int = Field(
         DEFAULT.max_code_chars,
         gt=0,
@@ -128,6 +133,7 @@ class CodeSettings(ServiceSettings):
                 max_pairs=self.code_timing_max_pairs,
             ),
             timing_budget_s=self.code_timing_budget_s,
+            verdict_budget_s=self.code_verdict_budget_s,
             max_code_chars=self.code_max_chars,
             reference_attempts=self.code_reference_attempts,
             reference_ttl_s=self.code_reference_ttl_s,

@@ -7,12 +7,13 @@ the program and before any of it runs (as `harness` does): `compile` is known wi
 
 A `CasePool` runs the cases of every item of a batch on as many threads as the sandbox has workers, so one item's
 cases spread over all of them (a batch of a few long items would else leave workers idle while one lane runs its
-cases one by one).
+cases one by one). All cases of one verdict spend at most `CaseRuns.budget_s` of CPU together
+(`timing_budget.py`: each case's limit is what is left), so the number of cases does not multiply its cost.
 
-Stages as the harness names them: `syntax` (does not compile), `timeout` (a case over its CPU limit: the remaining
-cases are not run, they would cost as much), `test_error` (a case exited non-zero or by a signal), `assertion` (a
-wrong output), `passed`. A crash or timeout in any case outranks a wrong output in an earlier one: `runtime` is 1
-only when no case crashed.
+Stages as the harness names them: `syntax` (does not compile), `timeout` (a case over its CPU limit, or cut by
+the verdict's budget: the remaining cases are not run, they would cost as much), `test_error` (a case exited
+non-zero or by a signal), `assertion` (a wrong output), `passed`. A crash or timeout in any case outranks a
+wrong output in an earlier one: `runtime` is 1 only when no case crashed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
 from .kinds import outputs_match
+from .timing_budget import BudgetedSandbox, OverBudget, TimingBudget
+
+VERDICT = "verdict"  # the budget's name, in its cuts' messages
+Runner = Sandbox | BudgetedSandbox  # what runs a case: the sandbox, or the sandbox within a budget
 
 
 def case_limits(limits: Limits, case_s: float) -> Limits:
@@ -44,6 +49,12 @@ def _compiled(channel: bytes) -> dict[str, object]:
     return first if type(first) is dict else {}
 
 
+def cut_by_budget(result: HarnessResult) -> bool:
+    """Whether the verdict's budget, not a case's own limit, ended it (the error is this module's, never the
+    candidate's text)."""
+    return result.stage == "timeout" and f"the {VERDICT} budget's" in (result.error or "")
+
+
 def _crash(index: int, result: ExecResult) -> str:
     lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
     why = f"exit {result.exit_code}" if result.signal is None else f"signal {result.signal}"
@@ -57,15 +68,37 @@ class CasePool:
         self.sandbox = sandbox
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="code-case")
 
-    def submit(self, program: str, stdin: bytes, limits: Limits, cancel: threading.Event | None) -> Future[ExecResult]:
-        return self.executor.submit(self._run, program, stdin, limits, cancel)
+    def submit(
+        self, runner: Runner, program: str, stdin: bytes, limits: Limits, cancel: threading.Event | None
+    ) -> Future[ExecResult]:
+        return self.executor.submit(self._run, runner, program, stdin, limits, cancel)
 
-    def _run(self, program: str, stdin: bytes, limits: Limits, cancel: threading.Event | None) -> ExecResult:
+    def _run(
+        self,
+        runner: Runner,
+        program: str,
+        stdin: bytes,
+        limits: Limits,
+        cancel: threading.Event | None,
+    ) -> ExecResult:
         with self.sandbox.cancellable(cancel) if cancel is not None else contextlib.nullcontext():
-            return self.sandbox.run(program, stdin=stdin, limits=limits)
+            return runner.run(program, stdin=stdin, limits=limits)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseRuns:
+    """The CPU budget of all of a verdict's cases (None: none, as for timing runs, which their own budget
+    bounds), where the cases run (None: one after another in the caller's thread), and the batch's cancel."""
+
+    budget_s: float | None = None
+    pool: CasePool | None = None
+    cancel: threading.Event | None = None
+
+
+ONE_BY_ONE = CaseRuns()
 
 
 def run_stdin(
@@ -74,24 +107,46 @@ def run_stdin(
     cases: Sequence[StdinCase],
     limits: Limits,
     case_s: float,
-    pool: CasePool | None = None,
-    cancel: threading.Event | None = None,
+    runs: CaseRuns = ONE_BY_ONE,
 ) -> HarnessResult:
-    """Every case (until a timeout) in its own run of `solution`, on `pool` when given (all submitted at once, read
-    in order; those not started when a case times out are cancelled), else one after another in this thread.
-    `exec` totals their CPU and wall time."""
+    """Every case (until a timeout) in its own run of `solution`, on `runs.pool` when given (all submitted at
+    once, read in order; those not started when a case times out are cancelled), else one after another in
+    this thread. `exec` totals their CPU and wall time."""
     program = main_program(solution)
     run_limits = case_limits(limits, case_s)
-    futures = [pool.submit(program, case.input.encode(), run_limits, cancel) for case in cases] if pool else []
+    budget = TimingBudget(runs.budget_s, name=VERDICT) if runs.budget_s is not None else None
+    runner = BudgetedSandbox(sandbox, budget) if budget is not None else sandbox
+    pool, cancel = runs.pool, runs.cancel
+    futures: list[Future[ExecResult]] = []
+    if pool is not None:
+        futures = [pool.submit(runner, program, case.input.encode(), run_limits, cancel) for case in cases]
     try:
-        return _judge(sandbox, program, cases, run_limits, futures)
+        return _judge(runner, budget, program, cases, run_limits, futures)
     finally:
         for future in futures:
             future.cancel()
 
 
+def _case(
+    runner: Runner,
+    budget: TimingBudget | None,
+    program: str,
+    stdin: bytes,
+    limits: Limits,
+    future: Future[ExecResult] | None,
+) -> tuple[ExecResult | None, str | None]:
+    """A case's run, and why the verdict's budget cut it (its result None when no run fitted)."""
+    try:
+        return (future.result() if future else runner.run(program, stdin=stdin, limits=limits)), None
+    except OverBudget as cut:
+        if cut.budget is not budget:  # a timing budget's cut: the timing's to handle
+            raise
+        return cut.result, str(cut)
+
+
 def _judge(
-    sandbox: Sandbox,
+    runner: Runner,
+    budget: TimingBudget | None,
     program: str,
     cases: Sequence[StdinCase],
     run_limits: Limits,
@@ -103,18 +158,25 @@ def _judge(
     cpu_s = wall_s = 0.0
     result: ExecResult | None = None
     for index, case in enumerate(cases):
-        result = futures[index].result() if futures else sandbox.run(program, stdin=case.input.encode(), limits=run_limits)
+        future = futures[index] if futures else None
+        ran, budget_cut = _case(runner, budget, program, case.input.encode(), run_limits, future)
+        if ran is None:
+            crash = crash or ("timeout", f"case {index}: {budget_cut}")
+            break
+        result = ran
         if result.anomaly:
             return HarnessResult("anomaly", "stdin", 0, total, result.anomaly, result)  # type: ignore[arg-type]
         first = _compiled(result.channel)
         if first.get("compiled") is False:
             return HarnessResult("syntax", "stdin", 0, total, str(first.get("error")), result, compiled=False)  # type: ignore[arg-type]
         if first.get("compiled") is not True:
-            stage = "timeout" if result.timed_out else "anomaly"  # the preloaded code stopped before compiling
-            return HarnessResult(stage, "stdin", 0, total, f"case {index}: no compile report", result)  # type: ignore[arg-type]
+            stage = "timeout" if result.timed_out or budget_cut else "anomaly"  # stopped before compiling
+            error = f"case {index}: {budget_cut or 'no compile report'}"
+            return HarnessResult(stage, "stdin", 0, total, error, result)  # type: ignore[arg-type]
         cpu_s, wall_s = cpu_s + result.cpu_s, wall_s + result.wall_s
-        if out_of_time(result, run_limits):
-            crash = crash or ("timeout", f"case {index}: over the time limit of {run_limits.cpu_s:g} s")
+        if budget_cut or out_of_time(result, run_limits):
+            why = budget_cut or f"over the time limit of {run_limits.cpu_s:g} s"
+            crash = crash or ("timeout", f"case {index}: {why}")
             break
         if result.exit_code != 0 or result.signal is not None:
             crash = crash or ("test_error", _crash(index, result))
@@ -124,7 +186,8 @@ def _judge(
             passed += 1
         else:
             wrong = wrong or f"case {index}: wrong output" + (" (over the output cap)" if cut else "")
-    assert result is not None, "a problem has at least one case"
     stage, error = crash or (("assertion", wrong) if wrong else ("passed", None))
+    if result is None:  # the budget was spent before this verdict's first case could run
+        return HarnessResult(stage, "stdin", 0, total, error)  # type: ignore[arg-type]
     timed = dataclasses.replace(result, cpu_s=cpu_s, wall_s=wall_s)
     return HarnessResult(stage, "stdin", passed, total, error, timed, compiled=True)  # type: ignore[arg-type]

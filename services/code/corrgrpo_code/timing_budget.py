@@ -1,18 +1,20 @@
-"""The one bound on the CPU that timing costs (`ScoringConfig.timing_budget_s`): a program's calibrated pairs, or a
-problem's t_ref runs, spend at most `TimingBudget.total_s` of sandbox CPU together, every run counted: both sides,
-every stdin case, a judge's run, a retry after an anomaly.
+"""The one mechanism that bounds the CPU of a set of runs: a program's calibrated pairs, or a problem's t_ref
+runs (`ScoringConfig.timing_budget_s`: both sides, every stdin case, a judge's run, a retry after an anomaly),
+and an item's stdin verdict, all of its cases (`ScoringConfig.verdict_budget_s`, `stdio.run_stdin`), spend at
+most `TimingBudget.total_s` of sandbox CPU together.
 
-The bound holds during a run, not only between runs: every run made for timing goes through `BudgetedSandbox.run`,
-which gives it the CPU limit `TimingBudget.limit` allows, so that the most the sandbox lets the run spend (its CPU cap,
-`ceil(cpu_s) + 1` s, sandbox README) fits in what is left. A run cut by a limit the budget lowered raises `OverBudget`:
-its timing pays nothing, and no further run is made for it.
+The bound holds during a run, not only between runs: every such run goes through `BudgetedSandbox.run`,
+which gives it the CPU limit `TimingBudget.limit` allows, so that the most the sandbox lets the run spend (its
+CPU cap, `ceil(cpu_s) + 1` s, sandbox README) fits in what is left, less the caps of runs in flight on other
+threads. A run cut by a limit the budget lowered raises `OverBudget`, and no further run is made for its set.
 """
 
 from __future__ import annotations
 
 import math
 import signal
-from dataclasses import dataclass, replace
+import threading
+from dataclasses import dataclass, field, replace
 
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
@@ -20,19 +22,33 @@ CAP_OVER_LIMIT_S = 1  # the sandbox lets a run spend its limit rounded up to who
 
 
 class OverBudget(Exception):
-    """A timing run could not start within the budget, or the budget's limit cut it: no efficiency is paid."""
+    """A run could not start within `budget`, or the budget's limit cut it (`result`, when it ran)."""
+
+    def __init__(self, message: str, budget: TimingBudget, result: ExecResult | None = None) -> None:
+        super().__init__(message)
+        self.budget, self.result = budget, result
+
+
+def cap_s(limit: float) -> float:
+    """The most the sandbox lets a run with CPU limit `limit` spend."""
+    return max(1, math.ceil(limit)) + CAP_OVER_LIMIT_S
 
 
 @dataclass
 class TimingBudget:
-    """CPU seconds for one program's timing (or one t_ref measurement); `limit` is the bound's only check."""
+    """CPU seconds for one set of runs (`name` says which, in errors); `limit` is the bound's only check.
+    Threads may share it: `reserve` and `release` keep the caps of runs in flight out of what is left."""
 
     total_s: float
     spent_s: float = 0.0
+    name: str = "timing"
+    reserved_s: float = 0.0
+    running: int = 0
+    changed: threading.Condition = field(default_factory=threading.Condition, repr=False, compare=False)
 
     @property
     def left_s(self) -> float:
-        return self.total_s - self.spent_s
+        return self.total_s - self.spent_s - self.reserved_s
 
     def limit(self, own_s: float, left_s: float | None = None) -> float | None:
         """The CPU limit of a run that may take `own_s` when `left_s` (default: what is left now) remains: `own_s`,
@@ -57,22 +73,43 @@ class TimingBudget:
                 left_s -= cost_s
         return most
 
+    def reserve(self, own_s: float) -> float | None:
+        """A run's limit (`limit`), its cap reserved until `release`. While other runs are in flight and
+        the run's own limit does not fit, it waits for them: what they leave decides, as if run in turn."""
+        with self.changed:
+            while (limit := self.limit(own_s)) != own_s and self.running:
+                self.changed.wait()
+            if limit is not None:
+                self.running, self.reserved_s = self.running + 1, self.reserved_s + cap_s(limit)
+            return limit
+
+    def release(self, limit: float, spent_s: float) -> None:
+        with self.changed:
+            self.running, self.reserved_s = self.running - 1, self.reserved_s - cap_s(limit)
+            self.spent_s += spent_s
+            self.changed.notify_all()
+
 
 class BudgetedSandbox:
-    """`Sandbox.run` for the harness, each run limited and charged by one `TimingBudget` (used by one thread)."""
+    """`Sandbox.run` for the harness, each run limited and charged by one `TimingBudget`."""
 
     def __init__(self, sandbox: Sandbox, budget: TimingBudget) -> None:
         self.sandbox, self.budget = sandbox, budget
 
     def run(self, source: str, *, stdin: bytes = b"", limits: Limits) -> ExecResult:
         budget = self.budget
-        limit = budget.limit(limits.cpu_s)
+        limit = budget.reserve(limits.cpu_s)
         if limit is None:
-            raise OverBudget(f"{budget.left_s:.2f} of the timing budget's {budget.total_s:g} CPU-s left: no run fits")
-        lowered = replace(limits, cpu_s=limit)
-        result = self.sandbox.run(source, stdin=stdin, limits=lowered)
-        budget.spent_s += result.cpu_s
+            left = f"{budget.left_s:.2f} of the {budget.name} budget's {budget.total_s:g} CPU-s left"
+            raise OverBudget(f"{left}: no run fits", budget)
+        spent_s = 0.0  # a run that raised (cancelled) is charged nothing: its set of runs ends with it
+        try:
+            result = self.sandbox.run(source, stdin=stdin, limits=replace(limits, cpu_s=limit))
+            spent_s = result.cpu_s
+        finally:
+            budget.release(limit, spent_s)
         # Over the lowered limit: SIGXCPU at it, or killed past it (a wall timeout is the run's, not the budget's)
         if limit < limits.cpu_s and (result.signal == signal.SIGXCPU or result.cpu_s > limit):
-            raise OverBudget(f"a run cut at the {limit:g} CPU-s left of the timing budget's {budget.total_s:g}")
+            cut = f"a run cut at the {limit:g} CPU-s left of the {budget.name} budget's {budget.total_s:g}"
+            raise OverBudget(cut, budget, result)
         return result
