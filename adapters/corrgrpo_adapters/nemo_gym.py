@@ -1,5 +1,11 @@
 """The corrgrpo services as NeMo Gym resources servers (nemo-gym 0.4, Python >= 3.12).
 
+NeMo Gym 0.5+ needs Python >= 3.13.14, which no registry here ships (Debian has 3.13.5): this stays on 0.4, with
+0.7's names for a failure. An item the service could not score (the service's fault, never the policy's: the
+rule of `corrgrpo_proto.common`) answers `mask_sample` = true (0.7: not a valid measurement, left out of scores),
+`failure_kind` = "verifier_error" (0.7's shared vocabulary, `nemo_gym.failure_kinds`), the reason in
+`failure_reason`, `reward` 0 and no components; a scored one answers `mask_sample` false.
+
 A package of ours that NeMo Gym loads, not routes on the services: NeMo Gym's `/verify` and `/step` bodies are
 its Responses-API objects (`nemo_gym.openai_utils`, Python >= 3.12, with ray, mlflow and wandb behind them), which
 the services would otherwise have to import and parse; here a thin NeMo Gym server turns them into our items and
@@ -71,11 +77,19 @@ def response_text(response: NeMoGymResponse) -> str:
     return completion_text("".join(text), "".join(reasoning), calls)
 
 
+FAILURE_KIND = "verifier_error"
+"""NeMo Gym 0.7's `nemo_gym.failure_kinds.VERIFIER_ERROR`: the verifier (the service) could not score the item."""
+
+
 def reward_fields(result: ItemResult) -> dict[str, Any]:
-    """A result as NeMo Gym fields: `reward`, `reward_components`, each component, and why it failed if it did."""
-    error = f"{result.error.code}: {result.error.message}" if result.error else None
+    """A result as NeMo Gym fields: `reward`, `reward_components`, each component, and 0.7's failure fields."""
     components = result.components or {}
-    return {"reward": result.total or 0.0, "reward_components": result.components, **components, "corrgrpo_error": error}
+    failed = {
+        "mask_sample": result.error is not None,
+        "failure_kind": FAILURE_KIND if result.error else None,
+        "failure_reason": f"{result.error.code}: {result.error.message}" if result.error else None,
+    }
+    return {"reward": result.total or 0.0, "reward_components": components, **components, **failed}
 
 
 class ScoreVerifyRequest(BaseVerifyRequest):
@@ -83,9 +97,13 @@ class ScoreVerifyRequest(BaseVerifyRequest):
 
 
 class ScoreVerifyResponse(BaseVerifyResponse):
+    """0.7's `BaseMultiRewardVerifyResponse` and its failure fields, declared here since 0.4 has neither."""
+
     model_config = ConfigDict(extra="allow")  # each component as a top-level field
-    reward_components: dict[str, float] | None = None
-    corrgrpo_error: str | None = None
+    reward_components: dict[str, float]
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
 
 
 class ScoreResourcesServer(SimpleResourcesServer):

@@ -145,10 +145,19 @@ def test_code_rollouts_carry_every_component(gym: dict[str, Any], services: dict
     rollouts = collect(gym, rows, "code")
     assert sorted(r["correct"] for r in rollouts) == [0.0, 0.0, 1.0]
     for rollout in rollouts:
-        assert rollout["corrgrpo_error"] is None
+        assert rollout["mask_sample"] is False and rollout["failure_kind"] is None and rollout["failure_reason"] is None
         assert all(rollout[name] == value for name, value in rollout["reward_components"].items())  # top level too
         item = {"task_id": "HumanEval/0", "completion": rollout_text(rollout)}
         check_intact(services["code"].url, item, rollout["reward_components"], rollout["reward"])
+
+
+def test_an_unscorable_item_is_masked_as_nemo_gym_0_7_names_it(gym: dict[str, Any]) -> None:
+    """The service's fault, not the policy's: masked (left out of scores), never a 0 that reads as a bad answer."""
+    prompt = {"input": [{"role": "user", "content": "Write has_close_elements, variant A"}]}
+    rows = [{"responses_create_params": prompt, "task_id": "NoSuch/1", "agent_ref": {"name": "code_agent"}}]
+    (rollout,) = collect(gym, rows, "unscorable")
+    assert rollout["mask_sample"] is True and rollout["failure_kind"] == "verifier_error"
+    assert "unknown_task" in rollout["failure_reason"] and rollout["reward_components"] == {}
 
 
 def test_toolcall_native_function_calls(gym: dict[str, Any], services: dict[str, ServiceProcess]) -> None:
@@ -183,7 +192,7 @@ def test_agentdojo_episode_multi_turn(gym: dict[str, Any], services: dict[str, S
     turns = policy.seen[seen:]
     assert len(turns) == 2 and "bill" in turns[0].user  # the episode's prompt, observed at reset
     assert "<INFORMATION>" in turns[1].tool_results[0]  # the tool result, injection included
-    assert rollout["terminated"] and rollout["info"]["corrgrpo_error"] is None
+    assert rollout["terminated"] and not rollout["info"]["mask_sample"] and rollout["info"]["failure_kind"] is None
     with RewardClient(url) as client:
         attack = TasksResponse.model_validate(client.request("GET", "/v1/tasks?suite=banking")).default_attack
     trajectory = {
