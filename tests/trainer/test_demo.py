@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from corrgrpo_testing.servers import start_service
+from corrgrpo_trainer.report import report
+from corrgrpo_trainer.rescore import rescore
 
 # The demo is a script (examples/demo.py), not a package: loaded from its file.
 _spec = importlib.util.spec_from_file_location("demo", Path(__file__).resolve().parents[2] / "examples" / "demo.py")
@@ -59,3 +61,14 @@ def test_summary_names_the_files_and_says_when_the_sandbox_is_unknown() -> None:
     text = demo.summary(None, trained=True)
     assert "zero_std_groups=" in text and "|A|=" in text and "unknown (the code service did not start)" in text
     assert str(demo.OUT / "train" / "metrics.jsonl") in text and str(demo.OUT / "demo.png") in text
+
+
+@pytest.mark.slow
+def test_the_demo_run_is_one_rescore_and_report_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the demo writes demo_out/ under the working folder
+    with start_service("code") as service:
+        history = demo.train_policy(service.url, "tiny")
+        summary = rescore(demo.OUT / "train")
+    assert [entry["step"] for entry in history if "reward" in entry] == list(range(1, demo.TRAIN_STEPS + 1))
+    assert summary["rollouts"] == demo.TRAIN_STEPS * 8 and summary["services"] == {"code": service.url}
+    assert "rewards.png" in [path.name for path in report(demo.OUT / "train")]

@@ -1,10 +1,12 @@
-"""Dataset rows a service cannot take, found when the dataset loads: dropped with one line, before they cost a step.
+"""Dataset rows a service cannot take, found when the dataset loads: dropped with one line, before they cost
+a step.
 
 A row goes to every configured service as an item (its item fields and the completion). Each service's
-`/openapi.json` names the request model of `POST /v1/score`; that model is a wire model of `corrgrpo_proto`, the one
-the service validates requests with, so the check here is the service's own validation run on a one-item request
-with an empty completion, not a copy of it. What the model does not decide (a service's size limits, a `task_id` it
-did not load) is refused at scoring; rewards.py then leaves that rollout missing rather than failing the step.
+`/openapi.json` names the request model of `POST /v1/score`; that model is a wire model of `corrgrpo_proto`, the
+one the service validates requests with, so the check here is the service's own validation run on a one-item
+request with an empty completion, not a copy of it. What the model does not decide (a service's size limits, a
+`task_id` it did not load) is refused at scoring; rewards.py then leaves that rollout missing rather than failing
+the step.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ SHOWN = 5  # rows named in the line; the rest are counted
 
 
 def request_model(document: Mapping[str, Any]) -> type[BaseModel] | None:
-    """The `corrgrpo_proto` model of a service's score request, by the name its OpenAPI document gives it (None for a
-    service whose request is no proto model: its rows are checked at scoring only)."""
+    """The `corrgrpo_proto` model of a service's score request, by the name its OpenAPI document gives it (None
+    for a service whose request is no proto model: its rows are checked at scoring only)."""
     body = document["paths"][SCORE_PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    name = body.get("$ref", "").rsplit("/", 1)[-1].removesuffix("-Input")  # pydantic's name for a model's input side
+    # "-Input": pydantic's name for the input side of a model
+    name = body.get("$ref", "").rsplit("/", 1)[-1].removesuffix("-Input")
     return next((model for model in MODELS if model.__name__ == name), None)
 
 
@@ -44,7 +47,7 @@ def refusal(model: type[BaseModel], item: dict[str, Any]) -> str | None:
 
 
 def refused_rows(rows: Sequence[Mapping[str, Any]], services: Mapping[str, Mapping[str, Any]]) -> dict[int, str]:
-    """Index → why, for each row some configured service's request model refuses (the first service that does)."""
+    """Index → why, for each row some configured service's request model refuses (the first that does)."""
     refused: dict[int, str] = {}
     for name, spec in services.items():
         with RewardClient(spec["url"], **sync_options(client_options(spec))) as client:
@@ -60,13 +63,14 @@ def refused_rows(rows: Sequence[Mapping[str, Any]], services: Mapping[str, Mappi
 
 
 def checked_rows(rows: list[dict[str, Any]], config: Mapping[str, Any], label: str = "dataset") -> list[dict[str, Any]]:
-    """`rows` (of the config's `dataset`) without those a configured service cannot take; one line says how many,
-    which (row numbers of the source) and why."""
+    """`rows` (of the config's `dataset`) without those a configured service cannot take; one line says how
+    many, which (row numbers of the source) and why."""
     refused = refused_rows(rows, config["services"])
     if not refused:
         return rows
     first = (config.get("dataset") or {}).get("offset", 0)  # row numbers as the source counts them
     named = ", ".join(f"row {first + index} ({why})" for index, why in list(refused.items())[:SHOWN])
     more = f" and {len(refused) - SHOWN} more" if len(refused) > SHOWN else ""
-    print(f"[data] {label}: dropped {len(refused)} of {len(rows)} rows the services cannot take: {named}{more}", flush=True)
+    dropped = f"dropped {len(refused)} of {len(rows)} rows the services cannot take"
+    print(f"[data] {label}: {dropped}: {named}{more}", flush=True)
     return [row for index, row in enumerate(rows) if index not in refused]
