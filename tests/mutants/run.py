@@ -7,7 +7,7 @@ A mutant is killed when pytest reports a failed test (exit 1); one that passes s
 (snippet not found once, no such test, a collection error, a timeout) is an error. A baseline job runs every named
 test on an unmutated copy: it must pass with nothing skipped, or no kill means anything.
 
-    python tests/mutants/run.py [--jobs N] [--check] [NAME ...]
+    python tests/mutants/run.py [--jobs N] [--check] [--no-baseline] [--rev COMMIT] [NAME ...]
 """
 
 from __future__ import annotations
@@ -77,22 +77,25 @@ def load(catalogue: Path = CATALOGUE) -> list[Mutant]:
     return mutants
 
 
-def tree_files() -> list[str]:
-    """The checkout's files as a clone plus the work in progress would have them (deleted ones left out)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
+def tree_files(rev: str | None = None, unpack_into: Path | None = None) -> tuple[Path, list[str]]:
+    """The folder the scratch copies are made from and its files: the checkout as a clone plus the work in progress
+    would have it (deleted files left out), or commit `rev` alone, unpacked into `unpack_into`."""
+    if rev is None:
+        command = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+        listed = subprocess.run(command, cwd=REPO, check=True, capture_output=True).stdout.decode()
+        return REPO, [name for name in listed.split("\0") if name and (REPO / name).is_file()]
+    assert unpack_into is not None
+    unpack_into.mkdir()
+    archive = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(unpack_into)], input=archive, check=True)
+    return unpack_into, sorted(str(path.relative_to(unpack_into)) for path in unpack_into.rglob("*") if path.is_file())
 
 
-def scratch_copy(files: list[str], into: Path) -> Path:
+def scratch_copy(source: Path, files: list[str], into: Path) -> Path:
     for name in files:
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, target, follow_symlinks=False)
+        shutil.copy2(source / name, target, follow_symlinks=False)
     return into
 
 
@@ -129,9 +132,9 @@ def imported_from(root: Path, env: dict[str, str]) -> str:
     return (done.stdout + done.stderr).strip()
 
 
-def baseline(files: list[str], tests: list[str], workdir: Path) -> Outcome:
+def baseline(source: Path, files: list[str], tests: list[str], workdir: Path) -> Outcome:
     start = time.monotonic()
-    root = scratch_copy(files, workdir / "baseline")
+    root = scratch_copy(source, files, workdir / "baseline")
     env = environment(root)
     if wrong := imported_from(root, env):
         return Outcome("baseline", "error", time.monotonic() - start, f"parts not imported from the copy: {wrong}")
@@ -164,9 +167,9 @@ def tail(output: str, lines: int = 15) -> str:
     return "\n".join(output.strip().splitlines()[-lines:])
 
 
-def run_mutant(mutant: Mutant, files: list[str], workdir: Path) -> Outcome:
+def run_mutant(mutant: Mutant, source: Path, files: list[str], workdir: Path) -> Outcome:
     start = time.monotonic()
-    root = scratch_copy(files, workdir / mutant.name)
+    root = scratch_copy(source, files, workdir / mutant.name)
     try:
         mutant.apply(root)
     except ValueError as error:
@@ -180,11 +183,11 @@ def run_mutant(mutant: Mutant, files: list[str], workdir: Path) -> Outcome:
     return Outcome(mutant.name, status, seconds, failed_tests(done.stdout) if status == "killed" else tail(done.stdout))
 
 
-def check(mutants: list[Mutant], files: list[str]) -> list[str]:
-    """Problems with the catalogue against the tree as it is: snippets not found exactly once, missing test files."""
+def check(mutants: list[Mutant], source: Path, files: list[str]) -> list[str]:
+    """Problems with the catalogue against a tree: snippets not found exactly once, missing test files."""
     problems = []
     for mutant in mutants:
-        text = (REPO / mutant.file).read_text() if mutant.file in files else ""
+        text = (source / mutant.file).read_text() if mutant.file in files else ""
         if (count := text.count(mutant.old)) != 1:
             problems.append(f"{mutant.name}: the snippet occurs {count} times in {mutant.file}")
         problems += [f"{mutant.name}: no test file {test}" for test in mutant.tests if test.split("::")[0] not in files]
@@ -197,24 +200,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once (default: cores)")
     parser.add_argument("--check", action="store_true", help="only check that every snippet and test file is there")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run (while writing a mutant)")
+    parser.add_argument("--rev", help="mutate this commit alone, not the work tree (others' edits in progress)")
     args = parser.parse_args(argv)
     mutants = load()
     if unknown := set(args.names) - {mutant.name for mutant in mutants}:
         parser.error(f"no such mutants: {sorted(unknown)}")
     mutants = [mutant for mutant in mutants if not args.names or mutant.name in args.names]
-    files = tree_files()
-    if problems := check(mutants, files):
-        print("\n".join(problems), file=sys.stderr)
-        return 1
-    if args.check:
-        print(f"{len(mutants)} mutants: every snippet found once, every test file there")
-        return 0
     tests = sorted({test for mutant in mutants for test in mutant.tests})
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="corrgrpo-mutants-") as work, ThreadPoolExecutor(args.jobs) as pool:
         workdir = Path(work)
-        futures = [] if args.no_baseline else [pool.submit(baseline, files, tests, workdir)]
-        futures += [pool.submit(run_mutant, mutant, files, workdir) for mutant in mutants]
+        source, files = tree_files(args.rev, workdir / "source")
+        if problems := check(mutants, source, files):
+            print("\n".join(problems), file=sys.stderr)
+            return 1
+        if args.check:
+            print(f"{len(mutants)} mutants: every snippet found once, every test file there")
+            return 0
+        futures = [] if args.no_baseline else [pool.submit(baseline, source, files, tests, workdir)]
+        futures += [pool.submit(run_mutant, mutant, source, files, workdir) for mutant in mutants]
         outcomes = []
         for future in as_completed(futures):
             outcome = future.result()

@@ -13,7 +13,7 @@ from .run import REPO, Mutant, check, load, tree_files
 def test_every_snippet_is_in_its_file_once_and_every_named_test_file_exists() -> None:
     mutants = load()
     assert len(mutants) >= 40
-    assert check(mutants, tree_files()) == []
+    assert check(mutants, *tree_files()) == []
 
 
 def test_every_mutant_names_its_guarantee_and_file_inside_the_repository() -> None:
