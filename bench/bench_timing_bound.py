@@ -1,4 +1,5 @@
-"""The sandbox CPU that timing costs for one correct item: every run's `cpu_s` summed, less the item's verdict run.
+"""The sandbox CPU that timing costs for one correct item: every run's `cpu_s` summed, less the item's verdict
+run (`timing_cpu_s`), and all of it (`item_cpu_s`: a stdin verdict over many slow cases shows its own bound).
 
 `calibrated`: the candidate is the slow side (its timing pairs are what is bounded); `paper`: the reference is (its
 t_ref runs are). The slow side spends SECONDS of CPU per run in a `time.process_time()` loop (over CASES stdin cases
@@ -76,6 +77,7 @@ def main() -> None:
     info = getattr(result, "info", {})
     timing_s = sandbox.cpu_s - (info.get("t") or 0.0)
     shown = {"mode": mode, "kind": kind, "slow_s": slow_s, "other_s": other_s, "cases": cases, "runs": sandbox.runs}
+    shown["item_cpu_s"] = round(sandbox.cpu_s, 2)  # everything: verdict, reference check, timing
     efficiency = result.components["efficiency"] if hasattr(result, "components") else None
     print(json.dumps({**shown, "timing_cpu_s": round(timing_s, 2), "efficiency": efficiency, **{k: info.get(k) for k in SHOWN}}))
 
