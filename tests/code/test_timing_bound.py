@@ -100,17 +100,10 @@ def score_one(
     return result
 
 
-def scored(
-    sandbox: CountingSandbox,
-    monkeypatch: pytest.MonkeyPatch,
-    mode: str,
-    problem: AnyProblem,
-    candidate: str,
-    store: Any = None,
-) -> tuple[Scored, float]:
-    """One correct item scored (`score_one`), and the sandbox CPU spent on it beyond its verdict run."""
+def scored(sandbox: CountingSandbox, *args: Any) -> tuple[Scored, float]:
+    """`score_one(sandbox, *args)`, a correct item, and the sandbox CPU spent on it beyond its verdict run."""
     before = sandbox.cpu_s
-    result = score_one(sandbox, monkeypatch, mode, problem, candidate, store)
+    result = score_one(sandbox, *args)
     assert isinstance(result, Scored) and result.components["correct"] == 1, result
     verdict_s = result.info["t"] if result.info["run"] == "run" else 0.0
     return result, sandbox.cpu_s - before - verdict_s
