@@ -126,42 +126,43 @@ def run_configs(tmp_path: Path, url: str) -> Path:
     rl = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
     rl["services"]["toolcall"]["url"] = url
     rl["dataset"]["limit"], rl["evaluation"]["limit"] = 2, 2
-    rl["trl"] |= {"output_dir": "../run", "per_device_train_batch_size": 2, "num_generations": 2, "max_steps": 1}
+    rl["trl"] |= {"output_dir": "run", "per_device_train_batch_size": 2, "num_generations": 2, "max_steps": 1}
     rl["trl"] |= {"max_completion_length": 8, "gradient_checkpointing": False, "use_cpu": True}
     warmup = yaml.safe_load((CONFIGS / "toolcall_sft.yaml").read_text())
-    warmup["trl"] |= {"output_dir": "../warm", "max_length": 8192, "gradient_accumulation_steps": 2, "use_cpu": True}
+    warmup["trl"] |= {"max_length": 8192, "gradient_accumulation_steps": 2, "use_cpu": True}
     (folder / "toolcall.yaml").write_text(yaml.safe_dump(rl))
     (folder / "toolcall_sft.yaml").write_text(yaml.safe_dump(warmup))
     return folder / "toolcall.yaml"
 
 
 @pytest.mark.slow
-def test_run_warms_up_trains_and_evaluates_into_the_run_directory_and_skips_an_existing_warm_up(
+def test_run_warms_up_trains_and_evaluates_under_the_working_folder_and_reuses_the_same_warm_up(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data_dir = require_shared_data("rlla_4k/test.parquet").parents[1]
     monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))  # the shipped public sources, read from their local copies
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)  # paths are the config's, not the working directory's
+    monkeypatch.chdir(elsewhere)  # outputs go here, not beside the config
+    small = ["--model", "tiny", "--warmup-set", "dataset.limit=2"]
     with start_service("toolcall") as service:
         config = run_configs(tmp_path, service.url)
-        assert main(["run", "--config", str(config), "--model", "tiny", "--warmup-set", "dataset.limit=2"]) == 0
+        assert main(["run", "--config", str(config), *small]) == 0
         first = capsys.readouterr().out
-        assert main(["run", "--config", str(config), "--model", "tiny", "--set", "estimator=grpo"]) == 0
+        assert main(["run", "--config", str(config), *small, "--set", "estimator=grpo", "--output-dir", "run2"]) == 0
         second = capsys.readouterr().out
-    run, warm = tmp_path / "run", tmp_path / "warm"
+    run, [warm] = elsewhere / "run", list((elsewhere / "warmups").iterdir())
     assert "[sft] step 1/1" in first and (warm / "config.json").is_file()
     assert "[train] step 1/1  " in first and nothing_learned(1) in first.splitlines()
     evaluation = json.loads((run / "evaluation.json").read_text())
     assert set(evaluation) == {"format", "name", "param_names", "param_values", "reward"}
     assert f"[eval] 2 held-out rows: format={evaluation['format']:.3f}" in first
     assert (run / "policy" / "config.json").is_file() and (run / "metrics.jsonl").is_file()
-    assert f"[run] warm-up checkpoint {warm} exists: no warm-up (delete it to warm up again)" in second
+    assert f"[run] warm-up: {warm} (made of this model, data and settings before: reused)" in second
     assert "[sft] step" not in second and "[train] step 1/1  " in second
-    resolved = yaml.safe_load((run / "config.resolved.yaml").read_text())
-    assert resolved["estimator"] == "grpo" and resolved["run_dir"] == str(run) and resolved["model"] == "tiny"
-    assert not list(elsewhere.iterdir())
+    resolved = yaml.safe_load((elsewhere / "run2" / "config.resolved.yaml").read_text())
+    assert resolved["estimator"] == "grpo" and resolved["run_dir"] == str(elsewhere / "run2") and resolved["model"] == "tiny"
+    assert sorted(path.name for path in config.parent.iterdir()) == ["toolcall.yaml", "toolcall_sft.yaml"]
 
 
 def test_a_component_the_service_does_not_serve_is_one_line_and_exit_2(
