@@ -36,6 +36,8 @@ try:
     from accelerate.utils import gather_object
     from transformers import ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils as trl_utils
     from trl.trainer.utils import is_async_callable
 except ImportError as error:  # TRL is an extra: advantages.py (and verl's estimator, which imports it) needs torch only
     raise ImportError(f"corrgrpo_trainer.trl_trainer needs TRL: pip install 'corrgrpo-trainer[trl]' ({error})") from error
@@ -71,6 +73,10 @@ check_trl_version()
 # TRL 1.16 calls transformers 5's deprecated checkpointing names (`model.is_gradient_checkpointing` at every generation).
 CHECKPOINTING_WARNING = r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
 warnings.filterwarnings("ignore", message=CHECKPOINTING_WARNING, category=FutureWarning)
+if not torch.cuda.is_available():
+    # Without Triton, TRL's fused LM head folds whole [4096 x 32768] fp32 tiles in torch: one tile of SmolLM2's head
+    # peaked at 4.3 GB (forward and backward); [1024 x 8192] tiles at 0.5 GB, no slower.
+    chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = 1024, 8192
 
 
 @dataclass
