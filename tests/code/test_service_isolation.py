@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 import httpx
-import pytest
 
-from corrgrpo_testing.servers import start_service
+from corrgrpo_testing.servers import launch, start_service
 
 SQUARE = {
     "task_id": "square",
@@ -19,14 +18,15 @@ SQUARE = {
 }
 
 
-def test_without_bubblewrap_the_service_refuses_to_start(tmp_path: Path) -> None:
+def test_without_bubblewrap_the_service_refuses_to_start_in_one_line(tmp_path: Path) -> None:
     path = os.path.dirname(os.path.realpath(sys.executable))  # the interpreter, and no bwrap
     assert not os.path.exists(os.path.join(path, "bwrap"))
     env = {"PATH": path, "CORRGRPO_CODE_WORKERS": "1"}
-    with pytest.raises(RuntimeError, match="exited"), start_service("code", env=env, tmp_dir=str(tmp_path)):
-        pass
-    log = "".join(path.read_text() for path in tmp_path.glob("*.log"))
-    assert "apt-get install bubblewrap" in log and "CORRGRPO_CODE_ISOLATION=unsafe-none" in log
+    service = launch("code", env=env, log_path=str(tmp_path / "code.log"))
+    assert service.process.wait(60) == 1
+    lines = service.log().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("code: refusing to start: no isolation"), lines
+    assert "apt-get install bubblewrap" in lines[0] and "CORRGRPO_CODE_ISOLATION=unsafe-none" in lines[0]
 
 
 def test_unsafe_none_runs_only_by_name_and_is_never_ready() -> None:

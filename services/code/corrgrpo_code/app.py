@@ -9,7 +9,7 @@ from dataclasses import replace
 from fastapi import FastAPI
 
 from corrgrpo_code.harness import CHILD_FILE
-from corrgrpo_common import add_score_route, make_store
+from corrgrpo_common import StartRefused, add_score_route, make_store
 from corrgrpo_proto.code import CodeScoreRequest
 from corrgrpo_sandbox import ExecResult, IsolationUnavailable, Sandbox
 
@@ -108,16 +108,14 @@ def build(settings: CodeSettings) -> FastAPI:
             preload=[CHILD_FILE],
         )
     except IsolationUnavailable as error:
-        raise IsolationUnavailable(
-            f"the code service refuses to run untrusted code without isolation: {error} "
-            "(for the code service: CORRGRPO_CODE_ISOLATION=unsafe-none)"
+        raise StartRefused(
+            f"no isolation to run untrusted code: {error} (for the code service: CORRGRPO_CODE_ISOLATION=unsafe-none)"
         ) from error
     (log.warning if sandbox.isolation == "unsafe-none" else log.info)("code service: sandbox isolation %s", sandbox.isolation)
     uncounted = uncounted_cpu(sandbox)
     if uncounted and sandbox.isolation != "unsafe-none":  # efficiency and time limits would pay hidden work
         sandbox.close()
-        message = f"the code service refuses to score where not all of a run's CPU is counted: {uncounted}"
-        raise IsolationUnavailable(message)
+        raise StartRefused(f"not all of a run's CPU is counted here: {uncounted}")
     processes = process_bound(sandbox)
     atexit.register(sandbox.close)
     store = make_store(settings)

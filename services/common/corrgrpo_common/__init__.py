@@ -1,6 +1,7 @@
 """Shared server kit of the corrgrpo reward services."""
 
 from .app import create_app, error_response
+from .cli import StartRefused
 from .registry import ServiceDeclaration, declared
 from .scoring import Scored, add_score_route
 from .settings import ServiceSettings
@@ -16,6 +17,7 @@ __all__ = [
     "Scored",
     "ServiceDeclaration",
     "ServiceSettings",
+    "StartRefused",
     "Store",
     "StoreUnavailable",
     "add_score_route",

@@ -13,6 +13,10 @@ from .registry import ServiceDeclaration
 from .settings import refusal
 
 
+class StartRefused(RuntimeError):
+    """A service's build cannot give what it promises here (e.g. no isolation): one line, exit, no traceback."""
+
+
 def serve(service: ServiceDeclaration, argv: list[str] | None = None) -> None:
     """Parse `--host/--port` (defaults: `CORRGRPO_HOST`/`CORRGRPO_PORT`, else the declared port), build the app, serve it."""
     try:
@@ -25,4 +29,8 @@ def serve(service: ServiceDeclaration, argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = settings.model_copy(update={"host": args.host, "port": args.port})
     configure(settings.log_level, settings.log_json)
-    run_server(service.build(settings), settings)
+    try:
+        app = service.build(settings)
+    except StartRefused as error:
+        sys.exit(f"{service.name}: refusing to start: {error}")
+    run_server(app, settings)
