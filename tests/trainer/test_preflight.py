@@ -34,8 +34,17 @@ def config_file(folder: Path, url: str) -> Path:
     config |= {"model": "tiny", "warmup": None, "evaluation": None}
     config["dataset"] = {"path": str(require_shared_data("rlla_4k/test.parquet")), "limit": 8}
     config["services"]["toolcall"]["url"] = url
-    config["trl"] |= {"output_dir": str(folder / "run"), "per_device_train_batch_size": 4, "num_generations": 2}
-    config["trl"] |= {"max_completion_length": MAX_TOKENS, "max_steps": 1, "use_cpu": True, "report_to": "none"}
+    config["trl"] |= {
+        "output_dir": str(folder / "run"),
+        "per_device_train_batch_size": 4,
+        "num_generations": 2,
+    }
+    config["trl"] |= {
+        "max_completion_length": MAX_TOKENS,
+        "max_steps": 1,
+        "use_cpu": True,
+        "report_to": "none",
+    }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "toolcall.yaml").write_text(yaml.safe_dump(config))
     return folder / "toolcall.yaml"
@@ -67,7 +76,10 @@ def test_the_report_is_what_the_batch_shows(tmp_path: Path, toolcall: ServicePro
 
 
 def test_the_command_and_run_print_the_report_before_step_1(
-    tmp_path: Path, toolcall: ServiceProcess, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    toolcall: ServiceProcess,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = config_file(tmp_path, toolcall.url)
     monkeypatch.chdir(tmp_path)
@@ -106,7 +118,12 @@ def batch(rewards: list[list[float]], ids: list[list[int]], truncated: list[bool
 
 def test_the_advice_follows_the_numbers() -> None:
     nan = math.nan
-    varied = [[1.0, 0.0], [0.0, 0.0], [nan, 0.5], [0.5, 0.5]]  # a varies in group 0, b in neither (nan: missing)
+    varied = [
+        [1.0, 0.0],
+        [0.0, 0.0],
+        [nan, 0.5],
+        [0.5, 0.5],
+    ]  # a varies in group 0, b in neither (nan: missing)
     report = batch(varied, [[1, 2], [1, 2, 3, 4], [5], [1, 2, 3, 4]], [False, True, False, True], None)
     assert report.truncation_rate == 0.5
     assert report.zero_variance_share() == {"a": 0.5, "b": 1.0}

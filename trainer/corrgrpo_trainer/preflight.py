@@ -192,7 +192,11 @@ def preflight(config: dict[str, Any], warmup: dict[str, Any] | None = None, note
         args = CorrGRPOConfig(reward_weights=weights, keep_rollouts=False, show_phases=True, **{"bf16": bf16(name), **trl_args})
         with contextlib.redirect_stdout(io.StringIO()):  # the phase lines of a step that is not one
             trainer = CorrGRPOTrainer(
-                model=model, processing_class=tokenizer, reward_funcs=columns, args=args, train_dataset=Dataset.from_list(rows)
+                model=model,
+                processing_class=tokenizer,
+                reward_funcs=columns,
+                args=args,
+                train_dataset=Dataset.from_list(rows),
             )
             phases = trainer.phases
             trainer.model.train()
