@@ -224,3 +224,18 @@ def test_reward_weights_must_agree_with_the_scored_ones_and_exist(humaneval_code
     del batch["non_tensor_batch"]["corrgrpo_weights"]  # another reward function's batch: no declared weights to use
     with pytest.raises(ValueError, match="no weights for"):
         verl_estimator.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})
+
+
+def test_v1_sessions_count_once_by_their_final_output() -> None:
+    """Keys `{uid}_{session}_{index}` as verl's v1 agent loop writes them; a uid may hold underscores."""
+    keys = ["p_1_0_1", "p_1_0_0", "p_1_1_0", "q_0_0"]
+    extra = [
+        {"reward_extra_info": {"a": 1.0, "b": 2.0}},
+        {"reward_extra_info": {"a": 1.0, "b": 2.0}},
+        {"reward_extra_info": {"a": 0.0}},
+        {},
+    ]
+    sessions = verl_estimator.sessions_of(keys, extra)
+    assert sessions.final.tolist() == [0, 2, 3]  # session p_1_0's final output is index 1, row 0
+    assert sessions.session_of.tolist() == [0, 0, 1, 2]
+    assert sessions.columns["a"].tolist() == [1.0, 1.0, 0.0, None] and sessions.columns["b"].tolist()[2:] == [None, None]

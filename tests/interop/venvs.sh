@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Side environments for `make interop`: the other RL stacks' own code, from PyPI, outside .venv.
-#   .venv-verl      a venv with verl 0.9.1 (its transformers pin clashes with TRL's), corrgrpo-proto, corrgrpo-adapters
+#   .venv-verl      a venv with verl 0.9.1 (its transformers pin clashes with TRL's) and the TransferQueue its default
+#                   (v1) trainer imports, corrgrpo-proto, corrgrpo-adapters
 #                   and the core of corrgrpo-trainer (torch only: the estimator's advantages), as a verl user would.
 #                   Each venv also gets corrgrpo-testing (the tests' service launcher; httpx only).
 #   .venv-openrlhf  OpenRLHF 0.11.0 and 0.11.2 side by side (`pip --target`, no dependencies) plus the two
@@ -98,7 +99,7 @@ python312() {
 
 if want verl; then
   side_venv .venv-verl python3 tests/interop/verl-constraints.txt "proto trainer adapters testing" \
-    verl cachetools fastapi uvicorn pytest pytest-asyncio
+    verl transferqueue cachetools fastapi uvicorn pytest pytest-asyncio
 fi
 if want verifiers; then
   side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt "proto adapters testing" verifiers pytest pytest-asyncio

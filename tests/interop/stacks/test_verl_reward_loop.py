@@ -1,9 +1,14 @@
 """verl 0.9.1's own code with the corrgrpo services (run in .venv-verl by `make interop`).
 
 verl's reward loop (`RewardLoopWorker` → `NaiveRewardManager` → our `compute_score`, loaded by verl from the
-config), its batch assembly (`AgentLoopWorker._postprocess`, `extract_reward`) and its legacy trainer's
-`compute_advantage` with the registered `corrgrpo` estimator, configured by the documented command line.
-Only Ray, the rollout engine and the model are left out; the services are real processes.
+config) and the registered `corrgrpo` estimator, configured by the documented command line, on both trainers:
+- the default (v1): the agent loop's `AgentLoopWorkerTQ._agent_loop_postprocess` scores each session and puts
+  it in verl's TransferQueue (real, on a local Ray), and `PPOTrainer._compute_advantage` computes the
+  advantages from it and puts them back;
+- the legacy trainer (`trainer.use_v1=false`): its batch assembly (`AgentLoopWorker._postprocess`,
+  `extract_reward`) and `compute_advantage`.
+Only the rollout engine and the model are left out (the reward worker is called in-process, not as a Ray
+actor); the services are real processes.
 """
 
 from __future__ import annotations
@@ -16,15 +21,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+import ray
 import torch
+import transfer_queue as tq
 import verl
 from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
 from verl import DataProto
-from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopWorker, _InternalAgentLoopOutput
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    AgentLoopWorker,
+    _InternalAgentLoopOutput,
+)
 from verl.experimental.reward_loop import RewardLoopWorker
 from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.reward import extract_reward
+from verl.trainer.ppo.v1 import AgentLoopWorkerTQ, PPOTrainerSync
 
 from corrgrpo_adapters import verl_estimator, verl_reward
 from corrgrpo_testing.servers import start_service
@@ -41,11 +54,11 @@ AGENTDOJO = json.dumps({"suite": "banking", "user_task": "user_task_0"})
 KEYS = ["format", "syntax", "compile", "runtime", "correct", "name", "param_names", "param_values"]
 
 
-def overrides(urls: dict[str, str], reward_path: str = "pkg://corrgrpo_adapters.verl_reward") -> list[str]:
-    """The documented command line (README), as Hydra overrides."""
+def overrides(urls: dict[str, str], reward_path: str = "pkg://corrgrpo_adapters.verl_reward", legacy: bool = True) -> list[str]:
+    """The documented command line (README), as Hydra overrides: the legacy trainer's, or the default's (v1)."""
     services = ",".join(f"{name}:'{url}'" for name, url in sorted(urls.items()))
     return [
-        "trainer.use_v1=false",
+        *(["trainer.use_v1=false"] if legacy else []),
         "algorithm.adv_estimator=corrgrpo",
         f"+algorithm.corrgrpo_reward_keys=[{','.join(KEYS)}]",
         f"reward.custom_reward_function.path={reward_path}",
@@ -201,13 +214,13 @@ def core_grpo(totals: torch.Tensor) -> torch.Tensor:
     return advantages[:, 0]
 
 
-def test_without_components_the_v1_path_is_a_clear_error(urls: dict[str, str]) -> None:
+def test_without_components_it_is_a_clear_error(urls: dict[str, str]) -> None:
     config = verl_config(overrides(urls))
     data = DataProto(
         batch=TensorDict({"token_level_rewards": torch.randn(4, 3), "response_mask": torch.ones(4, 3)}, batch_size=4),
-        non_tensor_batch={"uid": np.array(list("aabb"), dtype=object)},  # what the v1 trainer hands over
+        non_tensor_batch={"uid": np.array(list("aabb"), dtype=object)},  # another reward function's batch
     )
-    with pytest.raises(KeyError, match="use_v1=false"):
+    with pytest.raises(KeyError, match="reward_extra_info"):
         ray_trainer.compute_advantage(data, adv_estimator="corrgrpo", config=config.algorithm)
 
 
@@ -223,3 +236,93 @@ def test_other_estimators_are_untouched() -> None:
         index=data.non_tensor_batch["uid"],
     )
     assert torch.equal(out.batch["advantages"], expected)
+
+
+def test_default_v1_trainer_brings_the_components_to_corrgrpo(urls: dict[str, str], tokenizer_dir: str) -> None:
+    """verl's v1 path end to end from the agent loop's output to the advantages in the TransferQueue.
+
+    Group "t" holds a two-turn session (two outputs, the final one scored) and two single-turn ones: the session
+    counts once, by its final output, and both its outputs get that advantage (verl's GRPO rule).
+    """
+    config = verl_config([*overrides(urls, legacy=False), f"actor_rollout_ref.model.path={tokenizer_dir}"])
+    assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "sync"  # verl's defaults
+    sessions = {  # (uid, session): the outputs of one agent loop run, the last one scored
+        ("c", 0): [("code", CODE, "HumanEval/0")],
+        ("c", 1): [("code", "no code at all", "HumanEval/0")],
+        ("c", 2): [("code", "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```", "HumanEval/0")],
+        ("t", 0): [("toolcall", "<think>x</think> let me look", GT), ("toolcall", GT, GT)],
+        ("t", 1): [("toolcall", WRONG, GT)],
+        ("t", 2): [("toolcall", "<think>x</think> no call", GT)],
+    }
+    # Logical CPUs: the TransferQueue's controller and each of its 8 storage units reserve one (hangs below 9).
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    try:
+        tq.init(config.transfer_queue)
+        try:
+            keys, extras = put_sessions(config, sessions)
+            trainer = object.__new__(PPOTrainerSync)  # verl's own method, without the workers it does not use here
+            trainer.config = config
+            tags = [{"status": "success"} for _ in keys]
+            trainer._compute_advantage(tq.KVBatchMeta(keys=keys, tags=tags, partition_id="train"), metrics={})
+            stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])["advantages"]
+            advantages = torch.stack([row[0] for row in stored.unbind(0)])
+        finally:
+            tq.close()
+    finally:
+        ray.shutdown()
+    weights = [json.loads(info["corrgrpo_weights"]) for info in extras]
+    components = torch.tensor([[info[key] * w.get(key, 0.0) for key in KEYS] for info, w in zip(extras, weights, strict=True)])
+    final = {key.rsplit("_", 1)[0]: row for row, key in enumerate(keys)}  # the later output of a session wins
+    for uid in ("c", "t"):
+        rows = [row for session, row in final.items() if session.startswith(f"{uid}_")]
+        expected = corrgrpo(components[rows].unsqueeze(0))[0]
+        assert torch.allclose(advantages[rows], expected, atol=1e-5)
+    two_turn = [row for row, key in enumerate(keys) if key.startswith("t_0_")]
+    assert len(two_turn) == 2 and advantages[two_turn[0]] == advantages[two_turn[1]] != 0
+
+
+def put_sessions(config: Any, sessions: dict[tuple[str, int], list[tuple[str, str, str]]]) -> tuple[list[str], list[Any]]:
+    """Each session through verl's `AgentLoopWorkerTQ._agent_loop_postprocess`: scored, then put in the queue."""
+
+    async def run() -> None:
+        reward_worker = RewardLoopWorker(config)
+        tokenizer = reward_worker.input_tokenizer
+        # verl's agent loop worker class (a Ray actor class around it) as a rollout leaves it, without an engine
+        worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)
+        worker.__dict__.update(
+            reward_loop_worker_handles=[SimpleNamespace(compute_score=SimpleNamespace(remote=reward_worker.compute_score))],
+            processor=None,
+            tokenizer=tokenizer,
+            mm_processor_kwargs=None,
+            distillation_enabled=False,
+        )
+        prompt = tokenizer("<|im_start|>user\nsolve<|im_end|>\n", add_special_tokens=False)["input_ids"]
+        for (uid, session), turns in sessions.items():
+            outputs = []
+            for _, response, _ in turns:
+                response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                outputs.append(
+                    AgentLoopOutput(
+                        prompt_ids=prompt,
+                        response_ids=response_ids,
+                        response_mask=[1] * len(response_ids),
+                        metrics=AgentLoopMetrics(),
+                        extra_fields={},
+                    )
+                )
+            source, _, truth = turns[-1]
+            await worker._agent_loop_postprocess(
+                outputs,
+                validate=False,
+                uid=uid,
+                session_id=session,
+                global_steps=1,
+                data_source=source,
+                reward_model={"ground_truth": truth},
+                extra_info={},
+            )
+
+    asyncio.run(run())
+    keys = [f"{uid}_{session}_{index}" for (uid, session), turns in sessions.items() for index in range(len(turns))]
+    extra = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"]).pop("extra_fields").tolist()
+    return keys, [(getattr(fields, "data", fields))["reward_extra_info"] for fields in extra]
