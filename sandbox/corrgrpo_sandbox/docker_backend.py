@@ -25,6 +25,7 @@ from corrgrpo_sandbox.isolation import (
     TMP_SIZE_BYTES,
     IsolationUnavailable,
     Launcher,
+    log,
     register_launcher,
 )
 
@@ -107,6 +108,11 @@ def docker_launcher(python: str) -> Launcher:
             client.close()
     memory_mb = int(os.environ.get("CORRGRPO_SANDBOX_DOCKER_MEMORY_MB", "2048"))
     pids = int(os.environ.get("CORRGRPO_SANDBOX_DOCKER_PIDS", "256"))
+    log.warning(
+        "corrgrpo_sandbox: docker workers see the image's files through the host's page cache: a run can "
+        "make a cold page resident and a later run see it (bits between runs; the sandbox README, 'The page "
+        "cache')"
+    )
     return Launcher(
         "docker",
         docker_head(memory_mb, pids),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corrgrpo_sandbox.cgroups import cgroup_parents
+from corrgrpo_sandbox.rootfs import RootFs, RootFsError, build_rootfs, resident_copy
 from corrgrpo_sandbox.worker import seccomp
 
 log = logging.getLogger("corrgrpo_sandbox")
@@ -31,7 +32,6 @@ INSIDE_PACKAGE_DIR = "/opt/corrgrpo_sandbox"
 INSIDE_PRELOAD_DIR = "/opt/corrgrpo_preload"  # where the caller's preloaded module files appear, read-only
 TMP_SIZE_BYTES = 256 * 1024 * 1024  # the sandbox's /tmp is a tmpfs (RAM): cap it
 SHM_SIZE_BYTES = 64 * 1024 * 1024  # /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged user namespaces, or root), "
@@ -69,17 +69,12 @@ def register_launcher(name: str, factory: Callable[[str], Launcher]) -> None:
     LAUNCHERS[name] = factory
 
 
-def interpreter_prefix(python: str) -> Path:
-    """The installation directory of the real interpreter behind `python` (a venv's python is a symlink)."""
-    return Path(os.path.realpath(python)).parent.parent
-
-
 def worker_command(python: str, package_dir: str) -> tuple[str, ...]:
     return (os.path.realpath(python), "-I", f"{package_dir}/worker/__main__.py")
 
 
-def bwrap_head(bwrap: str, python: str) -> tuple[str, ...]:
-    """Whitelist mounts: system dirs and the interpreter read-only; /work, /root, /home, /var, /run never appear.
+def bwrap_head(bwrap: str, rootfs: RootFs) -> tuple[str, ...]:
+    """Whitelist mounts: the tmpfs copy of what the worker needs (`rootfs`), read-only; no host directory.
 
     The environment is cleared twice: bwrap is itself started with an empty environment (its PID 1 inside the
     sandbox keeps the environment it was started with, readable as /proc/1/environ) and --clearenv."""
@@ -90,16 +85,7 @@ def bwrap_head(bwrap: str, python: str) -> tuple[str, ...]:
     args += ["--cap-drop", "ALL", "--clearenv"]
     for name, value in SANDBOX_ENV.items():
         args += ["--setenv", name, value]
-    for directory in SYSTEM_DIRS:
-        path = Path(directory)
-        if path.is_symlink():
-            args += ["--symlink", os.readlink(path), directory]
-        elif path.is_dir():
-            args += ["--ro-bind", directory, directory]
-    prefix = interpreter_prefix(python)
-    if not any(prefix.is_relative_to(directory) for directory in SYSTEM_DIRS):
-        args += ["--ro-bind", str(prefix), str(prefix)]
-    args += ["--ro-bind", str(PACKAGE_DIR), INSIDE_PACKAGE_DIR]
+    args += rootfs.bwrap_args(INSIDE_PACKAGE_DIR)
     # /proc read-only: as uid 0 of its user namespace a program could otherwise write the namespaced sysctls (net,
     # IPC, mqueue, UTS names) that outlive its run, /proc/<worker>/oom_score_adj, and, for a service running as root,
     # host-wide ones under /proc/sys
@@ -115,7 +101,7 @@ BWRAP_SEAL = ("--remount-ro", "/", "--chdir", "/tmp")
 
 
 def bwrap_mount(host: str, inside: str) -> tuple[str, ...]:
-    return ("--ro-bind", host, inside)
+    return ("--ro-bind", str(resident_copy(Path(host))), inside)
 
 
 @functools.cache
@@ -123,7 +109,11 @@ def bwrap_launcher(python: str) -> Launcher:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise IsolationUnavailable("bwrap not found on PATH")
-    head, command = bwrap_head(bwrap, python), worker_command(python, INSIDE_PACKAGE_DIR)
+    try:
+        rootfs = build_rootfs(python, PACKAGE_DIR)
+    except (RootFsError, OSError, subprocess.TimeoutExpired) as error:
+        raise IsolationUnavailable(f"the worker's tmpfs root: {error}") from error
+    head, command = bwrap_head(bwrap, rootfs), worker_command(python, INSIDE_PACKAGE_DIR)
     probe = [*head, *BWRAP_SEAL, command[0], "-I", "-c", "import os; assert not os.path.exists('/work')"]
     try:
         run = subprocess.run(probe, env={}, capture_output=True, timeout=30, check=False)

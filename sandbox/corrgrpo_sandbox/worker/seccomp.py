@@ -27,7 +27,8 @@ process or leave state behind the run are refused with EPERM:
   it (a 1) and a later run read it without blocking. Refused: `mincore`, `cachestat` and `preadv2`/`pwritev2`
   with RWF_NOWAIT (residency), `fadvise64`, `readahead`, `remap_file_pages`, `process_madvise` and `madvise`
   with any advice but `ADVICE` (eviction: PAGEOUT, COLD, REMOVE; KSM merging, a cross-process side channel).
-  Touching a page and reading residency back by fault-around or timing remain (the sandbox README).
+  Touching a cold page and reading residency back by fault-around or timing: under bwrap no page a run sees
+  is cold (`rootfs.py`); under docker that remains (the sandbox README).
 
 Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the program as another one without a
 setuid helper; the filter holds the same under bwrap, docker and for a root service, costs about a microsecond per
