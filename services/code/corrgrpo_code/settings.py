@@ -31,7 +31,7 @@ class CodeSettings(ServiceSettings):
     )
     code_workers: int = Field(
         default_factory=cpu_count,
-        description="Sandbox workers = concurrent executions (a thread pool runs the blocking `Sandbox.run`); default: CPU count",
+        description="Sandbox workers = concurrent executions; default: CPU count",
     )
     code_sandbox_mode: Literal["pool", "fresh"] = Field(
         "pool", description="`pool` (warm workers forking per run) or `fresh` (one interpreter per run)"
@@ -51,8 +51,8 @@ class CodeSettings(ServiceSettings):
     )
     code_efficiency_mode: EfficiencyMode = Field(
         DEFAULT.efficiency_mode,
-        description="`paper` (the authors': one run against a shared t_ref; on millisecond tasks mostly noise) or "
-        "`calibrated` (candidate and reference in interleaved pairs; only a speed-up beyond their spread is paid)",
+        description="`paper` (the authors': one run against a shared t_ref; mostly noise on millisecond tasks) or "
+        "`calibrated` (interleaved pairs with the reference; pays only a speed-up beyond their spread)",
     )
     code_timing_min_pairs: int = Field(
         DEFAULT.calibration.min_pairs,
@@ -84,18 +84,18 @@ class CodeSettings(ServiceSettings):
     code_reference_attempts: int = Field(
         DEFAULT.reference_attempts,
         ge=1,
-        description="Attempts at measuring t_ref: a failed or noisy measurement (a run over 3x the median) is retried",
+        description="Attempts at t_ref (a failed one, or one with a run over 3x the median, is retried)",
     )
     code_reference_ttl_s: float = Field(DEFAULT.reference_ttl_s, gt=0, description="Lifetime of a cached t_ref")
     code_reference_failure_ttl_s: float = Field(
         DEFAULT.reference_failure_ttl_s,
         gt=0,
-        description="Lifetime of a failed t_ref measurement in the cache (shared briefly by a batch, then re-measured)",
+        description="Lifetime of a cached failed t_ref (shared briefly by a batch)",
     )
     code_case_s: float = Field(
         DEFAULT.case_s,
         gt=0,
-        description="CPU seconds per stdin case when a problem gives no `time_limit_s`, and the most one may ask",
+        description="CPU seconds per stdin case: the default and the most a problem's `time_limit_s` may ask",
     )
     code_run_ttl_s: float = Field(
         DEFAULT.run_ttl_s,
