@@ -59,9 +59,7 @@ class ServiceSettings(BaseSettings):
         description="`redis://[:password@]host:port/db`, the password shown as `***` in every message and log; "
         "unset: an in-memory store (one process, nothing shared)",
     )
-    redis_password: SecretStr | None = Field(
-        None, description="Redis `AUTH` password when the URL holds none (from a Kubernetes Secret or the environment)"
-    )
+    redis_password: SecretStr | None = Field(None, description="Redis `AUTH` password when the URL holds none")
     store_secret: SecretStr | None = Field(
         None,
         min_length=MIN_SECRET_CHARS,
@@ -78,11 +76,11 @@ class ServiceSettings(BaseSettings):
         "refuses to start",
     )
     max_inflight_items: int = Field(
-        4096, description="Items being scored at once per process; a batch beyond it gets 429 (0 = no limit)"
+        4096, description="Items scored at once per process; a batch beyond it gets 429 (0 = no limit)"
     )
     retry_after_s: int = Field(1, description="`Retry-After` seconds sent with a 429, and with a 503 at the connection cap")
     max_request_inflight_items: int = Field(
-        1024, gt=0, description="Budget items one request holds at once; a larger batch is scored in chunks of this size"
+        1024, gt=0, description="Items one request holds at once; a larger batch is scored in chunks"
     )
     max_json_nodes: int = Field(1_000_000, gt=0, description="JSON values in one request body; more get 413")
     max_batch_items: int = Field(4096, gt=0, description="Entries in any one JSON array or object (`items`); more get 413")
@@ -94,7 +92,7 @@ class ServiceSettings(BaseSettings):
     body_timeout_s: float = Field(60, gt=0, description="A body still incomplete this long after its headers: connection closed")
     idle_timeout_s: int = Field(5, gt=0, description="An idle keep-alive connection is closed after this")
     max_connections: int = Field(
-        1024, gt=0, description="Open connections per process; one more gets 503 with `Retry-After` at once, then is closed"
+        1024, gt=0, description="Open connections per process; one more gets 503 + `Retry-After`, then is closed"
     )
     forwarded_allow_ips: str = Field(
         "127.0.0.1,::1",
