@@ -17,10 +17,10 @@ class AgentDojoSettings(ServiceSettings):
     agentdojo_attack: str = Field("important_instructions", description="Attack used when an injection task comes without one")
     agentdojo_model_name: str = Field(
         "local",
-        description="Model id the attacks address (agentdojo.models.MODEL_NAMES key; `local` → 'Local model')",
+        description="Model id the attacks address (an agentdojo.models.MODEL_NAMES key)",
     )
     agentdojo_episode_ttl_s: int = Field(
-        600, gt=0, description="Idle TTL: an episode not stepped this long expires (404) and frees its client's quota"
+        600, gt=0, description="An episode not stepped this long expires (404), freeing its client's quota"
     )
     agentdojo_max_live_episodes_per_client: int = Field(
         1024,
@@ -50,11 +50,11 @@ class AgentDojoSettings(ServiceSettings):
     agentdojo_env_cache_size: int = Field(256, description="Injected start environments kept per process")
     agentdojo_max_answer_chars: int = Field(
         4000,
-        description="A longer final answer scores utility 0 (info `answer_over_cap`); the longest v1.2.2 "
-        "ground-truth answer is 175 chars. Checkers that search the answer for values pass a long enough list of guesses",
+        description="A longer final answer scores utility 0 (`answer_over_cap`): checkers that search it pass a long "
+        "enough list of guesses; the longest v1.2.2 ground truth has 175 chars",
     )
     agentdojo_max_arg_chars: int = Field(
-        20_000, description="A tool-call argument whose JSON is longer is refused (422, `argument_too_long`, with its path)"
+        20_000, description="Longer tool-call argument JSON: 422 `argument_too_long`, naming its path"
     )
 
     def live_bytes(self) -> tuple[int, int]:
