@@ -18,7 +18,7 @@ from .response import FormatRules
 class ToolCallSettings(ServiceSettings):
     toolcall_max_completion_chars: int = Field(ParseCaps.max_chars, gt=0, description="Longer completions score as unparseable")
     toolcall_max_ground_truth_chars: int = Field(
-        32_768, gt=0, description="Longer `ground_truth` gets 413 naming the item (RLLA-4K's longest: 2,339)"
+        32_768, gt=0, description="A longer `ground_truth` gets 413 (RLLA-4K's longest: 2,339)"
     )
     toolcall_max_calls: int = Field(
         ParseCaps.max_calls, gt=0, description="A `<tool_call>` block with more lines scores as unparseable"
@@ -30,8 +30,8 @@ class ToolCallSettings(ServiceSettings):
     )
     toolcall_optional_think_open: bool = Field(
         FormatRules.optional_think_open,
-        description="format: accept a response that starts inside `<think>`; the authors turn this on for thinking "
-        'models (model name containing "think", e.g. Qwen3-4B-Thinking-2507), whose template opens `<think>`',
+        description="format: accept a response that starts inside `<think>`, as the authors do for thinking models "
+        "(whose template opens it, e.g. Qwen3-4B-Thinking-2507)",
     )
     toolcall_data_dir: Path | None = Field(
         None,
