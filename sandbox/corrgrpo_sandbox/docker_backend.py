@@ -87,8 +87,9 @@ def docker_seal(image: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def docker_launcher(python: str) -> Launcher:
-    """Check engine and image with the SDK, clear leftovers; `python` (the host's) is not used inside."""
+def docker_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
+    """Check engine and image with the SDK, clear leftovers; `python` (the host's) is not used inside, and a run
+    imports the image's packages, not the caller's `packages`."""
     try:
         import docker
     except ImportError as error:

@@ -61,11 +61,11 @@ class Launcher:
     environment: dict[str, str] = field(default_factory=dict)  # for the launched command (the worker gets none)
 
 
-LAUNCHERS: dict[str, Callable[[str], Launcher]] = {}
+LAUNCHERS: dict[str, Callable[[str, tuple[str, ...]], Launcher]] = {}
 
 
-def register_launcher(name: str, factory: Callable[[str], Launcher]) -> None:
-    """`factory(python)` returns a working Launcher or raises IsolationUnavailable with the reason."""
+def register_launcher(name: str, factory: Callable[[str, tuple[str, ...]], Launcher]) -> None:
+    """`factory(python, packages)` returns a working Launcher or raises IsolationUnavailable with the reason."""
     LAUNCHERS[name] = factory
 
 
@@ -105,12 +105,12 @@ def bwrap_mount(host: str, inside: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def bwrap_launcher(python: str) -> Launcher:
+def bwrap_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise IsolationUnavailable("bwrap not found on PATH")
     try:
-        rootfs = build_rootfs(python, PACKAGE_DIR)
+        rootfs = build_rootfs(python, PACKAGE_DIR, packages)
     except (RootFsError, OSError, subprocess.TimeoutExpired) as error:
         raise IsolationUnavailable(f"the worker's tmpfs root: {error}") from error
     head, command = bwrap_head(bwrap, rootfs), worker_command(python, INSIDE_PACKAGE_DIR)
@@ -151,7 +151,7 @@ def unsafe_launcher(python: str) -> Launcher:
 register_launcher("bwrap", bwrap_launcher)
 
 
-def resolve_launcher(python: str, isolation: str) -> Launcher:
+def resolve_launcher(python: str, isolation: str, packages: tuple[str, ...] = ()) -> Launcher:
     """The launcher for `isolation` (one of ISOLATIONS), or IsolationUnavailable saying why and what to do."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
@@ -171,7 +171,7 @@ def resolve_launcher(python: str, isolation: str) -> Launcher:
             reasons.append(f"{name}: not available in this installation")
             continue
         try:
-            return factory(python)
+            return factory(python, packages)
         except IsolationUnavailable as error:
             reasons.append(f"{name}: {error}")
     raise IsolationUnavailable(f"no working sandbox for isolation {isolation!r} ({'; '.join(reasons)}): {INSTALL_HINT}")

@@ -4,17 +4,19 @@ Why: the host's page cache is shared by every run. Where a run could see a host 
 make one resident by reading it and a later run could find it resident (fault-around on a mapping, or the time
 of a read): bits across runs. Pages of a tmpfs file are never dropped from memory (only swapped out, see the
 README), so the worker's root holds copies on tmpfs alone: the real interpreter, the shared objects it and its
-extension modules load (as the dynamic loader resolves them), the standard library without its tests, GUI and
-site-packages, the sandbox package and a few /etc files. Each copy's directory is named by the uid and a
-digest of what went in (paths, sizes and modification times; the package's contents), built aside, renamed
-into place and shared by all sandboxes.
+extension modules load (as the dynamic loader resolves them), the standard library without its tests and GUI,
+the caller's pure-Python packages it names (at the interpreter's site-packages), the sandbox package and a few
+/etc files. Each copy's directory is named by the uid and a digest of what went in (paths, sizes and
+modification times; the packages' contents), built aside, renamed into place and shared by all sandboxes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -63,7 +65,7 @@ RUNTIME_LIBRARIES = (
 LOADED = re.compile(r"(/\S+) \(0x[0-9a-f]+\)$")
 PROBE = (
     "import json, sys, sysconfig; print(json.dumps([sysconfig.get_path('stdlib'), "
-    "sysconfig.get_config_var('DESTSHARED'), sys.implementation.cache_tag]))"
+    "sysconfig.get_config_var('DESTSHARED'), sys.implementation.cache_tag, sysconfig.get_path('purelib')]))"
 )
 
 
@@ -73,10 +75,13 @@ class RootFsError(RuntimeError):
 
 @dataclass(frozen=True)
 class RootFs:
-    """A finished copy: `root` mirrors the host's paths, `package` is the sandbox package."""
+    """A finished copy: `root` mirrors the host's paths, `package` is the sandbox package, `site` the caller's
+    pure-Python packages, bound at the interpreter's `purelib` directory."""
 
     root: Path
     package: Path
+    site: Path | None = None
+    purelib: Path | None = None
 
     def bwrap_args(self, inside_package: str) -> tuple[str, ...]:
         """Options that make the copy the worker's file system (on bwrap's tmpfs root, read-only later)."""
@@ -86,10 +91,13 @@ class RootFs:
                 args += ["--symlink", os.readlink(entry), f"/{entry.name}"]
             else:
                 args += ["--ro-bind", str(entry), f"/{entry.name}"]
+        if self.site and self.purelib:
+            args += ["--ro-bind", str(self.site), str(self.purelib)]
         return (*args, "--ro-bind", str(self.package), inside_package)
 
     def size_bytes(self) -> int:
-        return sum(path.lstat().st_size for top in (self.root, self.package) for path in walk(top))
+        tops = (self.root, self.package, *([self.site] if self.site else []))
+        return sum(path.lstat().st_size for top in tops for path in walk(top))
 
 
 def walk(top: Path) -> Iterator[Path]:
@@ -111,14 +119,14 @@ def tmpfs_type(path: Path) -> str:
     return kind
 
 
-def python_paths(python: str) -> tuple[Path, Path, str]:
-    """The standard library, extension module directory and cache tag of the interpreter `python`."""
+def python_paths(python: str) -> tuple[Path, Path, str, Path]:
+    """The standard library, extension module directory, cache tag and `purelib` of the interpreter `python`."""
     done = subprocess.run([python, "-I", "-c", PROBE], capture_output=True, timeout=60, check=False, env={})
     if done.returncode != 0:
         error = done.stderr.decode(errors="replace")[-300:]
         raise RootFsError(f"{python} could not report its paths: {error}")
-    stdlib, dynload, tag = json.loads(done.stdout)
-    return Path(stdlib), Path(dynload), tag
+    stdlib, dynload, tag, purelib = json.loads(done.stdout)
+    return Path(stdlib), Path(dynload), tag, Path(purelib)
 
 
 def stdlib_files(stdlib: Path, dynload: Path, tag: str) -> list[Path]:
@@ -151,7 +159,7 @@ def loaded_objects(objects: list[Path]) -> list[Path]:
 def needed_files(python: str) -> list[Path]:
     """The host paths a worker of `python` needs, symlinks as named (their targets follow when copied)."""
     binary = Path(os.path.realpath(python))
-    stdlib, dynload, tag = python_paths(str(binary))
+    stdlib, dynload, tag, _ = python_paths(str(binary))
     library = stdlib_files(stdlib, dynload, tag)
     shell = [Path(SHELL)] if Path(SHELL).exists() else []
     objects = [binary, *shell, *(path for path in library if path.parent == dynload and path.suffix == ".so")]
@@ -262,10 +270,35 @@ def made_once(final: Path, fill: Callable[[Path], object]) -> Path:
     return final
 
 
-def place_all(files: list[Path], root: Path) -> None:
+def place_all(files: list[Path], mount_points: list[Path], root: Path) -> None:
     root.mkdir(mode=0o700)
     for path in files:
         place(path, root)
+    for path in mount_points:  # bwrap cannot make a directory inside a read-only bind
+        (root / path.relative_to("/")).mkdir(parents=True, exist_ok=True)
+
+
+def package_sources(names: tuple[str, ...]) -> dict[str, Path]:
+    """Where the caller's pure-Python packages (import names) live; a compiled one is refused."""
+    sources = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise RootFsError(f"package {name!r} is not installed beside the sandbox's caller")
+        source = Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin)
+        if any(path.suffix in (".so", ".pyd") for path in walk(source)) or source.suffix not in ("", ".py"):
+            raise RootFsError(f"package {name!r} is not pure Python: runs may import pure-Python packages only")
+        sources[name] = source
+    return sources
+
+
+def copy_packages(sources: dict[str, Path], copy: Path) -> None:
+    copy.mkdir(mode=0o700)
+    for source in sources.values():
+        if source.is_dir():
+            shutil.copytree(source, copy / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, copy / source.name)
 
 
 def copy_tree(source: Path, copy: Path) -> None:
@@ -273,13 +306,28 @@ def copy_tree(source: Path, copy: Path) -> None:
     copy.chmod(0o700)
 
 
-def build_rootfs(python: str, package: Path) -> RootFs:
-    """The tmpfs copies for `python` and the sandbox `package`: found if this uid made them before, else made.
-
-    Two copies: the interpreter's files change with the host, the package with every edit."""
+def build_rootfs(python: str, package: Path, packages: tuple[str, ...] = ()) -> RootFs:
+    """The tmpfs copies for `python`, the sandbox `package` and the caller's pure-Python `packages`: found if
+    this uid made them before, else made. Apart: the interpreter's files change with the host, the rest with edits."""
     files = needed_files(python)
-    base = rootfs_base(sum(path.stat().st_size for path in [*files, *walk(package)]))
+    purelib = python_paths(os.path.realpath(python))[3]  # the real interpreter's, not a venv's
+    sources = package_sources(packages)
+    copied = [*files, *walk(package), *(path for source in sources.values() for path in walk(source))]
+    base = rootfs_base(sum(path.stat().st_size for path in copied))
     prefix = base / f"{PREFIX}{os.geteuid()}"
-    root = made_once(Path(f"{prefix}-{digest(files)}"), functools.partial(place_all, files))
+    root = made_once(Path(f"{prefix}-{digest([*files, purelib])}"), functools.partial(place_all, files, [purelib]))
     package_copy = Path(f"{prefix}-package-{content_digest(package)}")
-    return RootFs(root, made_once(package_copy, functools.partial(copy_tree, package)))
+    rootfs = RootFs(root, made_once(package_copy, functools.partial(copy_tree, package)))
+    if not sources:
+        return rootfs
+    site_copy = Path(f"{prefix}-site-{packages_digest(sources)}")
+    site = made_once(site_copy, functools.partial(copy_packages, sources))
+    return dataclasses.replace(rootfs, site=site, purelib=purelib)
+
+
+def packages_digest(sources: dict[str, Path]) -> str:
+    hashed = hashlib.sha256()
+    for name, source in sorted(sources.items()):
+        inner = content_digest(source) if source.is_dir() else hashlib.sha256(source.read_bytes()).hexdigest()
+        hashed.update(f"{name}\0{inner}\n".encode())
+    return hashed.hexdigest()[:24]

@@ -43,7 +43,8 @@ class Sandbox:
 
     `preload`: the caller's stdlib-only module files, which every worker imports under their own names (the file's
     stem) before its first run, so that a run's program can use them at no cost; they are the only files of the
-    caller's that the sandbox shows inside (read-only)."""
+    caller's that the sandbox shows inside (read-only). `packages`: import names of pure-Python packages of the
+    caller's environment that a run's program may import (bwrap: copied beside the standard library)."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class Sandbox:
         python: str = sys.executable,
         isolation: str = "auto",
         preload: Iterable[str | os.PathLike[str]] = (),
+        packages: Iterable[str] = (),
     ) -> None:
         if mode not in ("pool", "fresh"):
             raise ValueError(f"mode must be 'pool' or 'fresh', got {mode!r}")
@@ -62,7 +64,7 @@ class Sandbox:
         self.mode = mode
         self.limits = limits
         self.preload = preload_files(preload)
-        self.launcher = resolve_launcher(python, isolation)
+        self.launcher = resolve_launcher(python, isolation, tuple(packages))
         self.isolation = self.launcher.isolation
         self.pipe_bytes = output_pipe_bytes(workers)
         self._cancel = threading.local()

@@ -29,7 +29,7 @@ import pytest
 
 from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.execution_metrics import evaluate
-from corrgrpo_code.harness import CHILD_FILE
+from corrgrpo_code.harness import CHILD_FILE, RUN_PACKAGES
 from corrgrpo_code.problems import load_problems
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_common import MemoryStore, Scored
@@ -165,7 +165,7 @@ def test_private_cases_never_unpickle_anything_but_data(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(workers=2, preload=[CHILD_FILE]) as box:
+    with Sandbox(workers=2, preload=[CHILD_FILE], packages=RUN_PACKAGES) as box:
         yield box
 
 

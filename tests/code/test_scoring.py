@@ -14,7 +14,7 @@ import pytest
 
 from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.efficiency import efficiency
-from corrgrpo_code.harness import CHILD_FILE
+from corrgrpo_code.harness import CHILD_FILE, RUN_PACKAGES
 from corrgrpo_code.problems import humaneval_problems, load_problems
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_common import MemoryStore, Scored
@@ -33,7 +33,7 @@ def fenced(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(workers=2, preload=[CHILD_FILE]) as box:
+    with Sandbox(workers=2, preload=[CHILD_FILE], packages=RUN_PACKAGES) as box:
         yield box
 
 

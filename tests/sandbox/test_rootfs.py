@@ -84,7 +84,7 @@ print(subprocess.run("echo shell", shell=True, capture_output=True, text=True).s
 print(subprocess.run([sys.executable, "-c", "print('child')"], capture_output=True, text=True).stdout.strip())
 answer = sqlite3.connect(":memory:").execute("select 6 * 7").fetchone()[0]
 print(answer, ctypes.CDLL(None).getpid() == os.getpid())
-site_packages = any(os.path.isdir(os.path.join(path, "site-packages")) for path in sys.path)
+site_packages = any(os.listdir(path) for path in sys.path if path.endswith("site-packages") and os.path.isdir(path))
 print(site_packages, os.path.exists("/usr/bin/ldd"))
 """
 
@@ -143,7 +143,8 @@ def test_the_copy_is_made_once_and_refused_when_others_could_change_it(tmpfs_bas
     assert first.root.parent == first.package.parent == tmpfs_base
     assert (first.root / os.path.realpath(sys.executable).lstrip("/")).is_file()
     assert (first.package / "worker" / "__main__.py").is_file()
-    assert not any(part == "site-packages" for path in first.root.rglob("*") for part in path.parts)
+    site = [path for path in first.root.rglob("*") if "site-packages" in path.parts]
+    assert [path.name for path in site] == ["site-packages"] and not any(site[0].iterdir())  # a mount point
     marker = first.root / "made-once"
     marker.touch()
     assert build_rootfs(sys.executable, PACKAGE_DIR) == first and marker.exists()  # found, not made again
@@ -176,3 +177,14 @@ def test_the_copy_goes_to_the_first_tmpfs_with_room(monkeypatch: pytest.MonkeyPa
     assert rootfs_base(1 << 20) == Path("/dev/shm")
     with pytest.raises(RootFsError, match=r"/proc is on proc, not tmpfs; /dev/shm has \d+ MiB free"):
         rootfs_base(1 << 50)
+
+
+def test_only_the_named_pure_python_packages_are_importable() -> None:
+    """sortedcontainers (named) imports from the copy; pip, in the same host site-packages, does not."""
+    with Sandbox(workers=1, packages=("sortedcontainers",)) as sandbox:
+        named = sandbox.run("from sortedcontainers import SortedList\nprint(list(SortedList([3, 1, 2])))")
+        assert named.stdout == b"[1, 2, 3]\n", named.stderr.decode(errors="replace")
+        other = sandbox.run("import pip")
+        assert b"No module named 'pip'" in other.stderr
+    with pytest.raises(IsolationUnavailable, match="'pydantic_core' is not pure Python"):
+        Sandbox(workers=1, packages=("pydantic_core",), isolation="bwrap")

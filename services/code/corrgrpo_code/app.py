@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from fastapi import FastAPI
 
-from corrgrpo_code.harness import CHILD_FILE
+from corrgrpo_code.harness import CHILD_FILE, RUN_PACKAGES
 from corrgrpo_common import StartRefused, add_score_route, make_store
 from corrgrpo_proto.code import CodeScoreRequest
 from corrgrpo_sandbox import ExecResult, IsolationUnavailable, Sandbox
@@ -106,6 +106,7 @@ def build(settings: CodeSettings) -> FastAPI:
             limits=settings.limits(),
             isolation=settings.code_isolation,
             preload=[CHILD_FILE],
+            packages=RUN_PACKAGES,
         )
     except IsolationUnavailable as error:
         raise StartRefused(

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from corrgrpo_code.harness import CHILD_FILE
+from corrgrpo_code.harness import CHILD_FILE, RUN_PACKAGES
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem
 from corrgrpo_sandbox import IsolationUnavailable, Sandbox
@@ -82,7 +82,7 @@ def evaluate(
         raise InputError(f"--dataset {dataset}: {error}") from None
     items = completion_items(completions, limit)
     config = replace(ScoringConfig(), efficiency=False)
-    with Sandbox(workers=workers, preload=[CHILD_FILE]) as sandbox:
+    with Sandbox(workers=workers, preload=[CHILD_FILE], packages=RUN_PACKAGES) as sandbox:
         scorer = CodeScorer(sandbox, MemoryStore(), problems, config, workers)
         results = asyncio.run(scorer.score(items))
         scorer.close()
@@ -93,7 +93,7 @@ def evaluate(
     os.sched_setaffinity(0, {core if core is not None else min(os.sched_getaffinity(0))})
     percentages = []
     if eligible:
-        with Sandbox(workers=1, preload=[CHILD_FILE]) as pinned:
+        with Sandbox(workers=1, preload=[CHILD_FILE], packages=RUN_PACKAGES) as pinned:
             percentages = paired_rounds(pinned, eligible, rounds, config)
     total = len(items)
     return {

@@ -92,6 +92,8 @@ class HarnessResult:
 
 CHILD_FILE = Path(__file__).with_name("harness_child.py")  # the child's half: hand it to `Sandbox(preload=...)`
 CHILD_MODULE = CHILD_FILE.stem  # the name the sandbox's worker imports it under
+# What a program may import beyond the standard library: LeetCodeDataset's prelude imports sortedcontainers.
+RUN_PACKAGES = ("sortedcontainers",)
 
 
 def _program(function: str, *arguments: object) -> str:
