@@ -46,6 +46,12 @@ def probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
     return {"httpGet": Flow(path=path, port="http"), "periodSeconds": period_s, "failureThreshold": failures}
 
 
+# The sandbox keeps its workers' files on a tmpfs (always resident: no page-cache bits between runs); a pod's
+# /dev/shm is 64 MiB, so it gets a memory volume there (counted against the pod's memory limit).
+ROOTFS_VOLUME = {"name": "sandbox-rootfs", "emptyDir": Flow(medium="Memory", sizeLimit="256Mi")}
+ROOTFS_MOUNT = Flow(name="sandbox-rootfs", mountPath="/dev/shm")
+
+
 def container(service: ServiceDeclaration) -> dict[str, Any]:
     name, port, deploy, resources = service.name, service.port, service.deploy, service.deploy.resources
     spec: dict[str, Any] = {
@@ -77,7 +83,7 @@ def container(service: ServiceDeclaration) -> dict[str, Any]:
             "limits": Flow(cpu=cpu(resources.cpu_limit), memory=memory(resources.memory_limit_mib)),
         },
         "securityContext": security,
-        "volumeMounts": [Flow(name="tmp", mountPath="/tmp")],
+        "volumeMounts": [Flow(name="tmp", mountPath="/tmp")] + ([ROOTFS_MOUNT] if deploy.bubblewrap else []),
     }
 
 
@@ -89,7 +95,8 @@ def deployment(service: ServiceDeclaration) -> dict[str, Any]:
     pod["securityContext"] = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001}
     if not deploy.bubblewrap:
         pod["securityContext"]["seccompProfile"] = Flow(type="RuntimeDefault")
-    pod |= {"containers": [container(service)], "volumes": [{"name": "tmp", "emptyDir": {}}]}
+    volumes = [{"name": "tmp", "emptyDir": {}}] + ([ROOTFS_VOLUME] if deploy.bubblewrap else [])
+    pod |= {"containers": [container(service)], "volumes": volumes}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

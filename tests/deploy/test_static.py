@@ -365,6 +365,10 @@ def test_kubernetes_code_autoscaler_and_no_bwrap_overlay() -> None:
     assert hpa["spec"]["minReplicas"] >= 2
     base_code = by_kind(BASE, "Deployment")["code"]["spec"]["template"]["spec"]
     assert base_code["containers"][0]["securityContext"]["procMount"] == "Unmasked" and base_code["hostUsers"] is False
+    # the sandbox's tmpfs root (always resident) needs more than a pod's 64 MiB /dev/shm: a memory volume there
+    (shm,) = [m["name"] for m in base_code["containers"][0]["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    (volume,) = [v for v in base_code["volumes"] if v["name"] == shm]
+    assert volume["emptyDir"]["medium"] == "Memory" and volume["emptyDir"]["sizeLimit"] == "256Mi"
     overlay_code = by_kind(k8s_documents(K8S / "overlays" / "no-bwrap"), "Deployment")["code"]["spec"]["template"]["spec"]
     env = {e["name"]: e["value"] for e in overlay_code["containers"][0]["env"]}
     assert env["CORRGRPO_CODE_ISOLATION"] == "unsafe-none" and "hostUsers" not in overlay_code
