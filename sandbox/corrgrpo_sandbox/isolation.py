@@ -59,6 +59,7 @@ class Launcher:
     seal: tuple[str, ...] = ()
     stdio: bool = False  # the protocol runs over the worker's stdin/stdout instead of passed fds (e.g. `docker run -i`)
     environment: dict[str, str] = field(default_factory=dict)  # for the launched command (the worker gets none)
+    resident_files: bool = False  # every file a run sees is a tmpfs copy: no page-cache bits between runs
 
 
 LAUNCHERS: dict[str, Callable[[str, tuple[str, ...]], Launcher]] = {}
@@ -135,6 +136,7 @@ def bwrap_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
         scratch=("/tmp", "/dev/shm", "/dev/mqueue"),
         mount=bwrap_mount,
         seal=BWRAP_SEAL,
+        resident_files=True,
     )
 
 

@@ -66,6 +66,7 @@ class Sandbox:
         self.preload = preload_files(preload)
         self.launcher = resolve_launcher(python, isolation, tuple(packages))
         self.isolation = self.launcher.isolation
+        self.resident_files = self.launcher.resident_files  # False: runs can pass bits through the page cache
         self.pipe_bytes = output_pipe_bytes(workers)
         self._cancel = threading.local()
         self._pool = WorkerPool(mode, workers, recycle_after, self._new_worker)

@@ -124,13 +124,16 @@ ADD = {
 }
 
 
-def test_readyz_names_the_isolation_and_that_all_cpu_counts(shape: Shape) -> None:
+def test_readyz_names_the_isolation_cpu_processes_and_page_cache(shape: Shape) -> None:
     expected = "docker" if shape.name == "docker" else "bwrap"
     assert shape.ready["ready"] is True and shape.ready["checks"]["sandbox"] == expected, shape.ready
     assert shape.ready["checks"]["cpu"] == "every process of a run counted", shape.ready
     # as uid 0 without a pids cgroup only a run's CPU and wall limits end its processes: /readyz says so
     expected = "unbounded" if shape.name == "bwrap-cgroup2" else "at most 16"
     assert shape.ready["checks"]["processes"].startswith(expected), shape.ready
+    # bwrap runs see tmpfs copies alone; docker workers read the image's files through the host's page cache
+    expected = "open under docker" if shape.name == "docker" else "every file a run sees is a tmpfs copy"
+    assert shape.ready["checks"]["page_cache"].startswith(expected), shape.ready
 
 
 class LosingSandbox:

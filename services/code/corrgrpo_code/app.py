@@ -136,7 +136,12 @@ def build(settings: CodeSettings) -> FastAPI:
     async def processes_bounded() -> str:
         return processes
 
-    readiness = {"sandbox": sandbox_isolation, "cpu": cpu_counted, "processes": processes_bounded}
+    async def page_cache() -> str:  # said, not refused: docker isolation cannot close it (sandbox/README.md)
+        if sandbox.resident_files:
+            return "every file a run sees is a tmpfs copy: no bits through page residency"
+        return f"open under {sandbox.isolation}: a run can pass bits to later runs through page residency"
+
+    readiness = {"sandbox": sandbox_isolation, "cpu": cpu_counted, "processes": processes_bounded, "page_cache": page_cache}
     app = SERVICE.create_app(settings, readiness=readiness, store=store, field_limits=settings.field_limits())
     app.state.scorer = scorer
     add_score_route(app, CodeScoreRequest, scorer.score)
