@@ -106,7 +106,7 @@ def test_up_starts_every_declared_service_and_sigterm_stops_them_all() -> None:
             assert announced[name].startswith(f"[up] {name:<10} {url}  ready (store: ok")
             assert httpx.get(f"{url}/healthz").json()["service"] == name
             assert any(line.startswith(f"[{name}] ") and f"Uvicorn running on {url}" in line for line in up.lines)
-        assert announced["code"].endswith("ready (store: ok, sandbox: bwrap)")  # which isolation the code service uses
+        assert ", sandbox: bwrap, " in announced["code"]  # which isolation the code service uses
         services = up.services()
         assert len(services) >= len(ports)
         up.process.send_signal(signal.SIGTERM)
@@ -125,7 +125,7 @@ def test_ctrl_c_stops_a_named_service() -> None:
         up.wait_for("[up] 1 service(s) up")
         services = up.services()
         assert [line for line in up.lines if line.startswith("[up] toolcall ")] == [
-            f"[up] toolcall   http://127.0.0.1:{port}  ready (store: ok)"
+            f"[up] toolcall   http://127.0.0.1:{port}  ready (store: ok, auth: none (CORRGRPO_API_TOKEN unset): routes open)"
         ]
         up.process.send_signal(signal.SIGINT)
         assert up.rest()[-1] == "[up] stopped"
@@ -159,7 +159,8 @@ def test_a_service_that_cannot_start_stops_the_launcher() -> None:
         lines = up.rest(60)
     assert up.process.returncode == 1
     assert "[up] toolcall exited with code 1 before it answered; stopping the others" in lines
-    assert any(line.startswith("[toolcall] ") and "max_connections" in line for line in lines)  # why, from its log
+    refusal = "[toolcall] toolcall: refusing to start: CORRGRPO_MAX_CONNECTIONS: Input should be greater than 0"
+    assert refusal in lines  # why, in one line of its log
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,14 @@ REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5,
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 
 
+@pytest.fixture(autouse=True)
+def in_a_working_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs write under the working folder: each test its own, never the clone (a run there refuses the next)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+
+
 def as_tensor(nested: list) -> torch.Tensor:
     return torch.tensor([[[float("nan") if v is None else v for v in g] for g in b] for b in nested], dtype=torch.float64)
 
