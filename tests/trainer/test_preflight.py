@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from corrgrpo_testing.environment import require_shared_data
-from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_testing.servers import ServiceProcess
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import read_config
 from corrgrpo_trainer.preflight import Report, percentile, preflight
@@ -21,12 +20,6 @@ from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 MAX_TOKENS = 4  # the tiny policy's random tokens end almost never this soon: (nearly) every completion is truncated
-
-
-@pytest.fixture(scope="module")
-def toolcall() -> Iterator[ServiceProcess]:
-    with start_service("toolcall") as service:
-        yield service
 
 
 def config_file(folder: Path, url: str) -> Path:

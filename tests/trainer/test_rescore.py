@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from corrgrpo_proto import RewardClient
-from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_testing.servers import ServiceProcess
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.rescore import changed
 from corrgrpo_trainer.rundir import RESOLVED_CONFIG, ROLLOUTS, RolloutWriter
@@ -19,12 +18,6 @@ COMPONENTS = ["format", "name", "param_names", "param_values"]
 CALL = '<think>x</think>\n<tool_call>\n{{"name": "{}", "parameters": {{"city": "Paris"}}}}\n</tool_call>'
 TRUTH = CALL.format("get_weather")
 COMPLETIONS = [TRUTH, CALL.format("get_time"), "no call at all", TRUTH]
-
-
-@pytest.fixture(scope="module")
-def toolcall() -> Iterator[ServiceProcess]:
-    with start_service("toolcall") as service:
-        yield service
 
 
 @pytest.fixture

@@ -10,25 +10,18 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from corrgrpo_testing.environment import require_shared_data
-from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_testing.servers import ServiceProcess
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.pipeline import warmup_checkpoint
 from corrgrpo_trainer.rundir import METRICS, ROLLOUTS, RUN, read_jsonl
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
-
-
-@pytest.fixture(scope="module")
-def toolcall() -> Iterator[ServiceProcess]:
-    with start_service("toolcall") as service:
-        yield service
 
 
 def config_file(folder: Path, url: str) -> Path:
