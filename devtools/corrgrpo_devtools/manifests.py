@@ -65,6 +65,8 @@ def compose_service(service: ServiceDeclaration, image: str) -> dict[str, Any]:
     if deploy.bubblewrap:
         unconfined = ["no-new-privileges:true", "seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"]
         block["security_opt"] = FlowList(unconfined)
+        # the sandbox runs its workers from tmpfs copies in /tmp (docker's tmpfs is noexec unless told)
+        block["tmpfs"] = FlowList(["/tmp:exec"])
     if deploy.shared_data:
         block["volumes"] = Alias("shared-data")  # docker-compose.yml's hand-written x-shared-data
     limits = Flow(cpus=f"{deploy.resources.cpu_limit:g}", memory=k8s.memory(deploy.resources.memory_limit_mib, "g", "m"))

@@ -106,17 +106,17 @@ def walk(top: Path) -> Iterator[Path]:
             yield Path(directory, name)
 
 
-def tmpfs_type(path: Path) -> str:
-    """The file system type of the mount that holds `path` (from /proc/self/mountinfo)."""
+def mount_of(path: Path) -> tuple[str, set[str]]:
+    """The file system type and mount options of the mount that holds `path` (from /proc/self/mountinfo)."""
     path = Path(os.path.realpath(path))
-    best, kind = Path("/"), ""
+    best, kind, options = Path("/"), "", set()
     with open("/proc/self/mountinfo") as mounts:
         for line in mounts:
             fields, _, rest = line.partition(" - ")
             point = Path(fields.split()[4].encode().decode("unicode_escape"))
             if path.is_relative_to(point) and len(point.parts) >= len(best.parts):
-                best, kind = point, rest.split()[0]
-    return kind
+                best, kind, options = point, rest.split()[0], set(fields.split()[5].split(","))
+    return kind, options
 
 
 def python_paths(python: str) -> tuple[Path, Path, str, Path]:
@@ -206,9 +206,11 @@ def content_digest(top: Path) -> str:
 def checked_base(base: Path) -> Path:
     if not base.is_dir():
         raise RootFsError(f"{base} is not a directory")
-    kind = tmpfs_type(base)
+    kind, options = mount_of(base)
     if kind != "tmpfs":
         raise RootFsError(f"{base} is on {kind or 'an unknown file system'}, not tmpfs")
+    if "noexec" in options:  # docker's tmpfs mounts are, unless mounted with `exec`
+        raise RootFsError(f"{base} is mounted noexec: the interpreter's copy could not run there")
     return base
 
 

@@ -276,6 +276,7 @@ def test_compose_code_service_grants_what_bwrap_needs() -> None:
     assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= set(code["security_opt"])
     assert code["environment"]["CORRGRPO_CODE_ISOLATION"] == "${CORRGRPO_CODE_ISOLATION:-bwrap}"
     assert "privileged" not in code and "cap_add" not in code
+    assert code["tmpfs"] == ["/tmp:exec"]  # the sandbox's tmpfs copy of the interpreter runs from there
 
 
 def test_compose_environment_names_exist_in_the_code() -> None:

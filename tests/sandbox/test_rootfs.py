@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -169,6 +170,21 @@ def test_a_base_that_is_not_a_tmpfs_is_refused(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(ROOTFS_DIR_ENV, "/proc")
     with pytest.raises(IsolationUnavailable, match="not tmpfs"):
         bwrap_launcher.__wrapped__(sys.executable)
+
+
+def test_a_noexec_tmpfs_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker mounts its tmpfs noexec: the interpreter's copy could not run there, so the next base is taken."""
+    noexec = tmp_path / "noexec"
+    noexec.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,size=8m", "tmpfs", str(noexec)], check=True)
+    try:
+        with pytest.raises(RootFsError, match="mounted noexec"):
+            checked_base(noexec)
+        monkeypatch.delenv(ROOTFS_DIR_ENV, raising=False)
+        monkeypatch.setattr(rootfs, "DEFAULT_ROOTFS_DIRS", (str(noexec), "/dev/shm"))
+        assert rootfs_base(1 << 20) == Path("/dev/shm")
+    finally:
+        subprocess.run(["umount", str(noexec)], check=True)
 
 
 def test_the_copy_goes_to_the_first_tmpfs_with_room(monkeypatch: pytest.MonkeyPatch) -> None:
