@@ -233,7 +233,7 @@ def test_without_unmasked_proc_the_code_service_refuses_to_start(stack: Stack) -
         code.image.id,
         detach=True,
         read_only=True,
-        tmpfs={"/tmp": ""},
+        tmpfs={"/tmp": "exec"},  # as the stack mounts it: the sandbox's tmpfs root may run from there
         cap_drop=["ALL"],
         security_opt=security,
         environment={key: value for key, value in (e.split("=", 1) for e in code.attrs["Config"]["Env"])},
