@@ -156,15 +156,16 @@ def loaded_objects(objects: list[Path]) -> list[Path]:
     return sorted(found | {path for path in beside_libc if path.exists()})
 
 
-def needed_files(python: str) -> list[Path]:
-    """The host paths a worker of `python` needs, symlinks as named (their targets follow when copied)."""
+def needed_files(python: str) -> tuple[list[Path], Path]:
+    """The host paths a worker of `python` needs, symlinks as named (their targets follow when copied), and the
+    real interpreter's `purelib` (not a venv's), where the caller's packages are shown."""
     binary = Path(os.path.realpath(python))
-    stdlib, dynload, tag, _ = python_paths(str(binary))
+    stdlib, dynload, tag, purelib = python_paths(str(binary))
     library = stdlib_files(stdlib, dynload, tag)
     shell = [Path(SHELL)] if Path(SHELL).exists() else []
     objects = [binary, *shell, *(path for path in library if path.parent == dynload and path.suffix == ".so")]
     etc = [Path(name) for name in ETC_FILES if Path(name).exists()]
-    return sorted({binary, *shell, *library, *loaded_objects(objects), *etc})
+    return sorted({binary, *shell, *library, *loaded_objects(objects), *etc}), purelib
 
 
 def place(path: Path, root: Path) -> None:
@@ -311,8 +312,7 @@ def copy_tree(source: Path, copy: Path) -> None:
 def build_rootfs(python: str, package: Path, packages: tuple[str, ...] = ()) -> RootFs:
     """The tmpfs copies for `python`, the sandbox `package` and the caller's pure-Python `packages`: found if
     this uid made them before, else made. Apart: the interpreter's files change with the host, the rest with edits."""
-    files = needed_files(python)
-    purelib = python_paths(os.path.realpath(python))[3]  # the real interpreter's, not a venv's
+    files, purelib = needed_files(python)
     sources = package_sources(packages)
     copied = [*files, *walk(package), *(path for source in sources.values() for path in walk(source))]
     base = rootfs_base(sum(path.stat().st_size for path in copied))
