@@ -29,7 +29,9 @@ class EpisodeSpec(WireModel):
     suite: str
     user_task: str
     injection_task: str | None = None
-    attack: str | None = Field(None, description="Attack name; the service default when an injection task is given")
+    attack: str | None = Field(
+        None, description="Attack name; the service default when an injection task is given"
+    )
 
 
 class EpisodeCreate(EpisodeSpec):
@@ -64,16 +66,22 @@ class StepRequest(WireModel):
 class ToolResult(BaseModel):
     tool_call_id: str | None = None
     function: str
-    content: str = Field(description="What the agent sees: the result, injections included, or the error text")
+    content: str = Field(
+        description="What the agent sees: the result, injections included, or the error text"
+    )
     error: str | None = None
 
 
 class StepResponse(BaseModel):
     episode_id: str
-    results: list[ToolResult] = Field(description="One per call, in order; an unreadable call's result is its error")
+    results: list[ToolResult] = Field(
+        description="One per call, in order; an unreadable call's result is its error"
+    )
     tool_calls_so_far: int = Field(description="Calls executed in this episode, this step's included")
     final_answer: str | None = Field(
-        None, description="For a raw `completion`: its answer text; no results means the policy answered instead of calling"
+        None,
+        description="For a raw `completion`: its answer text; no results means the policy answered "
+        "instead of calling",
     )
 
 
@@ -82,7 +90,9 @@ class FinishRequest(WireModel):
 
     final_answer: str = ""
     completion: str | None = Field(None, description=RAW_COMPLETION)
-    weights: dict[str, float] | None = Field(None, description="Overrides of the components' default weights in `total`")
+    weights: dict[str, float] | None = Field(
+        None, description="Overrides of the components' default weights in `total`"
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> FinishRequest:
@@ -96,19 +106,23 @@ class FinishResponse(BaseModel):
 
     episode_id: str
     components: dict[str, float] = Field(description="`utility` and `security`, each 0 or 1")
-    total: float = Field(description="Weighted sum of the components: the declared weights, the request's overriding")
+    total: float = Field(
+        description="Weighted sum of the components: the declared weights, the request's overriding"
+    )
     info: dict[str, Any] = Field(default_factory=dict)
 
 
 class SuiteTasks(BaseModel):
     user_tasks: list[str]
     injection_tasks: list[str]
-    tools: list[dict[str, Any]] = Field(default_factory=list, description="The suite's tool schemas, as an episode gets them")
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="The suite's tool schemas, as an episode gets them"
+    )
     utility_without_work: dict[str, list[str]] = Field(
         default_factory=dict,
-        description="User tasks whose official checker grants utility to a trajectory that did no work, by probe: "
-        "`empty` (no tool calls, empty answer), `number_list` (no tool calls, an answer listing 0 1 2 ... up to the "
-        "answer cap). Computed by the service, not hard-coded",
+        description="User tasks whose official checker grants utility to a trajectory that did no work, "
+        "by probe: `empty` (no tool calls, empty answer), `number_list` (no tool calls, an answer listing "
+        "0 1 2 ... up to the answer cap). Computed by the service, not hard-coded",
     )
 
 
@@ -118,8 +132,12 @@ class TasksResponse(BaseModel):
     benchmark_version: str
     default_attack: str
     attacks: list[str]
-    system_message: str = Field(description="agentdojo's default system message, the first message of every episode")
-    max_answer_chars: int = Field(description="Longer final answers score utility 0 (the cap the `number_list` probe fills)")
+    system_message: str = Field(
+        description="agentdojo's default system message, the first message of every episode"
+    )
+    max_answer_chars: int = Field(
+        description="Longer final answers score utility 0 (the cap the `number_list` probe fills)"
+    )
     suites: dict[str, SuiteTasks]
 
 
@@ -129,7 +147,9 @@ class TrajectoryItem(EpisodeSpec):
     id: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list, description="Every call, in order")
     final_answer: str = ""
-    completion: str | None = Field(None, description=RAW_COMPLETION + "; instead of `tool_calls` and `final_answer`")
+    completion: str | None = Field(
+        None, description=RAW_COMPLETION + "; instead of `tool_calls` and `final_answer`"
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> TrajectoryItem:

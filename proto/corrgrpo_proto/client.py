@@ -1,15 +1,15 @@
 """HTTP clients of the reward services (sync and async, httpx).
 
-Both clients split a large batch into chunks of at most `chunk_size` items and `chunk_bytes` of JSON (an item larger
-than that goes alone), send at most `max_concurrency` chunks at a time, and return the results in the order of the
-items. Chunking by size keeps a batch of inline problems (megabytes of test cases each) under the service's body
-limit, and lets the service score one chunk while it reads the next; a request carries an inline problem once, its
-other items naming that one (`problem_from`: a GRPO group's rollouts share their problem). A request
-is retried with jittered exponential backoff on connection errors, timeouts, 5xx and 429
+Both clients split a large batch into chunks of at most `chunk_size` items and `chunk_bytes` of JSON (an item
+larger than that goes alone), send at most `max_concurrency` chunks at a time, and return the results in the
+order of the items. Chunking by size keeps a batch of inline problems (megabytes of test cases each) under the
+service's body limit, and lets the service score one chunk while it reads the next; a request carries an
+inline problem once, its other items naming that one (`problem_from`: a GRPO group's rollouts share their
+problem). A request is retried with jittered exponential backoff on connection errors, timeouts, 5xx and 429
 (honouring `Retry-After`): safe because scoring is idempotent. Other 4xx are raised at once as
-`RewardServiceError` with the service's message; a request that still fails after `retries`
-retries raises `RewardServiceUnavailable`. Both clients take these decisions in one place (`_Client._after`); their
-loops differ only in sending and waiting (blocking or awaited).
+`RewardServiceError` with the service's message; a request that still fails after `retries` retries raises
+`RewardServiceUnavailable`. Both clients take these decisions in one place (`_Client._after`); their loops
+differ only in sending and waiting (blocking or awaited).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ SCORE_PATH = "/v1/score"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 JSON_HEADERS = {"Content-Type": "application/json"}
 CHUNK_BYTES = 1 << 21  # 2 MiB of JSON per request at most (a service's default body limit: 64 MiB)
-SHARED_FIELD, _, REFERENCE_FIELD = PROBLEM_FIELDS  # code items (`corrgrpo_proto.code`): an inline problem, its reference
+# code items (`corrgrpo_proto.code`): an inline problem, its reference
+SHARED_FIELD, _, REFERENCE_FIELD = PROBLEM_FIELDS
 
 
 class RewardServiceError(RuntimeError):
@@ -57,9 +58,9 @@ class RewardServiceUnavailable(RuntimeError):
 
 
 def _json(value: Any) -> bytes:
-    """JSON of a body or part of one, encoded once for every attempt by pydantic-core's serializer (about three times
-    json.dumps's speed on the megabytes of test cases an inline problem can carry). NaN and infinities are written
-    as such: the service refuses them with a 422 that names them."""
+    """JSON of a body or part of one, encoded once for every attempt by pydantic-core's serializer (about
+    three times json.dumps's speed on the megabytes of test cases an inline problem can carry). NaN and
+    infinities are written as such: the service refuses them with a 422 that names them."""
     return pydantic_core.to_json(value, inf_nan_mode="constants")
 
 
@@ -72,16 +73,17 @@ class _Chunk:
 
 
 def _body(items: list[bytes], tail: bytes) -> bytes:
-    """A request's body from its encoded items, copied once: megabytes of inline test cases are copied once, not three
-    times (a join, then two concatenations)."""
+    """A request's body from its encoded items, copied once: megabytes of inline test cases are copied once,
+    not three times (a join, then two concatenations)."""
     separated = [b","] * (2 * len(items) - 1)
     separated[::2] = items
     return b"".join([b'{"items":[', *separated, tail])
 
 
 class EncodedItem(bytes):
-    """The JSON of an item with an inline `problem`, keeping apart the problem's (a view of it) and the other fields':
-    a chunk sends a problem once, its later items name it by `problem_from` (a group's rollouts share one)."""
+    """The JSON of an item with an inline `problem`, keeping apart the problem's (a view of it) and the other
+    fields': a chunk sends a problem once, its later items name it by `problem_from` (a group's rollouts share
+    one)."""
 
     HEAD = b'{"%s":' % SHARED_FIELD.encode()  # the problem comes first: its JSON starts after this
     problem: memoryview
@@ -90,18 +92,22 @@ class EncodedItem(bytes):
     @classmethod
     def of(cls, fields: dict[str, Any]) -> EncodedItem:
         others = {name: value for name, value in fields.items() if name != SHARED_FIELD}
-        encoded = cls(_json({SHARED_FIELD: fields[SHARED_FIELD], **others}))  # the problem first, encoded once
-        rest = _json(others)  # the same text as after the problem: `{"problem":<problem>,<rest without its "{">`
+        # the problem first, encoded once
+        encoded = cls(_json({SHARED_FIELD: fields[SHARED_FIELD], **others}))
+        # the same text as after the problem: `{"problem":<problem>,<rest without its "{">`
+        rest = _json(others)
         end = len(encoded) - len(rest) + (rest == b"{}")
         encoded.problem, encoded.rest = memoryview(encoded)[len(cls.HEAD) : end], rest
         return encoded
 
     def fingerprint(self) -> tuple[int, bytes, bytes]:
-        """Equal for equal problems, and cheap: hashing megabytes of test cases would cost more than sending them."""
+        """Equal for equal problems, and cheap: hashing megabytes of test cases would cost more than
+        sending them."""
         return len(self.problem), bytes(self.problem[:64]), bytes(self.problem[-64:])
 
     def same_problem(self, other: EncodedItem) -> bool:
-        return len(self.problem) == len(other.problem) and self.startswith(other.problem, len(self.HEAD))  # a memcmp
+        # a memcmp
+        return len(self.problem) == len(other.problem) and self.startswith(other.problem, len(self.HEAD))
 
     def naming(self, index: int) -> bytes:
         """This item with its problem named by the chunk's item `index`, which carries the same one."""
@@ -116,7 +122,8 @@ class _Carriers:
         self.by_fingerprint: dict[tuple[int, bytes, bytes], list[tuple[EncodedItem, int]]] = {}
 
     def naming(self, item: bytes) -> bytes | None:
-        """`item` naming the chunk's carrier of its problem; None without one (or without an inline problem)."""
+        """`item` naming the chunk's carrier of its problem; None without one (or without an inline
+        problem)."""
         if isinstance(item, EncodedItem):
             for carrier, index in self.by_fingerprint.get(item.fingerprint(), ()):
                 if item.same_problem(carrier):
@@ -129,8 +136,8 @@ class _Carriers:
 
 
 def encode_item(item: BaseModel | dict[str, Any]) -> bytes:
-    """An item's JSON as the clients send it: encode a batch once when you also need its bytes (e.g. to key a cache),
-    then give the bytes to `score`. An `EncodedItem` when it has an inline problem."""
+    """An item's JSON as the clients send it: encode a batch once when you also need its bytes (e.g. to key a
+    cache), then give the bytes to `score`. An `EncodedItem` when it has an inline problem."""
     fields = item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item
     return EncodedItem.of(fields) if fields.get(SHARED_FIELD) is not None else _json(fields)
 
@@ -184,11 +191,14 @@ class _Client:
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.max_concurrency, self.chunk_size, self.chunk_bytes = max_concurrency, chunk_size, chunk_bytes
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = self._http_class(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)  # type: ignore[arg-type]
+        self._http = self._http_class(
+            base_url=self.base_url, timeout=timeout, headers=headers, transport=transport
+        )  # type: ignore[arg-type]
 
     def retry_delay(self, attempt: int, response: httpx.Response | None) -> float:
-        """Seconds to wait before retry `attempt` (0-based): jittered backoff, or with a Retry-After of `a` seconds a
-        time in [a, 2a]: clients refused at the same instant (every rank of a job) must not all return at once."""
+        """Seconds to wait before retry `attempt` (0-based): jittered backoff, or with a Retry-After of `a`
+        seconds a time in [a, 2a]: clients refused at the same instant (every rank of a job) must not all
+        return at once."""
         if response is not None and (after := response.headers.get("Retry-After")):
             try:
                 return min(float(after) * random.uniform(1, 2), self.max_backoff)
@@ -196,23 +206,29 @@ class _Client:
                 pass
         return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
 
-    def _after(self, path: str, attempt: int, outcome: httpx.Response | httpx.TransportError) -> _Answer | float:
-        """What follows attempt `attempt` (0-based): the answer, or the seconds to wait before the next attempt.
-        Raises `RewardServiceError` on a refusal, `RewardServiceUnavailable` when the last attempt failed too."""
+    def _after(
+        self, path: str, attempt: int, outcome: httpx.Response | httpx.TransportError
+    ) -> _Answer | float:
+        """What follows attempt `attempt` (0-based): the answer, or the seconds to wait before the next
+        attempt. Raises `RewardServiceError` on a refusal, `RewardServiceUnavailable` when the last attempt
+        failed too."""
         if isinstance(outcome, httpx.Response) and outcome.status_code not in RETRY_STATUSES:
             if outcome.status_code >= 400:
                 raise RewardServiceError(self.base_url + path, outcome.status_code, _error_message(outcome))
             return _Answer(outcome.json())
         if attempt >= self.retries:
             last = _describe(outcome)
-            raise RewardServiceUnavailable(f"{self.base_url + path}: no answer after {attempt + 1} attempts: {last}", last)
+            raise RewardServiceUnavailable(
+                f"{self.base_url + path}: no answer after {attempt + 1} attempts: {last}", last
+            )
         return self.retry_delay(attempt, outcome if isinstance(outcome, httpx.Response) else None)
 
     def _chunks(self, items: Sequence[Item], weights: dict[str, float] | None) -> list[_Chunk]:
-        """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would take
-        the current one over `chunk_size` items or `chunk_bytes`. Within a chunk an inline problem goes once: the items
-        after the first that carries it name that one (`problem_from`), and such an item counts against the bytes of
-        the chunk less its largest item (a problem over `chunk_bytes` goes once too, with the items naming it)."""
+        """The batch's requests, in order: each item encoded once, a new chunk begun where the next item would
+        take the current one over `chunk_size` items or `chunk_bytes`. Within a chunk an inline problem goes
+        once: the items after the first that carries it name that one (`problem_from`), and such an item
+        counts against the bytes of the chunk less its largest item (a problem over `chunk_bytes` goes once
+        too, with the items naming it)."""
         tail = b"]}" if weights is None else b'],"weights":' + _json(weights) + b"}"
         groups: list[list[bytes]] = []
         carriers = _Carriers()
@@ -234,7 +250,9 @@ class _Client:
     def _results(self, chunk: _Chunk, answer: Any) -> list[ItemResult]:
         results = ScoreResponse.model_validate(answer).results
         if len(results) != chunk.items:
-            raise RewardServiceError(self.base_url + SCORE_PATH, 200, f"{len(results)} results for {chunk.items} items")
+            raise RewardServiceError(
+                self.base_url + SCORE_PATH, 200, f"{len(results)} results for {chunk.items} items"
+            )
         return results
 
 

@@ -4,17 +4,18 @@ A service's `POST /v1/score` takes a `ScoreRequest[ItemT]` (its own item type) a
 `ScoreResponse`: one `ItemResult` per item, in the order asked. An item that cannot be scored
 gets an `error` instead of components; the batch itself never fails because of one item.
 
-Weights: `resolve_weights`, the one rule of every path (declared defaults, overrides, components not trained at 0).
+Weights: `resolve_weights`, the one rule of every path (declared defaults, overrides, components not trained
+at 0).
 
 A failed item has no reward, on every path. Its `error` says the service could not score it (the service's
 fault or the request's; what a candidate causes is scored, never an error), so a 0 would be learned as the
 policy's failure. Where the stack has a missing value the item is missing, out of its group's statistics with
-advantage 0: TRL (None in every column: TRL 1.16 leaves such a rollout out of its group's mean and std), verl's
-`corrgrpo` estimator (`corrgrpo_on_error=zero`), verifiers (`state["error"]`, reward = its group's mean of the
-scored), OpenEnv (reward None), OpenRLHF (422 `unscored_items` naming the item: OpenRLHF retries, then leaves
-the sample without a reward; `?on_error=zero` opts into 0 with a flag). verl, which has no missing reward,
-fails the step naming the item (`compute_score`'s default). Not yet: NeMo Gym's `/verify` answers 0 with
-`corrgrpo_error`.
+advantage 0: TRL (None in every column: TRL 1.16 leaves such a rollout out of its group's mean and std),
+verl's `corrgrpo` estimator (`corrgrpo_on_error=zero`), verifiers (`state["error"]`, reward = its group's mean
+of the scored), OpenEnv (reward None), OpenRLHF (422 `unscored_items` naming the item: OpenRLHF retries, then
+leaves the sample without a reward; `?on_error=zero` opts into 0 with a flag). verl, which has no missing
+reward, fails the step naming the item (`compute_score`'s default). Not yet: NeMo Gym's `/verify` answers 0
+with `corrgrpo_error`.
 """
 
 from __future__ import annotations
@@ -51,19 +52,24 @@ class ComponentsResponse(BaseModel):
 
 
 def resolve_weights(
-    specs: Sequence[ComponentSpec], overrides: Mapping[str, float] | None = None, only: Iterable[str] | None = None
+    specs: Sequence[ComponentSpec],
+    overrides: Mapping[str, float] | None = None,
+    only: Iterable[str] | None = None,
 ) -> dict[str, float]:
     """The weight of every declared component: the override where one is given, else the declared default.
 
-    The one weighting rule of every path: a service's `total`, the trainer's reward weights, the adapters'. With
-    `only` (the components a trainer optimises), every other component weighs 0, so that the `total` of a request
-    sent with these weights is the sum the trainer optimises. Raises KeyError naming a component not declared."""
+    The one weighting rule of every path: a service's `total`, the trainer's reward weights, the adapters'.
+    With `only` (the components a trainer optimises), every other component weighs 0, so that the `total` of a
+    request sent with these weights is the sum the trainer optimises. Raises KeyError naming a component not
+    declared."""
     declared = {spec.name: spec.weight for spec in specs}
     overrides = overrides or {}
     kept = list(declared) if only is None else list(only)
     if unknown := next((name for name in [*overrides, *kept] if name not in declared), None):
         raise KeyError(unknown)
-    return {name: float(overrides.get(name, weight)) if name in kept else 0.0 for name, weight in declared.items()}
+    return {
+        name: float(overrides.get(name, weight)) if name in kept else 0.0 for name, weight in declared.items()
+    }
 
 
 class ItemError(BaseModel):

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 LABEL_KEY = "x-corrgrpo-label"
-NOT_FROM_ROWS = frozenset({"id", "completion", "problem_from"})  # problem_from: the client's, within one request
+# problem_from: the client's, within one request
+NOT_FROM_ROWS = frozenset({"id", "completion", "problem_from"})
 
 
 def _resolve(schema: Mapping[str, Any], definitions: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -44,7 +45,10 @@ class ItemShape:
 
     def item(self, completion: str, row: Mapping[str, Any]) -> dict[str, Any]:
         """The wire item: the row's values of the item's fields (None left out), and `completion`."""
-        return {**{key: row[key] for key in sorted(self.fields) if row.get(key) is not None}, "completion": completion}
+        return {
+            **{key: row[key] for key in sorted(self.fields) if row.get(key) is not None},
+            "completion": completion,
+        }
 
     def label_fields(self, label: Any) -> dict[str, Any]:
         """The item fields a label carries: a JSON object (or its text) as it is; a bare string fills `label`.
@@ -53,7 +57,8 @@ class ItemShape:
         """
         if isinstance(label, Mapping):
             return dict(label)
-        if isinstance(label, str) and label.lstrip().startswith("{"):  # no other text is an object: never parsed
+        # no other text is an object: never parsed
+        if isinstance(label, str) and label.lstrip().startswith("{"):
             try:
                 parsed = json.loads(label)
             except ValueError:
@@ -61,5 +66,7 @@ class ItemShape:
             if isinstance(parsed, dict):
                 return parsed
         if self.label is None:
-            raise ValueError(f"a label here must be a JSON object of item fields ({', '.join(sorted(self.fields))})")
+            raise ValueError(
+                f"a label here must be a JSON object of item fields ({', '.join(sorted(self.fields))})"
+            )
         return {self.label: label}

@@ -25,7 +25,9 @@ def wire_modules() -> list[ModuleType]:
     return [module for module in modules if hasattr(module, "SCHEMA_MODELS")]
 
 
-MODELS: tuple[type[BaseModel], ...] = tuple(model for module in wire_modules() for model in module.SCHEMA_MODELS)
+MODELS: tuple[type[BaseModel], ...] = tuple(
+    model for module in wire_modules() for model in module.SCHEMA_MODELS
+)
 
 
 def render(model: type[BaseModel]) -> str:

@@ -15,8 +15,9 @@ class ToolCallItem(WireModel):
 
     id: str | None = None
     completion: str = Field(
-        description="The model's response (`<think>`, `<tool_call>`, `<response>`), raw or wrapped in a ChatML/Llama-3 chat "
-        "template: the text after the last assistant-turn marker, up to the end-of-turn marker, is scored"
+        description="The model's response (`<think>`, `<tool_call>`, `<response>`), raw or wrapped in a "
+        "ChatML/Llama-3 chat template: the text after the last assistant-turn marker, up to the end-of-turn "
+        "marker, is scored"
     )
     ground_truth: str = Field(description="The reference response in the same format")
 

@@ -1,7 +1,9 @@
-"""Wire models of the toy service (`bench/toy/`, the load bench's service and the fourth-service test's template).
+"""Wire models of the toy service (`bench/toy/`, the load bench's service and the fourth-service test's
+template).
 
-A service's wire models live here, in proto, whatever the service: the trainer and adapters, which may import only
-proto, build some services' requests from them; the schemas under `proto/schemas/` are made from every module here.
+A service's wire models live here, in proto, whatever the service: the trainer and adapters, which may import
+only proto, build some services' requests from them; the schemas under `proto/schemas/` are made from every
+module here.
 """
 
 from __future__ import annotations
