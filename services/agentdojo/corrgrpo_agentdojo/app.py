@@ -1,5 +1,5 @@
-"""HTTP layer of the AgentDojo episode service: routes only; the work is in `task_listing`, `live_episodes` and
-`trajectory_replay`, over one catalog and one start-environment cache."""
+"""HTTP layer of the AgentDojo episode service: routes only; the work is in `task_listing`, `live_episodes`
+and `trajectory_replay`, over one catalog and one start-environment cache."""
 
 from __future__ import annotations
 
@@ -69,13 +69,16 @@ router = APIRouter()
 @router.get("/v1/tasks", response_model=TasksResponse, responses=ERRORS)
 async def tasks(
     listing: Listing,
-    suite: Annotated[list[str] | None, Query(description="Suites to list (repeatable); all by default")] = None,
+    suite: Annotated[
+        list[str] | None, Query(description="Suites to list (repeatable); all by default")
+    ] = None,
 ) -> TasksResponse | JSONResponse:
     return await answer(lambda: listing.tasks(suite))
 
 
 def client_of(request: Request) -> str:
-    """Whom per-client limits count: the peer's address, or what a trusted proxy (`CORRGRPO_FORWARDED_ALLOW_IPS`) says."""
+    """Whom per-client limits count: the peer's address, or what a trusted proxy
+    (`CORRGRPO_FORWARDED_ALLOW_IPS`) says."""
     return request.client.host if request.client else "unknown"
 
 
@@ -92,7 +95,9 @@ async def step(episode_id: str, request: StepRequest, episodes: Episodes) -> Ste
 
 
 @router.post("/v1/episodes/{episode_id}/finish", response_model=FinishResponse, responses=ERRORS)
-async def finish(episode_id: str, request: FinishRequest, episodes: Episodes) -> FinishResponse | JSONResponse:
+async def finish(
+    episode_id: str, request: FinishRequest, episodes: Episodes
+) -> FinishResponse | JSONResponse:
     return await answer(lambda: episodes.finish(episode_id, request))
 
 

@@ -72,7 +72,8 @@ def _pick(kind: str, name: str, known: Sequence[str]) -> None:
 
 
 class Catalog:
-    """Suites of `version`; attacks built once per (suite, attack) against a stub target named `model_name`."""
+    """Suites of `version`; attacks built once per (suite, attack) against a stub target named
+    `model_name`."""
 
     def __init__(self, version: str, default_attack: str, model_name: str) -> None:
         self.version, self.default_attack, self.model_name = version, default_attack, model_name
@@ -91,7 +92,8 @@ class Catalog:
         key = (suite.name, name)
         if key not in self._attacks:
             attack = ATTACKS[name](suite, NamedTarget(self.model_name))
-            # agentdojo's own method builds a fresh canary environment per user task; ours shares one per suite
+            # agentdojo's own method builds a fresh canary environment per user task; ours shares one per
+            # suite
             attack.get_injection_candidates = lambda user_task: injection_candidates(attack, user_task)  # type: ignore[method-assign]
             self._attacks[key] = attack
         return self._attacks[key]

@@ -23,7 +23,14 @@ from corrgrpo_common import Store
 from corrgrpo_common.store.errors import StoreConflict
 from corrgrpo_common.store.interface import Claim
 from corrgrpo_proto import resolve_weights
-from corrgrpo_proto.agentdojo import Episode, EpisodeSpec, FinishRequest, FinishResponse, StepRequest, StepResponse
+from corrgrpo_proto.agentdojo import (
+    Episode,
+    EpisodeSpec,
+    FinishRequest,
+    FinishResponse,
+    StepRequest,
+    StepResponse,
+)
 
 from . import episode_state as ep
 from .catalog import Catalog, Resolved
@@ -48,7 +55,9 @@ def _cut(info: dict[str, Any]) -> dict[str, Any]:
 
 
 class LiveEpisodes:
-    def __init__(self, settings: AgentDojoSettings, store: Store, catalog: Catalog, starts: StartCache) -> None:
+    def __init__(
+        self, settings: AgentDojoSettings, store: Store, catalog: Catalog, starts: StartCache
+    ) -> None:
         self.settings, self.store, self.catalog, self.starts = settings, store, catalog, starts
 
     def _claims(self, client: str, stored: int, unfinished: bool = True) -> dict[str, Claim]:
@@ -143,7 +152,9 @@ class LiveEpisodes:
         current = await self.store.get_state(PREFIX + episode_id)
         if current is None:
             ttl = self.settings.agentdojo_episode_ttl_s
-            message = f"episode {episode_id!r} is unknown or expired (episodes expire {ttl}s after their last step)"
+            message = (
+                f"episode {episode_id!r} is unknown or expired (episodes expire {ttl}s after their last step)"
+            )
             raise EpisodeError(404, "unknown_episode", message)
         if current.value.startswith(b"{"):
             message = f"episode {episode_id!r} is finished: {current.value.decode()}"
@@ -156,7 +167,8 @@ class LiveEpisodes:
             raise EpisodeError(409, "episode_busy", message)
 
     async def step(self, episode_id: str, request: StepRequest) -> StepResponse:
-        max_arg_chars = self.settings.agentdojo_max_arg_chars  # a completion can be megabytes: read off the loop
+        # a completion can be megabytes: read off the loop
+        max_arg_chars = self.settings.agentdojo_max_arg_chars
         calls, answer, broken = await asyncio.to_thread(calls_of, request, max_arg_chars)
         await self._locked(episode_id)
         try:
@@ -169,16 +181,21 @@ class LiveEpisodes:
             await self._write(episode_id, state.owner, ep.dumps(state), version)
         finally:
             await self.store.delete(PREFIX + episode_id + ":lock")
-        return StepResponse(episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer)
+        return StepResponse(
+            episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer
+        )
 
     async def finish(self, episode_id: str, request: FinishRequest) -> FinishResponse:
         try:
             weights = resolve_weights(COMPONENTS, request.weights)
         except KeyError as unknown:
             name = unknown.args[0]
-            raise EpisodeError(422, "validation_error", f"unknown component in weights: {name}", f"weights.{name}") from None
+            raise EpisodeError(
+                422, "validation_error", f"unknown component in weights: {name}", f"weights.{name}"
+            ) from None
         final_answer, broken = request.final_answer, None
-        if request.completion is not None:  # the last message: its calls are not run, but it must be well formed
+        # the last message: its calls are not run, but it must be well formed
+        if request.completion is not None:
             read = await asyncio.to_thread(read_completion, request.completion)
             final_answer, broken = read.answer, malformed(request.completion, read.calls)
         await self._locked(episode_id)

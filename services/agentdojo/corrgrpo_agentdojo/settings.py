@@ -14,7 +14,9 @@ in-memory store's cap, as with the in-memory store."""
 
 class AgentDojoSettings(ServiceSettings):
     agentdojo_version: str = Field("v1.2.2", description="AgentDojo benchmark version of the suites")
-    agentdojo_attack: str = Field("important_instructions", description="Attack used when an injection task comes without one")
+    agentdojo_attack: str = Field(
+        "important_instructions", description="Attack used when an injection task comes without one"
+    )
     agentdojo_model_name: str = Field(
         "local",
         description="Model id the attacks address (an agentdojo.models.MODEL_NAMES key)",
@@ -25,7 +27,8 @@ class AgentDojoSettings(ServiceSettings):
     agentdojo_max_live_episodes_per_client: int = Field(
         1024,
         gt=0,
-        description="Unfinished episodes one client (its address, `CORRGRPO_FORWARDED_ALLOW_IPS`) may hold; one more "
+        description="Unfinished episodes one client (its address, `CORRGRPO_FORWARDED_ALLOW_IPS`) may hold; "
+        "one more "
         "gets 429 with `Retry-After` until it finishes one or one idles out",
     )
     agentdojo_max_live_episodes: int = Field(
@@ -50,7 +53,8 @@ class AgentDojoSettings(ServiceSettings):
     agentdojo_env_cache_size: int = Field(256, description="Injected start environments kept per process")
     agentdojo_max_answer_chars: int = Field(
         4000,
-        description="A longer final answer scores utility 0 (`answer_over_cap`): checkers that search it pass a long "
+        description="A longer final answer scores utility 0 (`answer_over_cap`): checkers that search it "
+        "pass a long "
         "enough list of guesses; the longest v1.2.2 ground truth has 175 chars",
     )
     agentdojo_max_arg_chars: int = Field(

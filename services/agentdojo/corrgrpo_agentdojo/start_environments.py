@@ -56,7 +56,9 @@ def load_injected_environment(suite: TaskSuite, injections: dict[str, str]) -> T
     """The suite's default environment with `injections` (vector id → text) filled in."""
     defaults = vector_defaults(suite)
     validate_injections(injections, defaults)
-    text = read_suite_file(suite.name, "environment.yaml", suite.data_path).format(**{**defaults, **injections})
+    text = read_suite_file(suite.name, "environment.yaml", suite.data_path).format(
+        **{**defaults, **injections}
+    )
     return suite.environment_type.model_validate(yaml.load(text, Loader=_Loader))
 
 
@@ -94,7 +96,8 @@ def _overrides_init(user_task: BaseUserTask) -> bool:
 
 
 class StartCache:
-    """LRU of pickled injected environments keyed by (suite, injections); `start_bytes` gives an episode's start."""
+    """LRU of pickled injected environments keyed by (suite, injections); `start_bytes` gives an episode's
+    start."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -120,4 +123,6 @@ class StartCache:
         blob = self._injected(episode.suite, episode.injections())
         if not _overrides_init(episode.user_task):
             return blob
-        return pickle.dumps(episode.user_task.init_environment(pickle.loads(blob)), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(
+            episode.user_task.init_environment(pickle.loads(blob)), protocol=pickle.HIGHEST_PROTOCOL
+        )

@@ -1,5 +1,5 @@
-"""`GET /v1/tasks`: the catalog of suites, with the user tasks whose checker grants utility to a trajectory that
-did no work (found by running the checkers on probe trajectories, not hard-coded)."""
+"""`GET /v1/tasks`: the catalog of suites, with the user tasks whose checker grants utility to a trajectory
+that did no work (found by running the checkers on probe trajectories, not hard-coded)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from .start_environments import StartCache
 
 
 def number_list(max_chars: int) -> str:
-    """'0 1 2 ...', as long as fits in `max_chars`: the probe for checkers that search the answer for a number."""
+    """'0 1 2 ...', as long as fits in `max_chars`: the probe for checkers that search the answer for a
+    number."""
     words, length = [], -1
     while length + 1 + len(str(len(words))) <= max_chars:
         length += 1 + len(str(len(words)))
@@ -35,7 +36,8 @@ class TaskListing:
 
     def _utility_without_work(self, suite: str) -> dict[str, list[str]]:
         """Per probe, the user tasks whose checker grants utility to a trajectory without tool calls: what
-        `TrajectoryReplay.replay` gives such a trajectory, with one read-only start environment per distinct start."""
+        `TrajectoryReplay.replay` gives such a trajectory, with one read-only start environment per distinct
+        start."""
         max_chars = self.settings.agentdojo_max_answer_chars
         probes = {"empty": "", "number_list": number_list(max_chars)}
         found: dict[str, list[str]] = {}
@@ -61,8 +63,9 @@ class TaskListing:
         )
 
     async def tasks(self, suites: list[str] | None = None) -> TasksResponse:
-        """The catalog of `suites` (default: all) with the probes' flags; each suite is probed once per process,
-        off the event loop (banking and slack take milliseconds, workspace a few seconds: its checkers diff)."""
+        """The catalog of `suites` (default: all) with the probes' flags; each suite is probed once per
+        process, off the event loop (banking and slack take milliseconds, workspace a few seconds: its
+        checkers diff)."""
         names = suites or sorted(self.catalog.suites)
         unknown = sorted(set(names) - set(self.catalog.suites))
         if unknown:

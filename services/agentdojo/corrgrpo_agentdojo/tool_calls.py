@@ -6,8 +6,9 @@ Accepted forms (what `tool_calls_from_chat` and `tool_calls_from_text` take):
   "arguments": "{}"}}]`, arguments a JSON string;
 - HF chat-template messages: the same with `arguments` already a dict (`{"name", "arguments"}`
   without the `function` wrapper also works);
-- raw generated text of Hermes/Qwen-style templates: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
-  blocks, one JSON object each (`read_completion` also reads the answer and keeps unreadable blocks as errors).
+- raw generated text of Hermes/Qwen-style templates: `<tool_call>{"name": ..., "arguments":
+  {...}}</tool_call>` blocks, one JSON object each (`read_completion` also reads the answer and keeps
+  unreadable blocks as errors).
 
 `tool_messages` gives the `role: tool` messages to append before the next generation. Text is
 scanned with `str.find`, never a backtracking regex: the cost is linear in the completion.
@@ -25,7 +26,9 @@ from pydantic import ValidationError
 from corrgrpo_common.text import valid_json
 from corrgrpo_proto.agentdojo import ToolCall, ToolResult
 
-_SPECIAL_TOKEN_AT_END = re.compile(r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>|<eos>|<end_of_turn>|<｜end▁of▁sentence｜>)\Z")
+_SPECIAL_TOKEN_AT_END = re.compile(
+    r"(?:<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>|<eos>|<end_of_turn>|<｜end▁of▁sentence｜>)\Z"
+)
 
 
 class ToolCallError(ValueError):
@@ -33,9 +36,10 @@ class ToolCallError(ValueError):
 
 
 def _parsed(text: str, where: str) -> Any:
-    """`json.loads` of the policy's text, every string made encodable: a lone surrogate escape (`"\\ud800"`) becomes
-    U+FFFD, so a name made of one is an unknown tool (its result says so) and no argument carries one into the
-    environment or an answer. Raises `ToolCallError` for what is not JSON (or nests beyond the parser's stack)."""
+    """`json.loads` of the policy's text, every string made encodable: a lone surrogate escape (`"\\ud800"`)
+    becomes U+FFFD, so a name made of one is an unknown tool (its result says so) and no argument carries one
+    into the environment or an answer. Raises `ToolCallError` for what is not JSON (or nests beyond the
+    parser's stack)."""
     try:
         return valid_json(json.loads(text))
     except json.JSONDecodeError as error:
@@ -79,7 +83,8 @@ def strip_special_tokens(text: str) -> str:
 
 
 def _blocks(text: str, tag: str) -> tuple[list[str], str]:
-    """(contents of `<tag>...</tag>` blocks in order, the text outside them); an unclosed block runs to the end."""
+    """(contents of `<tag>...</tag>` blocks in order, the text outside them); an unclosed block runs to the
+    end."""
     opening, closing = f"<{tag}>", f"</{tag}>"
     inside, outside, position = [], [], 0
     while (start := text.find(opening, position)) != -1:
@@ -101,7 +106,8 @@ def _call_from_block(block: str, index: int) -> ToolCall:
 
 @dataclass
 class Completion:
-    """What one generated message says: its tool calls in order (an unreadable one as its `ToolCallError`) and its answer."""
+    """What one generated message says: its tool calls in order (an unreadable one as its `ToolCallError`)
+    and its answer."""
 
     calls: list[ToolCall | ToolCallError]
     answer: str
@@ -124,7 +130,8 @@ def read_completion(text: str) -> Completion:
 
 
 def tool_calls_from_text(text: str) -> list[ToolCall]:
-    """`<tool_call>{json}</tool_call>` blocks of generated text, in order; no block → no calls; raises on an unreadable one."""
+    """`<tool_call>{json}</tool_call>` blocks of generated text, in order; no block → no calls; raises on
+    an unreadable one."""
     calls = read_completion(text).calls
     for call in calls:
         if isinstance(call, ToolCallError):

@@ -41,7 +41,8 @@ class TrajectoryReplay:
         return Scored(components=components, info=info)
 
     def _replay_alone(self, item: TrajectoryItem) -> Scored | ItemError:
-        """One item's fault stays that item's: an infrastructure error here never reaches its batch neighbours."""
+        """One item's fault stays that item's: an infrastructure error here never reaches its batch
+        neighbours."""
         try:
             return self.replay(item)
         except Exception as error:

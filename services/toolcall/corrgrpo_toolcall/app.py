@@ -31,7 +31,9 @@ def describe(result: Score) -> dict[str, Any]:
 
 
 def build(settings: ToolCallSettings) -> FastAPI:
-    app = SERVICE.create_app(settings, field_limits={"ground_truth": settings.toolcall_max_ground_truth_chars})
+    app = SERVICE.create_app(
+        settings, field_limits={"ground_truth": settings.toolcall_max_ground_truth_chars}
+    )
     rules, caps = settings.format_rules(), settings.parse_caps()
 
     def score_items(items: list[ToolCallItem]) -> list[Scored | ItemError]:

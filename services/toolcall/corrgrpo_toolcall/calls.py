@@ -29,7 +29,9 @@ class Unparseable(ValueError):
     """The text has no well-formed `<tool_call>` block of JSON calls."""
 
 
-def parse_calls(text: str, max_calls: int | None = ParseCaps.max_calls, strict: bool = True) -> list[ToolCall]:
+def parse_calls(
+    text: str, max_calls: int | None = ParseCaps.max_calls, strict: bool = True
+) -> list[ToolCall]:
     """The calls after the first `<tool_call>`, one JSON object with a `name` per line; raises `Unparseable`.
 
     Cut as ToolRL cuts: at the next `<tool_call>` or the first `</tool_call>`, whichever comes first,
@@ -57,4 +59,6 @@ def _parse_call(line: str, strict: bool) -> ToolCall:
     name, parameters = call["name"], call.get("parameters")
     if strict and not (isinstance(name, str) and isinstance(parameters, dict)):
         raise Unparseable('a call must be an object with a string "name" and an object "parameters"')
-    return ToolCall(name if isinstance(name, str) else None, parameters if isinstance(parameters, dict) else None)
+    return ToolCall(
+        name if isinstance(name, str) else None, parameters if isinstance(parameters, dict) else None
+    )

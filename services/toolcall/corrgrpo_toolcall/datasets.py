@@ -35,15 +35,22 @@ def load_rlla4k(source: str | Path) -> list[Example]:
 
         rows = list(datasets.load_dataset(str(source), split="test"))
     return [
-        Example(str((row.get("extra_info") or {}).get("index", i)), list(row["prompt"]), row["reward_model"]["ground_truth"])
+        Example(
+            str((row.get("extra_info") or {}).get("index", i)),
+            list(row["prompt"]),
+            row["reward_model"]["ground_truth"],
+        )
         for i, row in enumerate(rows)
     ]
 
 
 def api_bank_ground_truth(answer: dict[str, Any] | list[dict[str, Any]]) -> str:
-    """ToolRL stores API-Bank answers as call objects (a list, or one object at level 2): render them as a response."""
+    """ToolRL stores API-Bank answers as call objects (a list, or one object at level 2): render them as a
+    response."""
     calls = answer if isinstance(answer, list) else [answer]
-    lines = "\n".join(json.dumps({"name": c["name"], "parameters": c["parameters"]}, ensure_ascii=False) for c in calls)
+    lines = "\n".join(
+        json.dumps({"name": c["name"], "parameters": c["parameters"]}, ensure_ascii=False) for c in calls
+    )
     return f"<think></think>\n<tool_call>\n{lines}\n</tool_call>"
 
 
@@ -61,7 +68,8 @@ def load_api_bank(level: int, data_dir: str | Path) -> list[Example]:
 
 
 def load(dataset: str, source: str | Path) -> list[Example]:
-    """`rlla4k` (source: parquet path or hub id) or `api-bank-N` (source: folder of the processed JSON files)."""
+    """`rlla4k` (source: parquet path or hub id) or `api-bank-N` (source: folder of the processed JSON
+    files)."""
     if dataset == "rlla4k":
         return load_rlla4k(source)
     if dataset in DATASETS:

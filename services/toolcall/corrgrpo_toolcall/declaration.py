@@ -1,4 +1,5 @@
-"""The tool-call service, declared once: name, version, port, components, settings, app, example item, deployment."""
+"""The tool-call service, declared once: name, version, port, components, settings, app, example item,
+deployment."""
 
 from __future__ import annotations
 
@@ -17,11 +18,18 @@ MATCHING = {
     "param_values": "parameter values: 3·s_values/Σparams − 1.5 (equal values; 1.5 when the calls take none)",
 }
 COMPONENTS = (
-    ComponentSpec(name="format", min=0, max=1, description="ToolRL's tag format, chosen by the ground truth's tags"),
-    *(ComponentSpec(name=name, min=low, max=high, description=MATCHING[name]) for name, (low, high) in RANGES.items()),
+    ComponentSpec(
+        name="format", min=0, max=1, description="ToolRL's tag format, chosen by the ground truth's tags"
+    ),
+    *(
+        ComponentSpec(name=name, min=low, max=high, description=MATCHING[name])
+        for name, (low, high) in RANGES.items()
+    ),
 )
 
-TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+TOOL_CALL = (
+    '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+)
 
 
 def example(completion: str | None = None) -> dict[str, Any]:
@@ -36,5 +44,9 @@ SERVICE = ServiceDeclaration(
     settings=ToolCallSettings,
     app="corrgrpo_toolcall.app:build",
     example=example,
-    deploy=Deploy(Resources(cpu_request=0.5, memory_request_mib=512, cpu_limit=1, memory_limit_mib=1024, peak_rss_mib=512)),
+    deploy=Deploy(
+        Resources(
+            cpu_request=0.5, memory_request_mib=512, cpu_limit=1, memory_limit_mib=1024, peak_rss_mib=512
+        )
+    ),
 )

@@ -34,7 +34,16 @@ class Report:
     param_values: float
     all_exact: float
 
-    HEADER = ("dataset", "rows", "with calls", "format %", "function name", "parameter name", "parameter value", "all-exact %")
+    HEADER = (
+        "dataset",
+        "rows",
+        "with calls",
+        "format %",
+        "function name",
+        "parameter name",
+        "parameter value",
+        "all-exact %",
+    )
 
     def cells(self) -> list[str]:
         scores = (self.format, self.name, self.param_names, self.param_values, self.all_exact)
@@ -69,14 +78,17 @@ class InputError(ValueError):
 
 
 def read_completions(path: Path, rows: int) -> list[str]:
-    """JSONL, one `{"completion": "..."}` per line for the first rows of the dataset, in row order (at most `rows`)."""
+    """JSONL, one `{"completion": "..."}` per line for the first rows of the dataset, in row order (at most
+    `rows`)."""
     try:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         completions = [json.loads(line)["completion"] for line in lines]
     except OSError as error:
         raise InputError(f"cannot read {path}: {error.strerror or error}") from None
     except (ValueError, KeyError, TypeError, RecursionError) as error:
-        raise InputError(f'{path}: expected JSONL of {{"completion": "..."}} ({type(error).__name__}: {error})') from None
+        raise InputError(
+            f'{path}: expected JSONL of {{"completion": "..."}} ({type(error).__name__}: {error})'
+        ) from None
     if len(completions) > rows:
         raise InputError(f"{path}: {len(completions)} completions for {rows} rows")
     if not all(isinstance(c, str) for c in completions):
@@ -94,17 +106,29 @@ def markdown(reports: Sequence[Report]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_toolcall.match_metrics", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--dataset", choices=DATASETS, required=True, help="which dataset's rows the completions answer (required)"
+    parser = argparse.ArgumentParser(
+        prog="python -m corrgrpo_toolcall.match_metrics", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--source", help="RLLA-4K parquet or hub id; API-Bank folder (default: under CORRGRPO_TOOLCALL_DATA_DIR)")
+    parser.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        required=True,
+        help="which dataset's rows the completions answer (required)",
+    )
+    parser.add_argument(
+        "--source",
+        help="RLLA-4K parquet or hub id; API-Bank folder (default: under CORRGRPO_TOOLCALL_DATA_DIR)",
+    )
     parser.add_argument("--limit", type=int, help="evaluate only the first LIMIT rows (default: every row)")
     given = parser.add_mutually_exclusive_group(required=True)
     given.add_argument(
-        "--completions", type=Path, help='JSONL of {"completion": ...} for the first rows, in row order (fewer lines: fewer rows)'
+        "--completions",
+        type=Path,
+        help='JSONL of {"completion": ...} for the first rows, in row order (fewer lines: fewer rows)',
     )
-    given.add_argument("--self", action="store_true", help="score each ground truth against itself (a sanity check)")
+    given.add_argument(
+        "--self", action="store_true", help="score each ground truth against itself (a sanity check)"
+    )
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -114,11 +138,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     try:
         examples = load(args.dataset, source)[: args.limit]
-        completions = [e.ground_truth for e in examples] if args.self else read_completions(args.completions, len(examples))
+        completions = (
+            [e.ground_truth for e in examples]
+            if args.self
+            else read_completions(args.completions, len(examples))
+        )
     except InputError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     except (OSError, ValueError) as error:  # the dataset's files: missing, or not what the loader expects
-        parser.exit(2, f"{parser.prog}: error: cannot load {args.dataset} from {source}: {' '.join(str(error).split())}\n")
+        parser.exit(
+            2,
+            f"{parser.prog}: error: cannot load {args.dataset} from {source}: "
+            f"{' '.join(str(error).split())}\n",
+        )
     if len(completions) < len(examples):
         print(f"scoring the first {len(completions)} of {len(examples)} rows", file=sys.stderr)
         examples = examples[: len(completions)]

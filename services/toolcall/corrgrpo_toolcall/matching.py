@@ -84,7 +84,8 @@ def json_equal(left: Any, right: Any) -> bool:
 
 def pair_score(truth: dict[str, Any], given: dict[str, Any]) -> tuple[float, int]:
     """(parameter-name Jaccard, count of equal values) of one prediction for one ground-truth call; two empty
-    objects match fully. One pass over the smaller object, so a huge prediction costs no more than its match."""
+    objects match fully. One pass over the smaller object, so a huge prediction costs no more than its
+    match."""
     small, large = (truth, given) if len(truth) <= len(given) else (given, truth)
     shared = values = 0
     for key in small:
@@ -127,8 +128,9 @@ class _Unused:
 
 
 def _refuse_bare_candidates(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> None:
-    """Raise `Unparseable` where ToolRL's loop would first read a same-name candidate without object `parameters`:
-    at the first ground-truth call of its name, naming the first such candidate (it is never taken before)."""
+    """Raise `Unparseable` where ToolRL's loop would first read a same-name candidate without object
+    `parameters`: at the first ground-truth call of its name, naming the first such candidate (it is never
+    taken before)."""
     bare: dict[str, int] = {}
     for index, call in enumerate(predicted):
         if call.name is not None and call.parameters is None:

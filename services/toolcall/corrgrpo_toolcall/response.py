@@ -15,7 +15,8 @@ TURN_MARKERS = (
 
 @dataclass(frozen=True)
 class FormatRules:
-    """CorrGRPO's format pattern by default: any whitespace between the tag blocks (ToolRL's wants one newline).
+    """CorrGRPO's format pattern by default: any whitespace between the tag blocks (ToolRL's wants one
+    newline).
 
     The fork accepts a response without the opening `<think>` when the model's name contains "think"
     (the template of a thinking model opens it); we cannot see the model, so that is a setting.
@@ -48,7 +49,8 @@ def strip_end_tokens(text: str) -> str:
 def extract_response(text: str) -> str:
     """The assistant's reply: text after the last assistant-turn marker, before the end-of-turn marker.
 
-    Raw completions pass through (stripped of trailing end tokens), as in ToolRL, which also cuts at `<|im_end|>`.
+    Raw completions pass through (stripped of trailing end tokens), as in ToolRL, which also cuts at
+    `<|im_end|>`.
     """
     text = strip_end_tokens(text)
     for start, end in TURN_MARKERS:
@@ -61,7 +63,8 @@ def extract_response(text: str) -> str:
 
 @lru_cache(maxsize=8)
 def _format_tails(rules: FormatRules) -> dict[tuple[bool, bool], re.Pattern[str]]:
-    """What must follow `</think>` in ToolRL's patterns, keyed by (ground truth has `<tool_call>`, has `<response>`)."""
+    """What must follow `</think>` in ToolRL's patterns, keyed by (ground truth has `<tool_call>`, has
+    `<response>`)."""
     gap = r"\s*" if rules.lenient_separators else r"\n"
     calls = r"<tool_call>\n.*?\n</tool_call>"
     reply = r"<response>.*?</response>"
@@ -82,7 +85,9 @@ def format_score(response: str, ground_truth: str, rules: FormatRules = FormatRu
     `.*?`, which costs ~0.1 µs a character (tests/toolcall checks the two agree).
     """
     wants_calls, wants_reply = "<tool_call>" in ground_truth, "<response>" in ground_truth
-    tags = (["<tool_call>", "</tool_call>"] if wants_calls else []) + (["<response>", "</response>"] if wants_reply else [])
+    tags = (["<tool_call>", "</tool_call>"] if wants_calls else []) + (
+        ["<response>", "</response>"] if wants_reply else []
+    )
     if any(response.count(tag) != 1 for tag in tags):
         return 0.0
     if not (rules.optional_think_open or response.startswith("<think>")):

@@ -44,7 +44,9 @@ def _zero() -> dict[str, float]:
     return {"name": 0.0, "param_names": 0.0, "param_values": 0.0}
 
 
-def score(completion: str, ground_truth: str, rules: FormatRules = DEFAULT_RULES, caps: ParseCaps = DEFAULT_CAPS) -> Score:
+def score(
+    completion: str, ground_truth: str, rules: FormatRules = DEFAULT_RULES, caps: ParseCaps = DEFAULT_CAPS
+) -> Score:
     """Score one completion (raw or chat-template-wrapped) against its ground truth.
 
     Raises `Unparseable` when the ground truth has a `<tool_call>` block that does not parse.
@@ -53,14 +55,19 @@ def score(completion: str, ground_truth: str, rules: FormatRules = DEFAULT_RULES
 
 
 def score_group(
-    completions: Sequence[str], ground_truth: str, rules: FormatRules = DEFAULT_RULES, caps: ParseCaps = DEFAULT_CAPS
+    completions: Sequence[str],
+    ground_truth: str,
+    rules: FormatRules = DEFAULT_RULES,
+    caps: ParseCaps = DEFAULT_CAPS,
 ) -> list[Score]:
     """Score completions that share a ground truth (a GRPO group): the ground truth is parsed once."""
     truth = _truth_calls(ground_truth) if "<tool_call>" in ground_truth else None
     return [_score(completion, ground_truth, truth, rules, caps) for completion in completions]
 
 
-def _score(completion: str, ground_truth: str, truth: Sequence[ToolCall] | None, rules: FormatRules, caps: ParseCaps) -> Score:
+def _score(
+    completion: str, ground_truth: str, truth: Sequence[ToolCall] | None, rules: FormatRules, caps: ParseCaps
+) -> Score:
     if len(completion) > caps.max_chars:
         return _unmatched(0.0, truth, f"completion over {caps.max_chars} characters")
     response = extract_response(completion)
@@ -91,7 +98,8 @@ def _cached_truth_calls(ground_truth: str) -> tuple[ToolCall, ...]:
 
 
 def _unmatched(fmt: float, truth: Sequence[ToolCall] | None, reason: str) -> Score:
-    """No usable prediction: every component at its minimum (ToolRL's correctness −3), 0 without ground-truth calls.
+    """No usable prediction: every component at its minimum (ToolRL's correctness −3), 0 without ground-truth
+    calls.
 
     Minimum even for `param_values` of parameterless calls, which a parsed prediction gets vacuously right."""
     if truth is None:
