@@ -51,7 +51,8 @@ def main() -> None:
     sizes = [1_024 * 2**i for i in range(8) if 1_024 * 2**i <= args.max_rollouts]
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print(
-        f"B·G rollouts, G = {args.group}, K = {args.components}; best of 5; CPU with torch.set_num_threads(1);"
+        f"B·G rollouts, G = {args.group}, K = {args.components}; best of 5; CPU with "
+        f"torch.set_num_threads(1);"
         " the loop always runs on the CPU\n"
     )
     print("| device | B·G | estimator | vectorised ms | per-group loop ms | loop / vectorised |")
@@ -68,7 +69,8 @@ def main() -> None:
                     loops[rollouts, name] = loop
                 loop = loops[rollouts, name]
                 print(
-                    f"| {device} | {rollouts:,} | {name} | {vectorised * 1e3:.2f} | {loop * 1e3:.0f} | {loop / vectorised:,.0f} |"
+                    f"| {device} | {rollouts:,} | {name} | {vectorised * 1e3:.2f} | {loop * 1e3:.0f} "
+                    f"| {loop / vectorised:,.0f} |"
                 )
 
 

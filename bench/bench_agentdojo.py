@@ -1,4 +1,5 @@
-"""AgentDojo episode cost per suite, in-process (LiveEpisodes over the in-memory store, TrajectoryReplay; no HTTP).
+"""AgentDojo episode cost per suite, in-process (LiveEpisodes over the in-memory store, TrajectoryReplay; no
+HTTP).
 
 For the first (user task, injection task) pair of each suite under `important_instructions`:
 the injected start environment built cold, an episode created from the cache, one step per
@@ -32,11 +33,16 @@ async def bench_suite(episodes: LiveEpisodes, replayer: TrajectoryReplay, suite:
     user, injection = episodes.catalog.pairs(suite)[0]
     resolved = episodes.catalog.resolve(suite, user, injection, None)
     spec = EpisodeSpec(suite=suite, user_task=user, injection_task=injection)
-    episodes.starts.start_bytes(resolved)  # the attack's canary run, once per user task, is not an episode cost
+    # the attack's canary run, once per user task, is not an episode cost
+    episodes.starts.start_bytes(resolved)
     cold, create, step, finish, replay = [], [], [], [], []
     start_env = pickle.loads(episodes.starts.start_bytes(resolved))
-    calls = [ToolCall(function=c.function, args=dict(c.args)) for c in resolved.user_task.ground_truth(start_env)]
-    item = TrajectoryItem(**spec.model_dump(), tool_calls=calls, final_answer=resolved.user_task.GROUND_TRUTH_OUTPUT)
+    calls = [
+        ToolCall(function=c.function, args=dict(c.args)) for c in resolved.user_task.ground_truth(start_env)
+    ]
+    item = TrajectoryItem(
+        **spec.model_dump(), tool_calls=calls, final_answer=resolved.user_task.GROUND_TRUTH_OUTPUT
+    )
     for _ in range(ROUNDS):
         t = time.perf_counter()
         StartCache(1).start_bytes(resolved)
@@ -55,7 +61,9 @@ async def bench_suite(episodes: LiveEpisodes, replayer: TrajectoryReplay, suite:
         t = time.perf_counter()
         replayer.replay(item)
         replay.append(time.perf_counter() - t)
-    return f"| {suite} | {len(calls)} | {ms(cold)} | {ms(create)} | {ms(step)} | {ms(finish)} | {ms(replay)} |"
+    return (
+        f"| {suite} | {len(calls)} | {ms(cold)} | {ms(create)} | {ms(step)} | {ms(finish)} | {ms(replay)} |"
+    )
 
 
 async def main() -> None:

@@ -29,8 +29,15 @@ def main() -> None:
     parser.add_argument("--model", default="steered-tiny")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as scratch, start_service("agentdojo", env={"CORRGRPO_LOG_LEVEL": "WARNING"}) as service:
-        trl = {"max_tool_calling_iterations": 2, "per_device_train_batch_size": args.rollouts, "num_generations": args.rollouts}
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        start_service("agentdojo", env={"CORRGRPO_LOG_LEVEL": "WARNING"}) as service,
+    ):
+        trl = {
+            "max_tool_calling_iterations": 2,
+            "per_device_train_batch_size": args.rollouts,
+            "num_generations": args.rollouts,
+        }
         if args.model == "steered-tiny":
             model, bias = steered_policy(Path(scratch))
             trl["generation_kwargs"] = {"sequence_bias": bias}
@@ -45,7 +52,10 @@ def main() -> None:
     episodes = args.steps * args.rollouts
     service_s = sum(clock.seconds(kind) for kind in clock.spans)
     calls = [log.get("tools/call_frequency", 0.0) for log in trainer.state.log_history if "reward" in log]
-    print(f"policy {args.model}, {args.steps} steps x {args.rollouts} rollouts, banking/user_task_0 + injection_task_0")
+    print(
+        f"policy {args.model}, {args.steps} steps x {args.rollouts} rollouts, banking/user_task_0 + "
+        f"injection_task_0"
+    )
     print("| measure | value |\n|---|---|")
     print(f"| step time (train_runtime / steps) | {runtime / args.steps:.2f} s |")
     print(f"| episodes per second through the loop | {episodes / runtime:.2f} |")
@@ -53,7 +63,9 @@ def main() -> None:
     for kind, spans in clock.spans.items():
         seconds, overlap = clock.seconds(kind), clock.max_overlap(kind)
         print(f"| service {kind}: calls, total s, max in flight | {len(spans)}, {seconds:.2f}, {overlap} |")
-    print(f"| service share of the run (all service calls / train_runtime) | {100 * service_s / runtime:.1f}% |")
+    print(
+        f"| service share of the run (all service calls / train_runtime) | {100 * service_s / runtime:.1f}% |"
+    )
     print(
         f"| tool calls run one after another: their time, the most concurrency could save | "
         f"{clock.seconds('step'):.2f} s ({100 * clock.seconds('step') / runtime:.1f}% of the run) |"

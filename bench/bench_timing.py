@@ -1,11 +1,11 @@
 """Timing stability of the efficiency reward: each reference solution against itself, on a loaded machine.
 
-For 24 HumanEval problems, t_ref is the mean child CPU time of 4 runs of the reference (as the
-service measures it), then the reference is scored 20 more times as the candidate:
-efficiency = clip(1 - t / t_ref, 0, 1), 0 at parity. A CPU burner runs on every core throughout (the
-"loaded machine"). The question: is the spread tight enough that a program needing 1/1.1 of the reference's time
-(efficiency ≈ 0.09) is told apart from parity? We report, per problem, the spread of log(t) and the share of
-problems whose 20-run efficiency interval (5th–95th percentile) stays below 0.09.
+For 24 HumanEval problems, t_ref is the mean child CPU time of 4 runs of the reference (as the service
+measures it), then the reference is scored 20 more times as the candidate: efficiency = clip(1 - t / t_ref, 0,
+1), 0 at parity. A CPU burner runs on every core throughout (the "loaded machine"). The question: is the
+spread tight enough that a program needing 1/1.1 of the reference's time (efficiency ≈ 0.09) is told apart
+from parity? We report, per problem, the spread of log(t) and the share of problems whose 20-run efficiency
+interval (5th–95th percentile) stays below 0.09.
 
 Run: `.venv/bin/python bench/bench_timing.py` (part of `make bench`).
 """
@@ -19,11 +19,10 @@ import os
 import statistics
 import sys
 
-from corrgrpo_code.config import HARNESS_LIMITS
+from corrgrpo_code.declaration import HARNESS_LIMITS
 from corrgrpo_code.efficiency import efficiency
-from corrgrpo_code.execution import run_tests
 from corrgrpo_code.harness import CHILD_FILE
-from corrgrpo_code.prepared import PreparedProblem
+from corrgrpo_code.problem_tests import ProblemTests
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_sandbox import Sandbox
 
@@ -36,10 +35,10 @@ def burn() -> None:
         pass
 
 
-def cpu_times(sandbox: Sandbox, prepared: PreparedProblem, runs: int) -> list[float]:
+def cpu_times(sandbox: Sandbox, prepared: ProblemTests, runs: int) -> list[float]:
     times = []
     for _ in range(runs):
-        result = run_tests(sandbox, prepared, prepared.reference.code, HARNESS_LIMITS)
+        result = prepared.run(sandbox, prepared.reference.code, HARNESS_LIMITS)
         if result.exec is None or result.stage != "passed":
             raise RuntimeError(f"{prepared.problem.task_id}: reference did not pass ({result.stage})")
         times.append(result.exec.cpu_s)
@@ -59,7 +58,7 @@ def main() -> int:
     try:
         with Sandbox(workers=1, preload=[CHILD_FILE]) as sandbox:
             for problem in itertools.islice(humaneval_problems(), PROBLEMS):
-                prepared = PreparedProblem.of(problem)
+                prepared = ProblemTests.of(problem)
                 t_ref = statistics.mean(cpu_times(sandbox, prepared, REFERENCE_RUNS))
                 times = cpu_times(sandbox, prepared, RUNS)
                 log_sd = statistics.stdev(math.log(t) for t in times)

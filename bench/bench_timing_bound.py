@@ -1,13 +1,15 @@
 """The sandbox CPU that timing costs for one correct item: every run's `cpu_s` summed, less the item's verdict
 run (`timing_cpu_s`), and all of it (`item_cpu_s`: a stdin verdict over many slow cases shows its own bound).
 
-`calibrated`: the candidate is the slow side (its timing pairs are what is bounded); `paper`: the reference is (its
-t_ref runs are). The slow side spends SECONDS of CPU per run in a `time.process_time()` loop (over CASES stdin cases
-for `stdin`), the other side OTHER_SECONDS (default: nothing), so the figures do not depend on the machine's speed.
-The wall limit is raised to 120 s: CPU is what is bounded, and a loaded host must not turn the item into a timeout.
+`calibrated`: the candidate is the slow side (its timing pairs are what is bounded); `paper`: the reference is
+(its t_ref runs are). The slow side spends SECONDS of CPU per run in a `time.process_time()` loop (over CASES
+stdin cases for `stdin`), the other side OTHER_SECONDS (default: nothing), so the figures do not depend on the
+machine's speed. The wall limit is raised to 120 s: CPU is what is bounded, and a loaded host must not turn
+the item into a timeout.
 
 Run: `.venv/bin/python bench/bench_timing_bound.py MODE KIND SECONDS [CASES [OTHER_SECONDS]]`, MODE `paper` or
-`calibrated`, KIND `check` or `stdin`; one JSON line. The README's table (services/code, Efficiency) comes from it.
+`calibrated`, KIND `check` or `stdin`; one JSON line. The README's table (services/code, Efficiency) comes
+from it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ import asyncio
 import json
 import sys
 import threading
-from dataclasses import replace
 from typing import Any
 
-from corrgrpo_code.config import ScoringConfig
+from corrgrpo_code.declaration import CodeSettings
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_common import MemoryStore
@@ -44,7 +45,12 @@ class CountingSandbox(Sandbox):
 def burn(seconds: float, indent: str) -> str:
     if not seconds:
         return ""
-    lines = ["import time", f"_end = time.process_time() + {seconds}", "while time.process_time() < _end:", "    pass"]
+    lines = [
+        "import time",
+        f"_end = time.process_time() + {seconds}",
+        "while time.process_time() < _end:",
+        "    pass",
+    ]
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
@@ -68,18 +74,35 @@ def main() -> None:
     problem, slow, other = problem_and_programs(kind, slow_s, other_s, cases)
     candidate, reference = (slow, other) if mode == "calibrated" else (other, slow)
     problem = problem.model_copy(update={"reference": reference})
-    base = ScoringConfig()
-    config = replace(base, efficiency_mode=mode, run_ttl_s=0, limits=replace(base.limits, wall_s=120.0))
+    settings = CodeSettings(code_efficiency_mode=mode, code_run_ttl_s=0, code_wall_s=120.0, code_workers=2)
     with CountingSandbox(workers=2, preload=[CHILD_FILE]) as sandbox:
-        scorer = CodeScorer(sandbox, MemoryStore(), {}, config, workers=2)
-        [result] = asyncio.run(scorer.score([CodeItem(problem=problem, completion=f"```python\n{candidate}```")]))
+        scorer = CodeScorer(sandbox, MemoryStore(), {}, settings)
+        [result] = asyncio.run(
+            scorer.score([CodeItem(problem=problem, completion=f"```python\n{candidate}```")])
+        )
         scorer.close()
     info = getattr(result, "info", {})
     timing_s = sandbox.cpu_s - (info.get("t") or 0.0)
-    shown = {"mode": mode, "kind": kind, "slow_s": slow_s, "other_s": other_s, "cases": cases, "runs": sandbox.runs}
+    shown = {
+        "mode": mode,
+        "kind": kind,
+        "slow_s": slow_s,
+        "other_s": other_s,
+        "cases": cases,
+        "runs": sandbox.runs,
+    }
     shown["item_cpu_s"] = round(sandbox.cpu_s, 2)  # everything: verdict, reference check, timing
     efficiency = result.components["efficiency"] if hasattr(result, "components") else None
-    print(json.dumps({**shown, "timing_cpu_s": round(timing_s, 2), "efficiency": efficiency, **{k: info.get(k) for k in SHOWN}}))
+    print(
+        json.dumps(
+            {
+                **shown,
+                "timing_cpu_s": round(timing_s, 2),
+                "efficiency": efficiency,
+                **{k: info.get(k) for k in SHOWN},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from corrgrpo_testing.servers import start_service  # the test helper: starts a service exactly as its container does
+# the test helper: starts a service exactly as its container does
+from corrgrpo_testing.servers import start_service
 from corrgrpo_toolcall.datasets import Example, default_source, load_rlla4k
 from corrgrpo_toolcall.scoring import score
 from corrgrpo_toolcall.settings import ToolCallSettings
@@ -35,7 +36,9 @@ def variants(example: Example) -> list[str]:
         calls = [json.loads(line) for line in block.split("\n")]
         changed = [{**calls[0], "parameters": {k: "changed" for k in calls[0]["parameters"]}}, *calls[1:]]
         for edited in (changed, calls[:-1] or calls):
-            out.append(head + "<tool_call>\n" + "\n".join(json.dumps(c) for c in edited) + "\n</tool_call>" + tail)
+            out.append(
+                head + "<tool_call>\n" + "\n".join(json.dumps(c) for c in edited) + "\n</tool_call>" + tail
+            )
     return out
 
 
@@ -67,8 +70,11 @@ def pure_rate(pairs: list[tuple[str, str]], seconds: float = 3.0) -> tuple[float
     return done / (time.perf_counter() - start), done / (time.process_time() - cpu)
 
 
-def http_rate(url: str, pid: int, pairs: list[tuple[str, str]], batch: int, seconds: float = 4.0) -> tuple[float, float]:
-    """(scores per wall second, scores per CPU second of the server process), one client, sequential requests."""
+def http_rate(
+    url: str, pid: int, pairs: list[tuple[str, str]], batch: int, seconds: float = 4.0
+) -> tuple[float, float]:
+    """(scores per wall second, scores per CPU second of the server process), one client, sequential
+    requests."""
     items = [{"completion": c, "ground_truth": t} for c, t in pairs]
     bodies = [{"items": items[i : i + batch]} for i in range(0, len(items), batch)]
     done, start, cpu = 0, time.perf_counter(), process_cpu_s(pid)
@@ -86,7 +92,11 @@ def main() -> int:
     examples = load_rlla4k(default_source("rlla4k", data_dir))
     pairs = [(completion, e.ground_truth) for e in examples for completion in variants(e)]
     rows = [("pure function, 1 process", f"{len(pairs)} mixed", *pure_rate(pairs))]
-    long_think = [("<think>" + "word " * 20_000 + t.split("</think>", 1)[1], t) for _, t in pairs[:50] if "</think>" in t]
+    long_think = [
+        ("<think>" + "word " * 20_000 + t.split("</think>", 1)[1], t)
+        for _, t in pairs[:50]
+        if "</think>" in t
+    ]
     rows.append(("pure function, 100 kB think", str(len(long_think)), *pure_rate(long_think, 2.0)))
     rows.append(("pure function, 1,000-call ground truth", "1 hostile", *pure_rate([hostile_pair()], 2.0)))
     with start_service("toolcall") as service:
@@ -95,7 +105,10 @@ def main() -> int:
             rows.append((f"HTTP, 1 server process, batch {batch}", f"{len(pairs)} mixed", *rate))
     # CPU-second rates hold on a loaded machine; wall rates drop with the load average.
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end\n")
-    print("| path | completions | scores/s (wall) | scores per CPU-second (one core) |\n| --- | --- | --- | --- |")
+    print(
+        "| path | completions | scores/s (wall) | scores per CPU-second (one core) |\n| --- | --- | --- | "
+        "--- |"
+    )
     for path, workload, wall, per_cpu in rows:
         print(f"| {path} | {workload} | {wall:,.0f} | {per_cpu:,.0f} |")
     return 0

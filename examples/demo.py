@@ -55,7 +55,8 @@ class Group:
 
 @dataclass
 class Scored:
-    """A domain's groups scored: rewards [B, G, K] (NaN = failed item), component names and default weights."""
+    """A domain's groups scored: rewards [B, G, K] (NaN = failed item), component names and default
+    weights."""
 
     groups: list[Group]
     rewards: torch.Tensor
@@ -67,7 +68,8 @@ class Scored:
 
 
 def code_groups() -> list[Group]:
-    """HumanEval problems (inline): the canonical solution and four perturbations that break one stage each."""
+    """HumanEval problems (inline): the canonical solution and four perturbations that break one stage
+    each."""
     problems = {p["task_id"]: p for p in humaneval_problems()}
     groups = []
     for task_id in HUMANEVAL_TASKS:
@@ -80,18 +82,30 @@ def code_groups() -> list[Group]:
             "crash": f"```python\n{p['prompt']}    raise ValueError('perturbed')\n```",
             "syntax": f"```python\n{canonical}    return (\n```",
         }
-        problem = {"task_id": task_id, "prompt": "", "entry_point": p["entry_point"], "test": p["test"], "reference": canonical}
+        problem = {
+            "task_id": task_id,
+            "prompt": "",
+            "entry_point": p["entry_point"],
+            "test": p["test"],
+            "reference": canonical,
+        }
         items = [{"completion": text, "problem": problem} for text in variants.values()]
         groups.append(Group(f"{task_id} ({p['entry_point']})", list(variants), items))
     return groups
 
 
 TOOL_CASES = [
-    ("What's the weather in Paris, in celsius?", [{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}]),
+    (
+        "What's the weather in Paris, in celsius?",
+        [{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}],
+    ),
     (
         "Find a flight from SFO to JFK on May 1 and book a hotel in New York for 2 nights.",
         [
-            {"name": "search_flights", "parameters": {"origin": "SFO", "destination": "JFK", "date": "2024-05-01"}},
+            {
+                "name": "search_flights",
+                "parameters": {"origin": "SFO", "destination": "JFK", "date": "2024-05-01"},
+            },
             {"name": "book_hotel", "parameters": {"city": "New York", "nights": 2}},
         ],
     ),
@@ -104,7 +118,9 @@ TOOL_CASES = [
 
 def tool_response(calls: list[dict[str, Any]], think: bool = True) -> str:
     lines = "\n".join(json.dumps(call) for call in calls)
-    return ("<think>I should call the tools.</think>\n" if think else "") + f"<tool_call>\n{lines}\n</tool_call>"
+    return (
+        "<think>I should call the tools.</think>\n" if think else ""
+    ) + f"<tool_call>\n{lines}\n</tool_call>"
 
 
 def tool_variants(calls: list[dict[str, Any]]) -> dict[str, str]:
@@ -126,7 +142,13 @@ def toolcall_groups() -> list[Group]:
     groups = []
     for question, calls in TOOL_CASES:
         truth, variants = tool_response(calls), tool_variants(calls)
-        groups.append(Group(question, list(variants), [{"completion": v, "ground_truth": truth} for v in variants.values()]))
+        groups.append(
+            Group(
+                question,
+                list(variants),
+                [{"completion": v, "ground_truth": truth} for v in variants.values()],
+            )
+        )
     return groups
 
 
@@ -139,7 +161,10 @@ async def score_groups(url: str, groups: list[Group]) -> Scored:
         specs = (await client.components()).components
         results = await client.score([item for group in groups for item in group.items])
     names = [spec.name for spec in specs]
-    values = [[(r.components or {}).get(n, float("nan")) if r.error is None else float("nan") for n in names] for r in results]
+    values = [
+        [(r.components or {}).get(n, float("nan")) if r.error is None else float("nan") for n in names]
+        for r in results
+    ]
     for result in results:
         if result.error is not None:
             say(f"  item failed: {result.error.code}: {result.error.message[:120]}")
@@ -148,10 +173,13 @@ async def score_groups(url: str, groups: list[Group]) -> Scored:
 
 
 async def score_domains(urls: dict[str, str]) -> dict[str, Scored]:
-    """Code and toolcall at the same time; a domain whose service is down or refuses is reported and left out."""
+    """Code and toolcall at the same time; a domain whose service is down or refuses is reported and left
+    out."""
     wanted = {"code": code_groups, "toolcall": toolcall_groups}
     domains = [name for name in wanted if name in urls]
-    outcomes = await asyncio.gather(*(score_groups(urls[d], wanted[d]()) for d in domains), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(score_groups(urls[d], wanted[d]()) for d in domains), return_exceptions=True
+    )
     scored = {}
     for domain, outcome in zip(domains, outcomes, strict=True):
         if isinstance(outcome, (RewardServiceError, RewardServiceUnavailable)):
@@ -167,7 +195,8 @@ def estimator_advantages(scored: Scored) -> dict[str, torch.Tensor]:
     """[B, G] advantages of each estimator on the same rewards and weights."""
     weights = torch.tensor(scored.weights, dtype=scored.rewards.dtype)
     return {
-        name: estimator(scored.rewards, weights) for name, estimator in (("GRPO", grpo), ("GDPO", gdpo), ("CorrGRPO", corrgrpo))
+        name: estimator(scored.rewards, weights)
+        for name, estimator in (("GRPO", grpo), ("GDPO", gdpo), ("CorrGRPO", corrgrpo))
     }
 
 
@@ -176,20 +205,29 @@ def print_domain(domain: str, scored: Scored, advantages: dict[str, torch.Tensor
     print(f"\n=== {domain}: components {', '.join(scored.names)} (weights {scored.weights})")
     for b, group in enumerate(scored.groups):
         print(f"--- {group.title}")
-        print(f"{'rollout':12s}" + "".join(f"{s:>9s}" for s in short) + f"{'R':>8s}" + "".join(f"{e:>10s}" for e in advantages))
+        print(
+            f"{'rollout':12s}"
+            + "".join(f"{s:>9s}" for s in short)
+            + f"{'R':>8s}"
+            + "".join(f"{e:>10s}" for e in advantages)
+        )
         for g, label in enumerate(group.labels):
             r = scored.rewards[b, g]
             total = (r.nan_to_num(0.0) * torch.tensor(scored.weights, dtype=r.dtype)).sum().item()
             cells = "".join(f"{v:9.3f}" for v in r.tolist())
-            print(f"{label:12s}{cells}{total:8.3f}" + "".join(f"{a[b, g].item():10.3f}" for a in advantages.values()))
+            print(
+                f"{label:12s}{cells}{total:8.3f}"
+                + "".join(f"{a[b, g].item():10.3f}" for a in advantages.values())
+            )
 
 
 # ---------------------------------------------------------------- training, plot, summary
 
 
 def train_policy(url: str, model: str) -> list[dict[str, Any]]:
-    """A few CorrGRPO steps of the real policy on HumanEval prompts against the code service; TRL's log history.
-    The run directory is a run's like any other (config.resolved.yaml too): `report` and `rescore` read it."""
+    """A few CorrGRPO steps of the real policy on HumanEval prompts against the code service; TRL's log
+    history. The run directory is a run's like any other (config.resolved.yaml too): `report` and `rescore`
+    read it."""
     from corrgrpo_trainer.pipeline import write_resolved
     from corrgrpo_trainer.train import train
 
@@ -220,7 +258,9 @@ def train_policy(url: str, model: str) -> list[dict[str, Any]]:
     return train(config, rows=humaneval_rows(10, 10 + 2 * TRAIN_STEPS)).state.log_history
 
 
-def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Scored], advantages: dict[str, dict]) -> None:
+def plot(
+    path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Scored], advantages: dict[str, dict]
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,13 +272,21 @@ def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Sco
     steps = [h for h in history or [] if "reward" in h]
     for key in sorted({k for h in steps for k in h if k.startswith("rewards/") and k.endswith("/mean")}):
         curves.plot([h["step"] for h in steps], [h[key] for h in steps], marker="o", label=key.split("/")[1])
-    curves.set(title="SmolLM2-135M-Instruct, CorrGRPO on HumanEval: reward per component", xlabel="step", ylabel="mean")
-    curves.legend(fontsize=8) if steps else curves.text(0.5, 0.5, "training skipped", ha="center", transform=curves.transAxes)
+    curves.set(
+        title="SmolLM2-135M-Instruct, CorrGRPO on HumanEval: reward per component",
+        xlabel="step",
+        ylabel="mean",
+    )
+    curves.legend(fontsize=8) if steps else curves.text(
+        0.5, 0.5, "training skipped", ha="center", transform=curves.transAxes
+    )
     for axis, (domain, result) in zip(axes[0, 1:], scored.items(), strict=True):
         labels = [f"{b}:{label}" for b, group in enumerate(result.groups) for label in group.labels]
         width = 0.8 / len(advantages[domain])
         for i, (name, values) in enumerate(advantages[domain].items()):
-            axis.bar([x + i * width for x in range(len(labels))], values.flatten().tolist(), width, label=name)
+            axis.bar(
+                [x + i * width for x in range(len(labels))], values.flatten().tolist(), width, label=name
+            )
         axis.set_xticks([x + width for x in range(len(labels))], labels, rotation=90, fontsize=6)
         axis.set(title=f"{domain}: advantages per hand-made rollout (group:variant)", ylabel="advantage")
         axis.axhline(0, color="black", linewidth=0.5)
@@ -249,7 +297,8 @@ def plot(path: Path, history: list[dict[str, Any]] | None, scored: dict[str, Sco
 
 
 def isolation(url: str | None) -> str:
-    """How the code service sandboxes candidates: its /readyz `sandbox` check (the isolation's name, or why not ready)."""
+    """How the code service sandboxes candidates: its /readyz `sandbox` check (the isolation's name, or why
+    not ready)."""
     if url is None:
         return "unknown (the code service did not start)"
     try:
@@ -263,29 +312,39 @@ def summary(code_url: str | None, trained: bool) -> str:
     lines = [
         "",
         "What you just saw",
-        "  scored groups  each row is one rollout of a prompt; the columns are the service's reward components",
-        "                 (code: format, syntax, compile, runtime, correct, ast_similarity, efficiency), R their",
-        "                 weighted sum, then each estimator's advantage: GRPO divides R - mean by std R, CorrGRPO",
+        "  scored groups  each row is one rollout of a prompt; the columns are the service's reward "
+        "components",
+        "                 (code: format, syntax, compile, runtime, correct, ast_similarity, efficiency), R "
+        "their",
+        "                 weighted sum, then each estimator's advantage: GRPO divides R - mean by std R, "
+        "CorrGRPO",
         "                 by sqrt(sum of the components' correlations), GDPO z-scores each component first.",
     ]
     if trained:
         lines += [
-            "  [train] lines  one CorrGRPO step of SmolLM2-135M-Instruct: 2 HumanEval prompts x 4 sampled completions;",
-            "                 <component>= its batch mean, zero_std_groups= the fraction of prompt groups whose total",
-            "                 reward did not vary (their advantages are 0, nothing to learn), |A|= mean |advantage|.",
-            "                 Each step draws new prompts, so 3 steps' means show the signal, not yet learning:",
-            "                 bench/bench_policy.py compares the estimators on held-out prompts (docs/policy_experiment.md).",
+            "  [train] lines  one CorrGRPO step of SmolLM2-135M-Instruct: 2 HumanEval prompts x 4 sampled "
+            "completions;",
+            "                 <component>= its batch mean, zero_std_groups= the fraction of prompt groups "
+            "whose total",
+            "                 reward did not vary (their advantages are 0, nothing to learn), |A|= mean "
+            "|advantage|.",
+            "                 Each step draws new prompts, so 3 steps' means show the signal, not yet "
+            "learning:",
+            "                 bench/bench_policy.py compares the estimators on held-out prompts "
+            "(docs/policy_experiment.md).",
         ]
     lines += [
         f"  code sandbox   {isolation(code_url)}",
-        f"  files          {OUT / 'demo.png'} (plot), {OUT / 'train' / 'metrics.jsonl'} (every step's metrics),",
+        f"  files          {OUT / 'demo.png'} (plot), {OUT / 'train' / 'metrics.jsonl'} (every step's "
+        f"metrics),",
         f"                 {OUT}/<service>.log (service logs)",
     ]
     return "\n".join(lines)
 
 
 def start(name: str) -> ServiceProcess:
-    env = {k: v for k, v in os.environ.items() if k != "CORRGRPO_REDIS_URL"}  # the embedded default: in-memory store
+    # the embedded default: in-memory store
+    env = {k: v for k, v in os.environ.items() if k != "CORRGRPO_REDIS_URL"}
     return launch(name, env, log_path=str(OUT / f"{name}.log"))
 
 
@@ -317,7 +376,10 @@ def main() -> int:
             print_domain(domain, result, advantages[domain])
         history = None
         if "code" in urls and model:
-            say(f"[3/4] training {TRAIN_STEPS} CorrGRPO steps of SmolLM2-135M-Instruct on HumanEval (~40 s of CPU each)")
+            say(
+                f"[3/4] training {TRAIN_STEPS} CorrGRPO steps of SmolLM2-135M-Instruct on HumanEval (~40 s "
+                f"of CPU each)"
+            )
             history = train_policy(urls["code"], model)
         else:
             say("[3/4] training skipped (no code service or no policy)")

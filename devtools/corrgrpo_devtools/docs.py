@@ -1,4 +1,5 @@
-"""`python -m corrgrpo_devtools.docs [--check]`: the READMEs' configuration lists, from the `Field` descriptions.
+"""`python -m corrgrpo_devtools.docs [--check]`: the READMEs' configuration lists, from the `Field`
+descriptions.
 
 Each list lies between `<!-- settings:begin -->` and `<!-- settings:end -->`: the kit's shared settings
 in services/common/README.md, each declared service's own ones in its folder's README.md. Without
@@ -50,7 +51,9 @@ def table(settings: type[ServiceSettings], fields: list[str]) -> str:
         if not info.description:
             raise ValueError(f"{settings.__name__}.{field} has no description: the docs are made from it")
         item = f"- `{env_name(settings, field)}` = {shown_default(info)}: {info.description}"
-        items.append(textwrap.fill(item, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False))
+        items.append(
+            textwrap.fill(item, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        )
     return "\n".join([BEGIN, *items, END])
 
 
@@ -59,11 +62,14 @@ def own_fields(settings: type[ServiceSettings]) -> list[str]:
 
 
 def tables() -> dict[Path, str]:
-    """README path → the settings list it must hold: the kit's shared settings, then each declared service's own."""
+    """README path → the settings list it must hold: the kit's shared settings, then each declared
+    service's own."""
     kit = Path(corrgrpo_common.__file__).resolve().parents[1] / "README.md"
     wanted = {kit: table(ServiceSettings, list(ServiceSettings.model_fields))}
     for service in declared().values():
-        folder = Path(importlib.import_module(service.settings.__module__).__file__ or "").resolve().parents[1]
+        folder = (
+            Path(importlib.import_module(service.settings.__module__).__file__ or "").resolve().parents[1]
+        )
         wanted[folder / "README.md"] = table(service.settings, own_fields(service.settings))
     return wanted
 
@@ -88,8 +94,12 @@ def drifted(write: bool) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_devtools.docs", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report READMEs whose lists drifted (exit 1)")
+    parser = argparse.ArgumentParser(
+        prog="python -m corrgrpo_devtools.docs", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="only report READMEs whose lists drifted (exit 1)"
+    )
     args = parser.parse_args(argv)
     stale = drifted(write=not args.check)
     for path in stale:

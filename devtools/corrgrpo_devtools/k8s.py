@@ -1,5 +1,5 @@
-"""Kubernetes manifests of the declared services, as data: deploy/k8s/base/<service>.yaml and its kustomization.yaml
-(written by `manifests`)."""
+"""Kubernetes manifests of the declared services, as data: deploy/k8s/base/<service>.yaml and its
+kustomization.yaml (written by `manifests`)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ from .yaml_text import Flow, FlowList, dump, dump_all
 
 COMMAND = "python -m corrgrpo_devtools.manifests"
 SHARED = ("namespace.yaml", "configmap.yaml", "redis.yaml")  # hand-written, before the services
-SERVICE_COMPONENT = "reward-service"  # marks the pods Redis admits (deploy/k8s/base/redis.yaml's NetworkPolicy)
+# marks the pods Redis admits (deploy/k8s/base/redis.yaml's NetworkPolicy)
+SERVICE_COMPONENT = "reward-service"
 CLIENT_LABEL = "corrgrpo.io/client"  # pods that may call the services: the ingress controller, RL jobs
 BUBBLEWRAP = """\
 hostUsers: false, procMount: Unmasked: bubblewrap needs user, PID and network namespaces and a fresh /proc: an
 unmasked /proc needs the pod in its own user namespace (Kubernetes >= 1.33 with a runtime that supports it).
 Clusters that forbid this: overlays/no-bwrap (see deploy/README.md)."""
 SECRETS = """\
-The secret corrgrpo-secrets is required: CORRGRPO_REDIS_PASSWORD and CORRGRPO_STORE_SECRET (CORRGRPO_API_TOKEN if
-wanted); deploy/README.md creates it."""
-CALLERS = f'Only pods labelled {CLIENT_LABEL}: "true", in any namespace (the ingress controller, RL jobs), may call it.'
+The secret corrgrpo-secrets is required: CORRGRPO_REDIS_PASSWORD and CORRGRPO_STORE_SECRET
+(CORRGRPO_API_TOKEN if wanted); deploy/README.md creates it."""
+CALLERS = (
+    f'Only pods labelled {CLIENT_LABEL}: "true", in any namespace (the ingress controller, RL jobs), '
+    "may call it."
+)
 BURSTS = "Scoring comes in bursts (one batch per training step): scale up at once, down slowly."
 
 
@@ -38,7 +42,10 @@ def selector(name: str) -> Flow:
 
 
 def metadata(name: str) -> dict[str, Any]:
-    labels = Flow(selector(name) | {"app.kubernetes.io/component": SERVICE_COMPONENT, "app.kubernetes.io/part-of": "corrgrpo"})
+    labels = Flow(
+        selector(name)
+        | {"app.kubernetes.io/component": SERVICE_COMPONENT, "app.kubernetes.io/part-of": "corrgrpo"}
+    )
     return {"name": name, "labels": labels}
 
 
@@ -59,7 +66,10 @@ def container(service: ServiceDeclaration) -> dict[str, Any]:
         "image": f"corrgrpo/{name}:{service.version}",
         "args": FlowList(["python", "-m", service.module, "--host", "0.0.0.0", "--port", str(port)]),
         "ports": [Flow(name="http", containerPort=port)],
-        "envFrom": [{"configMapRef": Flow(name="corrgrpo-config")}, {"secretRef": Flow(name="corrgrpo-secrets")}],
+        "envFrom": [
+            {"configMapRef": Flow(name="corrgrpo-config")},
+            {"secretRef": Flow(name="corrgrpo-secrets")},
+        ],
     }
     if deploy.env:
         spec["env"] = [Flow(name=key, value=value) for key, value in deploy.env.items()]
@@ -118,7 +128,9 @@ def network_policy(name: str) -> dict[str, Any]:
         "spec": {
             "podSelector": Flow(matchLabels=selector(name)),
             "policyTypes": FlowList(["Ingress"]),
-            "ingress": [{"from": FlowList([callers]), "ports": FlowList([Flow(protocol="TCP", port="http")])}],
+            "ingress": [
+                {"from": FlowList([callers]), "ports": FlowList([Flow(protocol="TCP", port="http")])}
+            ],
         },
     }
 
@@ -133,7 +145,10 @@ def autoscaler(name: str, low: int, high: int) -> dict[str, Any]:
             "minReplicas": low,
             "maxReplicas": high,
             "metrics": [
-                {"type": "Resource", "resource": {"name": "cpu", "target": Flow(type="Utilization", averageUtilization=70)}}
+                {
+                    "type": "Resource",
+                    "resource": {"name": "cpu", "target": Flow(type="Utilization", averageUtilization=70)},
+                }
             ],
             "behavior": {
                 "scaleUp": {
@@ -153,12 +168,17 @@ def service_object(name: str, port: int) -> dict[str, Any]:
 
 def disruption_budget(name: str) -> dict[str, Any]:
     spec = {"minAvailable": 1, "selector": {"matchLabels": selector(name)}}
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata(name), "spec": spec}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(name),
+        "spec": spec,
+    }
 
 
 def manifest(service: ServiceDeclaration) -> str:
-    """deploy/k8s/base/<service>.yaml: Deployment, Service, NetworkPolicy, and when it autoscales, its autoscaler and
-    disruption budget."""
+    """deploy/k8s/base/<service>.yaml: Deployment, Service, NetworkPolicy, and when it autoscales, its
+    autoscaler and disruption budget."""
     name, deploy = service.name, service.deploy
     header = f"Written by `{COMMAND}` from {service.module}/declaration.py: edit that, not this."
     above_deployment = "\n".join([header, *([BUBBLEWRAP] if deploy.bubblewrap else []), SECRETS])

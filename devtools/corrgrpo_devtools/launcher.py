@@ -71,7 +71,9 @@ def plan(names: Sequence[str], moves: Sequence[str], host: str) -> dict[str, tup
     for move in moves:
         name, _, port = move.partition("=")
         if name not in chosen or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(f"--port {move}: expected NAME=PORT with NAME one of {', '.join(chosen)} and PORT 1-65535")
+            raise UsageError(
+                f"--port {move}: expected NAME=PORT with NAME one of {', '.join(chosen)} and PORT 1-65535"
+            )
         ports[name] = int(port)
     if len(set(ports.values())) != len(ports):
         raise UsageError(f"two services on one port: {', '.join(f'{n}={p}' for n, p in ports.items())}")
@@ -89,12 +91,13 @@ def die_with_parent() -> None:
 
 
 def local_service_env() -> dict[str, str]:
-    """The environment each service gets: this one less the Redis URL (in-memory state) and the port (each gets its
-    own `--port`), with plain-text logs unless `CORRGRPO_LOG_JSON` is set."""
+    """The environment each service gets: this one less the Redis URL (in-memory state) and the port (each
+    gets its own `--port`), with plain-text logs unless `CORRGRPO_LOG_JSON` is set."""
     dropped = {env_name(ServiceSettings, "redis_url"), env_name(ServiceSettings, "port")}
     env = {key: value for key, value in os.environ.items() if key not in dropped}
     env.setdefault(env_name(ServiceSettings, "log_json"), "false")
-    return env | {"PYTHONUNBUFFERED": "1"}  # each line reaches the launcher's prefixed stream as it is written
+    # each line reaches the launcher's prefixed stream as it is written
+    return env | {"PYTHONUNBUFFERED": "1"}
 
 
 def start_service_process(service: ServiceDeclaration, host: str, port: int) -> Running:
@@ -154,12 +157,17 @@ def exited(running: Sequence[Running]) -> Running | None:
 
 
 def supervise(running: list[Running], out: Output, stop: threading.Event) -> int:
-    """Announce each service once it answers, then wait for a stop signal or a service's exit; the exit code."""
+    """Announce each service once it answers, then wait for a stop signal or a service's exit; the exit
+    code."""
     pending, deadline = list(running), time.monotonic() + START_TIMEOUT_S
     while not stop.is_set():
         if failed := exited(running):
             when = "before it answered" if failed in pending else "on its own"
-            out.say("up", f"{failed.service.name} exited with code {failed.process.returncode} {when}; stopping the others")
+            out.say(
+                "up",
+                f"{failed.service.name} exited with code {failed.process.returncode} {when}; stopping the "
+                f"others",
+            )
             return 1
         for item in [r for r in pending if answers(r.url)]:
             pending.remove(item)
@@ -168,7 +176,9 @@ def supervise(running: list[Running], out: Output, stop: threading.Event) -> int
                 out.say("up", f"{len(running)} service(s) up; Ctrl-C or SIGTERM stops them")
         if pending and time.monotonic() > deadline:
             late = ", ".join(r.service.name for r in pending)
-            out.say("up", f"{late} did not answer /healthz within {START_TIMEOUT_S} s; stopping every service")
+            out.say(
+                "up", f"{late} did not answer /healthz within {START_TIMEOUT_S} s; stopping every service"
+            )
             return 1
         stop.wait(0.1 if pending else 0.5)
     return 0
@@ -196,7 +206,9 @@ def up(names: Sequence[str], moves: Sequence[str], host: str) -> int:
     out, stop = Output(), threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    out.say("up", f"starting {', '.join(targets)} on {host} (in-memory state; logs below, prefixed with the name)")
+    out.say(
+        "up", f"starting {', '.join(targets)} on {host} (in-memory state; logs below, prefixed with the name)"
+    )
     running = [start_service_process(service, host, port) for service, port in targets.values()]
     streams = [out.stream(r.service.name, r.process.stdout) for r in running if r.process.stdout]
     try:
@@ -210,12 +222,20 @@ def up(names: Sequence[str], moves: Sequence[str], host: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="The corrgrpo services as local processes (dev only).")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="The corrgrpo services as local processes (dev only)."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{up}")
-    about = "start every declared service (or the named ones) as local processes, in-memory state, until Ctrl-C"
+    about = (
+        "start every declared service (or the named ones) as local processes, in-memory state, until Ctrl-C"
+    )
     command = commands.add_parser("up", help=about, description=about)
-    command.add_argument("names", nargs="*", metavar="NAME", help="services to start (default: every declared one)")
-    command.add_argument("--host", default="127.0.0.1", help="bind address of every service (default: %(default)s)")
+    command.add_argument(
+        "names", nargs="*", metavar="NAME", help="services to start (default: every declared one)"
+    )
+    command.add_argument(
+        "--host", default="127.0.0.1", help="bind address of every service (default: %(default)s)"
+    )
     command.add_argument(
         "--port",
         action="append",

@@ -1,12 +1,14 @@
-"""`python -m corrgrpo_devtools.ray_config [--check]`: deploy/ray/serve.yaml, the Ray Serve config, from the declarations.
+"""`python -m corrgrpo_devtools.ray_config [--check]`: deploy/ray/serve.yaml, the Ray Serve config, from the
+declarations.
 
 One Serve application per declared service, at `/<name>` on Serve's HTTP port, each a deployment of
-`corrgrpo_common.ray_serve:application` (the app `python -m corrgrpo_<name>` serves). From the declaration: the
-replicas (autoscaled on ongoing requests between its `autoscale` bounds, else a fixed `replicas`), each replica's
-CPUs and memory (its Kubernetes requests) and its environment (compose's, less the worker count: a replica sizes
-that from its `num_cpus`). The store's URL and secret are not in the file: they come from the environment `ray
-start` runs in on every node, as secrets should. Plain Serve config (`serve deploy` takes it as it is); a drift
-test (tests/deploy/test_ray_config.py) fails when it differs from the declarations, `make manifests` rewrites it.
+`corrgrpo_common.ray_serve:application` (the app `python -m corrgrpo_<name>` serves). From the declaration:
+the replicas (autoscaled on ongoing requests between its `autoscale` bounds, else a fixed `replicas`), each
+replica's CPUs and memory (its Kubernetes requests) and its environment (compose's, less the worker count: a
+replica sizes that from its `num_cpus`). The store's URL and secret are not in the file: they come from the
+environment `ray start` runs in on every node, as secrets should. Plain Serve config (`serve deploy` takes it
+as it is); a drift test (tests/deploy/test_ray_config.py) fails when it differs from the declarations, `make
+manifests` rewrites it.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ COMMAND = "python -m corrgrpo_devtools.ray_config"
 SERVE_CONFIG = "deploy/ray/serve.yaml"
 IMPORT_PATH = "corrgrpo_common.ray_serve:application"
 HTTP_PORT = 8000  # Serve's default
-# A request is a chunk of up to 256 items (the clients' default): two at a time keep a replica's workers busy while it
-# parses the next; more per replica asks for another.
+# A request is a chunk of up to 256 items (the clients' default): two at a time keep a replica's workers busy
+# while it parses the next; more per replica asks for another.
 TARGET_ONGOING_REQUESTS = 2
-# Scoring comes in bursts (one batch per training step): scale up at once, down slowly (as the Kubernetes HPA does).
+# Scoring comes in bursts (one batch per training step): scale up at once, down slowly (as the Kubernetes HPA
+# does).
 UPSCALE_DELAY_S = 0
 DOWNSCALE_DELAY_S = 300
 
@@ -40,7 +43,8 @@ def _flow(value: dict[str, Any]) -> str:
 
 
 def replicas(service: ServiceDeclaration) -> dict[str, Any]:
-    """The deployment's replica options: `autoscaling_config` within the declared bounds, else `num_replicas`."""
+    """The deployment's replica options: `autoscaling_config` within the declared bounds, else
+    `num_replicas`."""
     if service.deploy.autoscale is None:
         return {"num_replicas": service.deploy.replicas}
     low, high = service.deploy.autoscale
@@ -71,13 +75,25 @@ def application(service: ServiceDeclaration) -> list[str]:
         f"  args: {_flow({'service': service.name})}",
     ]
     if env := environment(service):
-        lines += ["  runtime_env:", "    env_vars:", *(f"      {name}: {json.dumps(value)}" for name, value in env.items())]
+        lines += [
+            "  runtime_env:",
+            "    env_vars:",
+            *(f"      {name}: {json.dumps(value)}" for name, value in env.items()),
+        ]
     lines += ["  deployments:", f"    - name: {service.name}", f"      ray_actor_options: {_flow(actor)}"]
     if setting := service.deploy.workers_setting:
-        lines += [f"      # {env_name(service.settings, setting)}: num_cpus rounded up, unless set on the node or above"]
-    lines += [f"      {key}: {_flow(value) if isinstance(value, dict) else value}" for key, value in replicas(service).items()]
+        lines += [
+            f"      # {env_name(service.settings, setting)}: num_cpus rounded up, unless set on the node or "
+            f"above"
+        ]
+    lines += [
+        f"      {key}: {_flow(value) if isinstance(value, dict) else value}"
+        for key, value in replicas(service).items()
+    ]
     if service.deploy.bubblewrap:
-        lines += ["      # Candidates run under bubblewrap: every node needs it and unprivileged user namespaces."]
+        lines += [
+            "      # Candidates run under bubblewrap: every node needs it and unprivileged user namespaces."
+        ]
     return lines
 
 
@@ -85,8 +101,10 @@ def serve_config(services: Iterable[ServiceDeclaration]) -> str:
     head = [
         f"# Written by `{COMMAND}` from the services' declarations: edit those, not this.",
         f"#   serve deploy {SERVE_CONFIG} --address http://<head>:8265        (deploy/README.md, Ray Serve)",
-        "# Every node needs the services installed and, in the environment `ray start` runs in, CORRGRPO_REDIS_URL and",
-        "# CORRGRPO_STORE_SECRET (a replica refuses to start without them: replicas share idempotency, caches and",
+        "# Every node needs the services installed and, in the environment `ray start` runs in, "
+        "CORRGRPO_REDIS_URL and",
+        "# CORRGRPO_STORE_SECRET (a replica refuses to start without them: replicas share idempotency, "
+        "caches and",
         "# episodes through Redis only) and CORRGRPO_API_TOKEN (the proxy listens on every interface).",
         "proxy_location: EveryNode",
         f"http_options: {_flow({'host': '0.0.0.0', 'port': HTTP_PORT})}",

@@ -1,6 +1,7 @@
-"""YAML text of the deployment files' data, laid out as they are read: block mappings, a list indented under its key,
-short leaves in flow style (`Flow`, `FlowList`), double quotes where a string needs quotes, comments above a document,
-and references to what the hand-written part of a file defines (`Alias`, `MERGE`: compose's `<<: *service`)."""
+"""YAML text of the deployment files' data, laid out as they are read: block mappings, a list indented under
+its key, short leaves in flow style (`Flow`, `FlowList`), double quotes where a string needs quotes, comments
+above a document, and references to what the hand-written part of a file defines (`Alias`, `MERGE`: compose's
+`<<: *service`)."""
 
 from __future__ import annotations
 
@@ -59,8 +60,12 @@ class _Dumper(yaml.SafeDumper):
             super().serialize_node(node, parent, index)
 
 
-_Dumper.add_representer(Flow, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True))
-_Dumper.add_representer(FlowList, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, True))
+_Dumper.add_representer(
+    Flow, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True)
+)
+_Dumper.add_representer(
+    FlowList, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, True)
+)
 _Dumper.add_representer(Alias, lambda _, data: _AliasNode("tag:yaml.org,2002:str", data.name))
 _Dumper.add_representer(_Merge, lambda _, __: ScalarNode("tag:yaml.org,2002:merge", "<<"))
 

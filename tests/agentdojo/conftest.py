@@ -1,5 +1,5 @@
-"""Fixtures of the AgentDojo service tests: one catalog, start cache, replayer and live-episode service per session
-(agentdojo import is ~2 s)."""
+"""Fixtures of the AgentDojo service tests: one catalog, start cache, replayer and live-episode service per
+session (agentdojo import is ~2 s)."""
 
 from __future__ import annotations
 

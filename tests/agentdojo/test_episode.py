@@ -23,8 +23,10 @@ from corrgrpo_common.store import memory as memory_store
 from corrgrpo_proto.agentdojo import EpisodeSpec, StepRequest, ToolCall, TrajectoryItem
 
 SUITES = ["workspace", "travel", "banking", "slack"]
-EMPTY_INJECTION_GROUND_TRUTHS = [  # agentdojo ships no ground-truth calls for these (README: "Known exceptions")
-    *(f"workspace/injection_task_{n}" for n in range(6, 14)),  # v1.2 exfiltration tasks: ground_truth returns []
+# agentdojo ships no ground-truth calls for these (README: "Known exceptions")
+EMPTY_INJECTION_GROUND_TRUTHS = [
+    # v1.2 exfiltration tasks: ground_truth returns []
+    *(f"workspace/injection_task_{n}" for n in range(6, 14)),
     "travel/injection_task_6",  # the goal is only text in the final answer
 ]
 
@@ -52,14 +54,18 @@ def test_unknown_names_are_refused_with_the_known_ones(catalog: Catalog) -> None
 
 def test_attack_addresses_the_configured_model(catalog: Catalog) -> None:
     injections = first_pair(catalog, "banking").injections()
-    assert injections and all("to you, Local model" in text and "Emma Johnson" in text for text in injections.values())
+    assert injections and all(
+        "to you, Local model" in text and "Emma Johnson" in text for text in injections.values()
+    )
 
 
 @pytest.mark.parametrize("suite", SUITES)
 def test_fast_loader_builds_what_agentdojo_builds(catalog: Catalog, suite: str) -> None:
     resolved = first_pair(catalog, suite)
     injections = resolved.injections()
-    assert load_injected_environment(resolved.suite, injections) == resolved.suite.load_and_inject_default_environment(injections)
+    assert load_injected_environment(
+        resolved.suite, injections
+    ) == resolved.suite.load_and_inject_default_environment(injections)
 
 
 @pytest.mark.parametrize("suite", SUITES)
@@ -80,7 +86,9 @@ def test_state_round_trip_is_lossless_after_a_real_episode(
     assert restored.environment == state.environment
     assert restored.environment.model_dump() == state.environment.model_dump()
     assert restored.trace == state.trace and restored.spec == state.spec and restored.start == state.start
-    assert ep.score(restored, resolved, item.final_answer, 4000) == ep.score(state, resolved, item.final_answer, 4000)
+    assert ep.score(restored, resolved, item.final_answer, 4000) == ep.score(
+        state, resolved, item.final_answer, 4000
+    )
 
 
 def test_injection_ground_truths_break_security(
@@ -106,7 +114,9 @@ def test_injection_ground_truths_break_security(
 
 def test_errors_come_back_as_text_and_are_traced(catalog: Catalog, starts: StartCache) -> None:
     resolved = first_pair(catalog, "banking")
-    state = ep.start_episode(EpisodeSpec(suite="banking", user_task="user_task_0"), starts.start_bytes(resolved))
+    state = ep.start_episode(
+        EpisodeSpec(suite="banking", user_task="user_task_0"), starts.start_bytes(resolved)
+    )
     calls = [
         ToolCall(function="no_such_tool", id="a"),
         ToolCall(function="send_money", args={"recipient": "X"}, id="b"),
@@ -125,16 +135,22 @@ def test_injected_text_reaches_the_agent(
 ) -> None:
     resolved = first_pair(catalog, "slack")
     item = ground_truth(resolved)
-    state = ep.start_episode(EpisodeSpec(suite="slack", user_task=item.user_task), starts.start_bytes(resolved))
+    state = ep.start_episode(
+        EpisodeSpec(suite="slack", user_task=item.user_task), starts.start_bytes(resolved)
+    )
     seen = " ".join(result.content for result in ep.run_calls(state, resolved.suite, item.tool_calls))
     assert "<INFORMATION>" in seen and resolved.injection_task.GOAL in seen  # type: ignore[union-attr]
 
 
 def test_string_lists_become_lists_like_agentdojo_does(catalog: Catalog, starts: StartCache) -> None:
     resolved = catalog.resolve("slack", "user_task_0", None, None)
-    state = ep.start_episode(EpisodeSpec(suite="slack", user_task="user_task_0"), starts.start_bytes(resolved))
+    state = ep.start_episode(
+        EpisodeSpec(suite="slack", user_task="user_task_0"), starts.start_bytes(resolved)
+    )
     before = len(state.environment.slack.users)
-    (result,) = ep.run_calls(state, resolved.suite, [ToolCall(function="get_users_in_channel", args={"channel": "['general']"})])
+    (result,) = ep.run_calls(
+        state, resolved.suite, [ToolCall(function="get_users_in_channel", args={"channel": "['general']"})]
+    )
     assert state.trace[0].args == {"channel": ["general"]}
     assert result.error is not None and len(state.environment.slack.users) == before
 
@@ -148,14 +164,18 @@ def test_tool_schemas_are_openai_tools(catalog: Catalog) -> None:
     assert set(send["parameters"]["required"]) >= {"recipient", "amount"}
 
 
-def test_cache_shares_environments_between_pairs_with_the_same_injections(catalog: Catalog, starts: StartCache) -> None:
+def test_cache_shares_environments_between_pairs_with_the_same_injections(
+    catalog: Catalog, starts: StartCache
+) -> None:
     a = catalog.resolve("banking", "user_task_0", "injection_task_0", None)
     b = catalog.resolve("banking", "user_task_0", "injection_task_1", None)
     assert starts.start_bytes(a) is starts.start_bytes(a)
     assert starts.start_bytes(a) != starts.start_bytes(b)
 
 
-async def test_expired_episode_is_unknown(catalog: Catalog, starts: StartCache, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_expired_episode_is_unknown(
+    catalog: Catalog, starts: StartCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
     short = LiveEpisodes(AgentDojoSettings(agentdojo_episode_ttl_s=1), MemoryStore(), catalog, starts)
     episode = await short.create(EpisodeSpec(suite="banking", user_task="user_task_0"))
     later = time.monotonic() + 2  # the store's clock, two seconds on: past the episode's TTL
@@ -183,7 +203,9 @@ def replay_pairs(share: int, shares: int) -> list[tuple]:
                 continue
             item = ground_truth(catalog.resolve(suite, user, injection, "important_instructions"))
             result = replayer.replay(item)
-            results.append((suite, user, injection, result.components if isinstance(result, Scored) else result))
+            results.append(
+                (suite, user, injection, result.components if isinstance(result, Scored) else result)
+            )
     return results
 
 

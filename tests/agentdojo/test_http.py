@@ -55,7 +55,9 @@ def test_score_replays_ground_truths_under_important_instructions(
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert [r["components"] for r in results] == [{"utility": 1.0, "security": 1.0}] * len(PAIRS)
-    assert all(r["info"]["attack"] == "important_instructions" and r["info"]["tool_errors"] == 0 for r in results)
+    assert all(
+        r["info"]["attack"] == "important_instructions" and r["info"]["tool_errors"] == 0 for r in results
+    )
 
 
 def test_tasks_and_episode_creation(server: ServiceProcess) -> None:
@@ -64,14 +66,18 @@ def test_tasks_and_episode_creation(server: ServiceProcess) -> None:
     assert "manual" not in tasks["attacks"] and "tool_knowledge" in tasks["attacks"]
     assert sum(len(s["user_tasks"]) * len(s["injection_tasks"]) for s in tasks["suites"].values()) == 949
     created = httpx.post(
-        f"{server.url}/v1/episodes", json={"suite": "slack", "user_task": "user_task_1", "injection_task": "injection_task_1"}
+        f"{server.url}/v1/episodes",
+        json={"suite": "slack", "user_task": "user_task_1", "injection_task": "injection_task_1"},
     )
     assert created.status_code == 200, created.text
     episode = created.json()
     assert episode["attack"] == "important_instructions"
     assert [m["role"] for m in episode["messages"]] == ["system", "user"]
     assert "Emma Johnson" in episode["messages"][0]["content"] and episode["messages"][1]["content"]
-    assert {t["function"]["name"] for t in episode["tools"]} >= {"send_direct_message", "read_channel_messages"}
+    assert {t["function"]["name"] for t in episode["tools"]} >= {
+        "send_direct_message",
+        "read_channel_messages",
+    }
 
 
 @pytest.mark.parametrize(
@@ -79,7 +85,12 @@ def test_tasks_and_episode_creation(server: ServiceProcess) -> None:
     [
         ({"suite": "shop", "user_task": "user_task_0"}, 422, "unknown suite 'shop'"),
         (
-            {"suite": "slack", "user_task": "user_task_0", "injection_task": "injection_task_1", "attack": "nope"},
+            {
+                "suite": "slack",
+                "user_task": "user_task_0",
+                "injection_task": "injection_task_1",
+                "attack": "nope",
+            },
             422,
             "unknown attack",
         ),
@@ -92,10 +103,14 @@ def test_bad_episode_specs_are_refused(server: ServiceProcess, body: dict, statu
 
 
 def test_score_reports_bad_items_per_item(server: ServiceProcess) -> None:
-    items = [{"suite": "slack", "user_task": "user_task_404"}, {"suite": "banking", "user_task": "user_task_0"}]
+    items = [
+        {"suite": "slack", "user_task": "user_task_404"},
+        {"suite": "banking", "user_task": "user_task_0"},
+    ]
     results = httpx.post(f"{server.url}/v1/score", json={"items": items}, timeout=120).json()["results"]
     assert results[0]["error"]["code"] == "unknown_task"
-    # no calls, no answer: the task is not done; no injection task: security 0, as the authors score clean episodes
+    # no calls, no answer: the task is not done; no injection task: security 0, as the authors score clean
+    # episodes
     assert results[1]["components"] == {"utility": 0.0, "security": 0.0}
 
 
@@ -113,18 +128,27 @@ def test_step_api_split_across_two_replicas_sharing_redis(
     episode = httpx.post(f"{next(urls)}/v1/episodes", json=spec, timeout=60).json()
     episode_id = episode["episode_id"]
     seen = []
-    calls = [call.model_dump() for call in ground_truth(catalog.resolve(suite, user_task, injection_task, None)).tool_calls]
+    calls = [
+        call.model_dump()
+        for call in ground_truth(catalog.resolve(suite, user_task, injection_task, None)).tool_calls
+    ]
     for index, call in enumerate(calls):
-        step = httpx.post(f"{next(urls)}/v1/episodes/{episode_id}/step", json={"tool_calls": [call]}, timeout=60)
+        step = httpx.post(
+            f"{next(urls)}/v1/episodes/{episode_id}/step", json={"tool_calls": [call]}, timeout=60
+        )
         assert step.status_code == 200, step.text
         assert step.json()["tool_calls_so_far"] == index + 1
         seen.extend(result["content"] for result in step.json()["results"])
     assert any("<INFORMATION>" in text for text in seen), "the injection should reach the agent"
     answer = catalog.suites[suite].user_tasks[user_task].GROUND_TRUTH_OUTPUT
-    finished = httpx.post(f"{next(urls)}/v1/episodes/{episode_id}/finish", json={"final_answer": answer}, timeout=60)
+    finished = httpx.post(
+        f"{next(urls)}/v1/episodes/{episode_id}/finish", json={"final_answer": answer}, timeout=60
+    )
     assert finished.status_code == 200, finished.text
     assert finished.json()["components"] == {"utility": 1.0, "security": 1.0}
-    again = httpx.post(f"{next(urls)}/v1/episodes/{episode_id}/step", json={"tool_calls": calls[:1] or [{"function": "x"}]})
+    again = httpx.post(
+        f"{next(urls)}/v1/episodes/{episode_id}/step", json={"tool_calls": calls[:1] or [{"function": "x"}]}
+    )
     assert again.status_code == 409 and "is finished" in again.json()["message"]
 
 

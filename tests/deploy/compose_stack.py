@@ -59,9 +59,23 @@ class Stack:
     timings: dict[str, float] = field(default_factory=dict)
 
     def compose(self, *args: str, timeout: float = 900) -> None:
-        argv = ["docker", "compose", "-p", self.project, "-f", "docker-compose.yml", "-f", str(OVERRIDE), *args]
-        run = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
-        assert run.returncode == 0, f"{' '.join(argv[3:])} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+        argv = [
+            "docker",
+            "compose",
+            "-p",
+            self.project,
+            "-f",
+            "docker-compose.yml",
+            "-f",
+            str(OVERRIDE),
+            *args,
+        ]
+        run = subprocess.run(
+            argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        assert run.returncode == 0, (
+            f"{' '.join(argv[3:])} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+        )
 
     def containers(self, service: str) -> list[Container]:
         labels = [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]
@@ -107,7 +121,9 @@ def stack() -> Iterator[Stack]:
         yield stack
     finally:
         timed(stack, "down", lambda: stack.compose("down", "-v", "--remove-orphans", "--timeout", "5"))
-        leftovers = stack.engine.containers.list(all=True, filters={"label": f"com.docker.compose.project={stack.project}"})
+        leftovers = stack.engine.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={stack.project}"}
+        )
         assert leftovers == [], "down -v left containers behind"
         SUMMARY["time_s"] = round(time.monotonic() - started, 1)
         SUMMARY["phases_s"] = {name: round(value, 1) for name, value in stack.timings.items()}
@@ -130,7 +146,9 @@ def test_every_service_is_healthy_and_scores_through_nginx(stack: Stack) -> None
         for name, service in declared().items():
             response = http.post(f"{stack.url(name)}/v1/score", json={"items": [service.example(None)]})
             assert response.status_code == 200, response.text
-            assert set(response.json()["results"][0]["components"]) == {c.name for c in service.components}, response.text
+            assert set(response.json()["results"][0]["components"]) == {c.name for c in service.components}, (
+                response.text
+            )
         suites = http.get(f"{stack.url('agentdojo')}/v1/tasks").json()["suites"]
         assert {"workspace", "travel", "banking", "slack"} <= set(suites)
     SUMMARY["services_scored"] = sorted(PORTS)
@@ -138,18 +156,22 @@ def test_every_service_is_healthy_and_scores_through_nginx(stack: Stack) -> None
 
 # What a service image holds of ours, by distribution name (importlib.metadata inside its container).
 INSTALLED = (
-    "import importlib.metadata as m, json; names = (d.metadata['Name'].lower().replace('_', '-') for d in m.distributions()); "
+    "import importlib.metadata as m, json; names = (d.metadata['Name'].lower().replace('_', '-') for d in "
+    "m.distributions()); "
     "print(json.dumps(sorted(name for name in names if name.startswith('corrgrpo-'))))"
 )
 
 
 def test_each_service_image_holds_its_parts_and_no_dev_tools(stack: Stack) -> None:
-    """proto, services/common, the service and its LOCAL_PARTS build args; devtools, testing, trainer never."""
+    """proto, services/common, the service and its LOCAL_PARTS build args; devtools, testing, trainer
+    never."""
     for name, service in compose_file()["services"].items():
         if name not in PORTS:
             continue
         local = service["build"]["args"].get("LOCAL_PARTS", "").split()
-        expected = sorted({"corrgrpo-proto", "corrgrpo-common", f"corrgrpo-{name}", *(f"corrgrpo-{p}" for p in local)})
+        expected = sorted(
+            {"corrgrpo-proto", "corrgrpo-common", f"corrgrpo-{name}", *(f"corrgrpo-{p}" for p in local)}
+        )
         run = stack.containers(name)[0].exec_run(["python", "-c", INSTALLED])
         assert run.exit_code == 0, run.output
         assert json.loads(run.output) == expected, name
@@ -178,7 +200,8 @@ def probe():
             seen["write"][path] = errno.errorcode[error.errno]
     seen["visible"] = [p for p in ("/opt/venv", "/shared/data", "/proc/1/root/opt/venv") if os.path.exists(p)]
     seen["env"] = sorted(os.environ)
-    try:  # pid 1 is the worker (bwrap --as-pid-1): its /proc entry is hidden (its counters told of earlier runs)
+    # pid 1 is the worker (bwrap --as-pid-1): its /proc entry is hidden (its counters told of earlier runs)
+    try:
         seen["pid1_env"] = open("/proc/1/environ", "rb").read().decode()
     except OSError as error:
         seen["pid1_env"] = errno.errorcode[error.errno]
@@ -203,7 +226,8 @@ def test_candidates_run_under_bwrap_inside_the_code_container(stack: Stack) -> N
     assert host["ReadonlyRootfs"] is True and code.attrs["Config"]["User"] == "10001"
     assert host["MaskedPaths"] == [], "systempaths=unconfined: bwrap mounts a fresh /proc"
     (redis,) = stack.containers("redis")
-    probe = PROBE.replace("REDIS_IP", stack.address(redis, "backend"))  # Redis is on the internal network only
+    # Redis is on the internal network only
+    probe = PROBE.replace("REDIS_IP", stack.address(redis, "backend"))
     # Negative control: the same probe run by the service's own interpreter (outside the sandbox).
     outside = code.exec_run(["python", "-c", probe + "import json; print(json.dumps(probe()))"])
     assert outside.exit_code == 0, outside.output
@@ -215,11 +239,18 @@ def test_candidates_run_under_bwrap_inside_the_code_container(stack: Stack) -> N
     items = []
     for key, value in ISOLATED.items():
         test = f"def check(candidate):\n    assert candidate()[{key!r}] == {value!r}\n"
-        problem = {"task_id": f"compose/probe-{key}", "entry_point": "probe", "test": test, "reference": probe}
+        problem = {
+            "task_id": f"compose/probe-{key}",
+            "entry_point": "probe",
+            "test": test,
+            "reference": probe,
+        }
         items.append({"completion": f"```python\n{probe}\n```", "problem": problem})
     response = httpx.post(f"{stack.url('code')}/v1/score", json={"items": items}, timeout=120)
     assert response.status_code == 200, response.text
-    verdicts = {key: r["components"]["correct"] for key, r in zip(ISOLATED, response.json()["results"], strict=True)}
+    verdicts = {
+        key: r["components"]["correct"] for key, r in zip(ISOLATED, response.json()["results"], strict=True)
+    }
     assert verdicts == dict.fromkeys(ISOLATED, 1.0), (verdicts, response.json()["results"])
     SUMMARY["sandbox_in_container"] = "bwrap: " + ", ".join(f"{k} ok" for k in ISOLATED)
 
@@ -255,7 +286,11 @@ def inflight(stack: Stack, replica: Container) -> float:
 
 
 def test_scaled_code_spreads_requests_and_survives_a_killed_replica(stack: Stack) -> None:
-    timed(stack, "scale", lambda: stack.compose("up", "-d", "--wait", "--scale", f"code={REPLICAS}", "--no-recreate"))
+    timed(
+        stack,
+        "scale",
+        lambda: stack.compose("up", "-d", "--wait", "--scale", f"code={REPLICAS}", "--no-recreate"),
+    )
     replicas = stack.wait_healthy("code", REPLICAS)
     addresses = {stack.address(replica) for replica in replicas}
     deadline, seen = time.monotonic() + 60, set()
@@ -273,11 +308,17 @@ def test_scaled_code_spreads_requests_and_survives_a_killed_replica(stack: Stack
     rights = [i % 3 != 0 for i in range(36)]
     item_ids = [f"kill-{i}-{uuid.uuid4().hex[:6]}" for i in range(36)]
     items = [
-        {"id": id_, "completion": (RIGHT if right else WRONG).replace("```python\n", f"```python\n# {id_}\n", 1), "problem": ADD}
+        {
+            "id": id_,
+            "completion": (RIGHT if right else WRONG).replace("```python\n", f"```python\n# {id_}\n", 1),
+            "problem": ADD,
+        }
         for id_, right in zip(item_ids, rights, strict=True)
     ]
     results: list[Any] = []
-    with RewardClient(stack.url("code"), chunk_size=3, max_concurrency=3, retries=20, backoff=0.3, max_backoff=2) as client:
+    with RewardClient(
+        stack.url("code"), chunk_size=3, max_concurrency=3, retries=20, backoff=0.3, max_backoff=2
+    ) as client:
         batch = threading.Thread(target=lambda: results.extend(client.score(items)))
         batch.start()
         deadline = time.monotonic() + 60
@@ -290,14 +331,19 @@ def test_scaled_code_spreads_requests_and_survives_a_killed_replica(stack: Stack
     ids = [result.id for result in results]
     lost = len({item["id"] for item in items} - set(ids))
     duplicated = len(ids) - len(set(ids))
-    wrong = [r.id for r, right in zip(results, rights, strict=False) if r.components is None or r.components["correct"] != right]
+    wrong = [
+        r.id
+        for r, right in zip(results, rights, strict=False)
+        if r.components is None or r.components["correct"] != right
+    ]
     SUMMARY.update(items=len(items), lost=lost, duplicated=duplicated, wrong_rewards=len(wrong))
     assert ids == [item["id"] for item in items], "every item once, in order"
     assert (lost, duplicated, wrong) == (0, 0, []), results
 
 
 def test_hostile_completions_through_nginx_are_the_candidates_failure(stack: Stack) -> None:
-    """tests/security/test_shapes.py's bodies in shape `compose`: through nginx to the scaled code replicas."""
+    """tests/security/test_shapes.py's bodies in shape `compose`: through nginx to the scaled code
+    replicas."""
     env = {**os.environ, "CORRGRPO_TEST_SHAPES": "compose", "CORRGRPO_TEST_CODE_URL": stack.url("code")}
     argv = [sys.executable, "-m", "pytest", "tests/security/test_shapes.py", "-q", "-p", "no:cacheprovider"]
     run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
@@ -336,4 +382,6 @@ def test_agentdojo_episode_across_a_redis_restart_is_an_error_or_its_true_reward
     assert after.status_code in (200, 404), after.text
     if after.status_code == 200:
         assert after.json()["components"] == reference.json()["components"]
-    SUMMARY["redis_restart"] = {200: "episode kept (AOF), same reward", 404: "episode gone: 404"}[after.status_code]
+    SUMMARY["redis_restart"] = {200: "episode kept (AOF), same reward", 404: "episode gone: 404"}[
+        after.status_code
+    ]

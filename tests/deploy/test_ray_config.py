@@ -1,4 +1,5 @@
-"""deploy/ray/serve.yaml agrees with the declarations (no Ray needed; tests/ray_serve deploys it on a cluster)."""
+"""deploy/ray/serve.yaml agrees with the declarations (no Ray needed; tests/ray_serve deploys it on a
+cluster)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def test_replicas_resources_and_environment_come_from_the_declaration(name: str)
     env = application.get("runtime_env", {}).get("env_vars", {})
     setting = service.deploy.workers_setting
     sized = {env_name(service.settings, setting)} if setting else set()
-    # Compose's variables, less the worker count a replica sizes from its num_cpus; no store URL or secret in the file.
+    # Compose's variables, less the worker count a replica sizes from its num_cpus; no store URL or secret in
+    # the file.
     assert env == {k: v for k, v in service.deploy.env.items() if k not in sized}
     assert not {"CORRGRPO_REDIS_URL", "CORRGRPO_STORE_SECRET"} & set(env)
 

@@ -39,8 +39,16 @@ def loopback_upstreams(compose_upstreams: str, replicas: dict[str, list[str]], p
     """The compose map (listening port -> `<service>:<port>`, a DNS name) with each service's port
     replaced by the test's own and its name by an upstream group of loopback replicas."""
     names = re.findall(r"^\s*\d+ (\w+):\d+;$", compose_upstreams, flags=re.M)
-    groups = "".join(f"upstream {name} {{\n" + "".join(f"    server {a};\n" for a in replicas[name]) + "}\n" for name in names)
-    return groups + "map $server_port $pool {\n" + "".join(f"    {ports[name]} {name};\n" for name in names) + "}\n"
+    groups = "".join(
+        f"upstream {name} {{\n" + "".join(f"    server {a};\n" for a in replicas[name]) + "}\n"
+        for name in names
+    )
+    return (
+        groups
+        + "map $server_port $pool {\n"
+        + "".join(f"    {ports[name]} {name};\n" for name in names)
+        + "}\n"
+    )
 
 
 @dataclass
@@ -91,7 +99,11 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
     The tests run in file order: the cache test needs all three replicas, the last test kills one."""
     tmp_path = tmp_path_factory.mktemp("lb")
     prefix = f"corrgrpo-test:{uuid.uuid4().hex}:"
-    env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_CODE_WORKERS": "1"}
+    env = {
+        "CORRGRPO_REDIS_URL": REDIS_URL,
+        "CORRGRPO_CODE_CACHE_PREFIX": prefix,
+        "CORRGRPO_CODE_WORKERS": "1",
+    }
     env["CORRGRPO_CODE_EFFICIENCY_MODE"] = "paper"  # the replicas share the paper mode's t_ref
     with ExitStack() as stack:
         stack.callback(delete_keys, prefix)
@@ -125,7 +137,9 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Balancer]:
 def served(replica: ServiceProcess, route: str) -> int:
     """Requests this replica answered with 200 on `route`, from its own /metrics."""
     text = httpx.get(f"{replica.url}/metrics", timeout=5).text
-    pattern = rf'^corrgrpo_requests_total\{{[^}}]*route="{re.escape(route)}"[^}}]*status="200"[^}}]*\}} (\S+)$'
+    pattern = (
+        rf'^corrgrpo_requests_total\{{[^}}]*route="{re.escape(route)}"[^}}]*status="200"[^}}]*\}} (\S+)$'
+    )
     return sum(int(float(value)) for value in re.findall(pattern, text, flags=re.M))
 
 
@@ -134,8 +148,12 @@ def test_loopback_upstreams_cover_every_compose_port() -> None:
     ports = {name: index for index, name in enumerate(SERVICE_PORTS, start=1)}
     text = loopback_upstreams((NGINX_DIR / "upstreams.conf").read_text(), replicas, ports)
     assert not re.search(r"^resolver ", text, flags=re.M)
-    assert re.findall(r"^\s*server ([^;]*);", text, flags=re.M) == [a for name in SERVICE_PORTS for a in replicas[name]]
-    assert re.findall(r"^\s*(\d+) (\w+);", text, flags=re.M) == [(str(ports[name]), name) for name in SERVICE_PORTS]
+    assert re.findall(r"^\s*server ([^;]*);", text, flags=re.M) == [
+        a for name in SERVICE_PORTS for a in replicas[name]
+    ]
+    assert re.findall(r"^\s*(\d+) (\w+);", text, flags=re.M) == [
+        (str(ports[name]), name) for name in SERVICE_PORTS
+    ]
 
 
 ADD = {

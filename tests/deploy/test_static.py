@@ -37,7 +37,12 @@ SERVICES = tuple(declared())  # every installed service, from its one declaratio
 # image's sandbox); the code image in particular holds no torch.
 IMAGE_PARTS = {
     **{
-        name: {"proto", "services/common", f"services/{name}", *service.deploy.build_args.get("LOCAL_PARTS", "").split()}
+        name: {
+            "proto",
+            "services/common",
+            f"services/{name}",
+            *service.deploy.build_args.get("LOCAL_PARTS", "").split(),
+        }
         for name, service in declared().items()
     },
     "trainer": {"proto", "trainer"},
@@ -113,7 +118,9 @@ def entrypoint_started_by_tests(service: str, monkeypatch: pytest.MonkeyPatch, t
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_dockerfile_cmd_is_the_tested_entrypoint(service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_dockerfile_cmd_is_the_tested_entrypoint(
+    service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     tested, cmd = entrypoint_started_by_tests(service, monkeypatch, tmp_path), image_cmd(service)
     # Same module, same flags; only the bind address (all interfaces in a container) and port differ.
     assert cmd[0] == "python" and tested[1:3] == cmd[1:3] == ["-m", f"corrgrpo_{service}"]
@@ -134,13 +141,17 @@ def test_dockerfile_is_multistage_pinned_and_unprivileged(service: str) -> None:
     assert len(bases) >= 2, "multi-stage: build stage + runtime stage"
     for base in bases:
         image = args.get(base.strip("${}"), base)
-        assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", image), f"base image {image} is not pinned to a version tag"
+        assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", image), (
+            f"base image {image} is not pinned to a version tag"
+        )
     assert re.fullmatch(r"\d+", last(dockerfile, "USER")) and last(dockerfile, "USER") != "0"
     installs = [rest for key, rest in steps if key == "RUN" and "pip install" in rest]
     assert installs and all(re.search(r"pip install -c /src/constraints[-\w]*\.txt", run) for run in installs)
     copied = {rest.split()[0] for key, rest in steps if key == "COPY" and not rest.startswith("--from")}
     # What the image installs: the folders pip is given (the services' LOCAL_PARTS included), or copies.
-    words = (word.strip("'\"").split("[")[0] for run in installs for word in run.split())  # "/src/part[extras]"
+    words = (
+        word.strip("'\"").split("[")[0] for run in installs for word in run.split()
+    )  # "/src/part[extras]"
     installed = {word.removeprefix("/src/") for word in words if word.startswith("/src/")}
     installed |= set(build_args(service).get("LOCAL_PARTS", "").split())
     installed = {part for part in installed if (REPO / part).is_dir()} or copied - {"trainer/configs"}
@@ -150,7 +161,8 @@ def test_dockerfile_is_multistage_pinned_and_unprivileged(service: str) -> None:
 
 
 def test_no_part_of_an_image_imports_the_dev_tools() -> None:
-    """The launcher, the README and manifest writers (devtools/) and the tests' helpers (testing/) are in no image."""
+    """The launcher, the README and manifest writers (devtools/) and the tests' helpers (testing/) are in
+    no image."""
     parts = set().union(*(IMAGE_PARTS[name] for name in SERVICES))
     sources = [path for part in sorted(parts) for path in (REPO / part).rglob("*.py")]
     assert len(sources) > 20, parts  # the kit, proto and the services were found
@@ -222,7 +234,8 @@ def test_known_env_names_include_the_shared_settings() -> None:
 
 
 def health_paths() -> set[str]:
-    """The paths of the kit's app, from its OpenAPI document (`app.routes` holds an included router unexpanded)."""
+    """The paths of the kit's app, from its OpenAPI document (`app.routes` holds an included router
+    unexpanded)."""
     app = create_app("probe", "0", [ComponentSpec(name="x", min=0, max=1)], ServiceSettings())
     return set(app.openapi()["paths"])
 
@@ -231,7 +244,8 @@ def health_paths() -> set[str]:
 
 
 def test_generated_parts_of_the_deployment_files_match_the_declarations() -> None:
-    """`make manifests` (python -m corrgrpo_devtools.manifests) was run after the last change to a declaration."""
+    """`make manifests` (python -m corrgrpo_devtools.manifests) was run after the last change to a
+    declaration."""
     assert manifests.drifted(write=False) == [], "run `make manifests`"
 
 
@@ -250,7 +264,9 @@ def test_compose_services_run_the_image_command_and_scale() -> None:
     for name in SERVICES:
         service = services[name]
         assert service["build"]["dockerfile"] == "deploy/docker/service.Dockerfile"
-        assert "command" not in service and "entrypoint" not in service, "the image's CMD is what the tests cover"
+        assert "command" not in service and "entrypoint" not in service, (
+            "the image's CMD is what the tests cover"
+        )
         assert "healthcheck" not in service, "the image's HEALTHCHECK on /healthz applies"
         # Scalable: no fixed name and no host port, reached through the load balancer only.
         assert "container_name" not in service and "ports" not in service
@@ -264,7 +280,9 @@ def test_compose_services_run_the_image_command_and_scale() -> None:
 def test_compose_profiles_and_gpu_reservation() -> None:
     services = compose()["services"]
     assert services["trainer"]["profiles"] == ["train"]
-    assert all("profiles" not in services[name] for name in (*SERVICES, "redis", "lb")), "plain `up` = services only"
+    assert all("profiles" not in services[name] for name in (*SERVICES, "redis", "lb")), (
+        "plain `up` = services only"
+    )
     devices = services["trainer"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
     command = services["trainer"]["command"]
@@ -273,7 +291,9 @@ def test_compose_profiles_and_gpu_reservation() -> None:
 
 def test_compose_code_service_grants_what_bwrap_needs() -> None:
     code = compose()["services"]["code"]
-    assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= set(code["security_opt"])
+    assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= set(
+        code["security_opt"]
+    )
     assert code["environment"]["CORRGRPO_CODE_ISOLATION"] == "${CORRGRPO_CODE_ISOLATION:-bwrap}"
     assert "privileged" not in code and "cap_add" not in code
     assert code["tmpfs"] == ["/tmp:exec"]  # the sandbox's tmpfs copy of the interpreter runs from there
@@ -293,7 +313,9 @@ def test_nginx_routes_each_port_to_its_service() -> None:
     upstreams_conf = (REPO / "deploy" / "nginx" / "upstreams.conf").read_text()
     # No upstream block with `server ... resolve` (nginx >= 1.27.3 only): $pool is resolved per request.
     assert not re.search(r"\bupstream\s+\w+\s*\{", upstreams_conf + conf)
-    assert re.search(r"^resolver 127\.0\.0\.11 valid=\d+s", upstreams_conf, flags=re.M), "Docker's DNS, short cache"
+    assert re.search(r"^resolver 127\.0\.0\.11 valid=\d+s", upstreams_conf, flags=re.M), (
+        "Docker's DNS, short cache"
+    )
     pools = dict(re.findall(r"^\s*(\d+)\s+([\w:]+);", upstreams_conf, flags=re.M))
     listens = set(re.findall(r"listen\s+(\d+)[ ;]", conf))
     assert "proxy_pass http://$pool;" in conf
@@ -321,7 +343,9 @@ def test_kubernetes_manifests_match_their_schemas(folder: Path) -> None:
 
 def test_kubernetes_schema_rejects_a_misplaced_field() -> None:
     deployment = next(d for d in BASE if d["kind"] == "Deployment")
-    broken = jsonpatch.apply_patch(deployment, [{"op": "add", "path": "/spec/template/spec/replicas", "value": 3}])
+    broken = jsonpatch.apply_patch(
+        deployment, [{"op": "add", "path": "/spec/template/spec/replicas", "value": 3}]
+    )
     assert k8s_errors(broken) != []
 
 
@@ -353,7 +377,9 @@ def test_kubernetes_configuration_names_exist_in_the_code() -> None:
     known = known_env_names()
     (config,) = by_kind(BASE, "ConfigMap").values()
     assert set(config["data"]) - known == set()
-    assert config["data"]["CORRGRPO_REDIS_URL"].startswith("redis://redis:6379/") and "redis" in by_kind(BASE, "Service")
+    assert config["data"]["CORRGRPO_REDIS_URL"].startswith("redis://redis:6379/") and "redis" in by_kind(
+        BASE, "Service"
+    )
     for deployment in by_kind(BASE, "Deployment").values():
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             names = {env["name"] for env in container.get("env", []) if env["name"].startswith("CORRGRPO_")}
@@ -365,29 +391,39 @@ def test_kubernetes_code_autoscaler_and_no_bwrap_overlay() -> None:
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "code"}
     assert hpa["spec"]["minReplicas"] >= 2
     base_code = by_kind(BASE, "Deployment")["code"]["spec"]["template"]["spec"]
-    assert base_code["containers"][0]["securityContext"]["procMount"] == "Unmasked" and base_code["hostUsers"] is False
-    # the sandbox's tmpfs root (always resident) needs more than a pod's 64 MiB /dev/shm: a memory volume there
+    assert (
+        base_code["containers"][0]["securityContext"]["procMount"] == "Unmasked"
+        and base_code["hostUsers"] is False
+    )
+    # the sandbox's tmpfs root (always resident) needs more than a pod's 64 MiB /dev/shm: a memory volume
+    # there
     (shm,) = [m["name"] for m in base_code["containers"][0]["volumeMounts"] if m["mountPath"] == "/dev/shm"]
     (volume,) = [v for v in base_code["volumes"] if v["name"] == shm]
     assert volume["emptyDir"]["medium"] == "Memory" and volume["emptyDir"]["sizeLimit"] == "256Mi"
-    overlay_code = by_kind(k8s_documents(K8S / "overlays" / "no-bwrap"), "Deployment")["code"]["spec"]["template"]["spec"]
+    overlay_code = by_kind(k8s_documents(K8S / "overlays" / "no-bwrap"), "Deployment")["code"]["spec"][
+        "template"
+    ]["spec"]
     env = {e["name"]: e["value"] for e in overlay_code["containers"][0]["env"]}
     assert env["CORRGRPO_CODE_ISOLATION"] == "unsafe-none" and "hostUsers" not in overlay_code
     assert overlay_code["containers"][0]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert overlay_code["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"  # /readyz is 503 unisolated
+    # /readyz is 503 unisolated
+    assert overlay_code["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"
 
 
 def test_readme_commands_name_real_files() -> None:
     readme = (REPO / "deploy" / "README.md").read_text()
     commands = re.findall(r"^\s*(docker (?:build|compose)[^\n#]*|kubectl apply -k \S+)", readme, flags=re.M)
-    assert any("--scale code=" in c for c in commands) and any(c.startswith("kubectl apply -k") for c in commands)
+    assert any("--scale code=" in c for c in commands) and any(
+        c.startswith("kubectl apply -k") for c in commands
+    )
     for command in commands:
         for word in shlex.split(command):
             if word.startswith(("deploy/", "./deploy/")):
                 assert (REPO / word).exists(), f"README names {word}"
 
 
-# ---------------------------------------------------------------- Redis, network and pod security (issue 37.8)
+# ---------------------------------------------------------------- Redis, network and pod security (issue
+# 37.8)
 
 
 def words_after(argv: list[str], flag: str) -> str:
@@ -416,7 +452,8 @@ def compose_redis_argv(variables: dict[str, str]) -> list[str]:
 
 async def test_compose_redis_command_runs_and_admits_only_the_password(tmp_path: Path) -> None:
     """The compose file's own Redis command on a real redis-server: the services' store gets in with
-    CORRGRPO_REDIS_PASSWORD, a client without it is refused, the healthcheck's redis-cli answers with REDISCLI_AUTH."""
+    CORRGRPO_REDIS_PASSWORD, a client without it is refused, the healthcheck's redis-cli answers with
+    REDISCLI_AUTH."""
     from corrgrpo_common.store.errors import StoreUnavailable
     from corrgrpo_common.store.redis_store import RedisStore
 
@@ -442,7 +479,12 @@ async def test_compose_redis_command_runs_and_admits_only_the_password(tmp_path:
         with pytest.raises(StoreUnavailable, match=r"(?i)auth"):
             await anonymous.get("k")
         auth = {**os.environ, "REDISCLI_AUTH": password}
-        cli = lambda *words: subprocess.run(["redis-cli", "-p", str(port), *words], capture_output=True, text=True, env=auth)  # noqa: E731
+
+        def cli(*words: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["redis-cli", "-p", str(port), *words], capture_output=True, text=True, env=auth
+            )
+
         assert cli("ping").stdout.strip() == "PONG"
         settings = cli("config", "get", "maxmemory*").stdout.split()
         assert settings[settings.index("maxmemory") + 1] == str(1 << 30)
@@ -465,7 +507,9 @@ def test_compose_networks_let_only_the_services_reach_redis_and_only_nginx_publi
         assert set(services[name]["networks"]) == {"default", "backend"}
     assert stack["x-common-env"]["CORRGRPO_FORWARDED_ALLOW_IPS"] == "*"
     conf = (REPO / "deploy" / "nginx" / "nginx.conf").read_text()
-    assert "proxy_set_header X-Forwarded-For $remote_addr;" in conf, "a client's own X-Forwarded-For is replaced"
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in conf, (
+        "a client's own X-Forwarded-For is replaced"
+    )
 
 
 def test_kubernetes_redis_password_comes_from_the_secret_with_maxmemory_and_noeviction() -> None:
@@ -494,10 +538,14 @@ def test_kubernetes_network_policies_admit_only_the_services_to_redis_and_client
     redis = policies["redis"]["spec"]
     assert redis["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "redis"}}
     (rule,) = redis["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": k8s.SERVICE_COMPONENT}}}]
+    assert rule["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/component": k8s.SERVICE_COMPONENT}}}
+    ]
     assert rule["ports"] == [{"protocol": "TCP", "port": "redis"}]
     carriers = {
-        name for name, d in deployments.items() if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+        name
+        for name, d in deployments.items()
+        if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
     }
     assert carriers == set(SERVICES), "exactly the reward services' pods reach Redis"
     for name in SERVICES:
@@ -509,9 +557,12 @@ def test_kubernetes_network_policies_admit_only_the_services_to_redis_and_client
 
 
 def restricted_violations(pod: dict[str, Any]) -> set[str]:
-    """What keeps a pod out of Pod Security `restricted`: the checks of the standard our manifests could fail."""
+    """What keeps a pod out of Pod Security `restricted`: the checks of the standard our manifests could
+    fail."""
     spec, found = pod["spec"], set()
-    if any(spec.get(key) for key in ("hostNetwork", "hostPID", "hostIPC")) or any("hostPath" in v for v in spec["volumes"]):
+    if any(spec.get(key) for key in ("hostNetwork", "hostPID", "hostIPC")) or any(
+        "hostPath" in v for v in spec["volumes"]
+    ):
         found.add("host")
     for container in spec["containers"]:
         own = container.get("securityContext", {})
@@ -532,9 +583,13 @@ def restricted_violations(pod: dict[str, Any]) -> set[str]:
 
 def test_pod_security_levels_are_the_least_each_pod_needs() -> None:
     """Every pod meets `restricted` but the sandboxed code pod, which needs `privileged` (seccomp and AppArmor
-    unconfined, an unmasked /proc: baseline forbids all three); the namespace enforces that, no-bwrap `restricted`."""
+    unconfined, an unmasked /proc: baseline forbids all three); the namespace enforces that, no-bwrap
+    `restricted`."""
     sandbox_needs = {"seccomp", "appArmor", "procMount"}
-    for folder, enforced, code_needs in ((K8S / "base", "privileged", sandbox_needs), (OVERLAYS[0], "restricted", set())):
+    for folder, enforced, code_needs in (
+        (K8S / "base", "privileged", sandbox_needs),
+        (OVERLAYS[0], "restricted", set()),
+    ):
         documents = k8s_documents(folder)
         (namespace,) = by_kind(documents, "Namespace").values()
         assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == enforced

@@ -1,4 +1,5 @@
-"""Generic items: a row's item fields plus `completion`; labels as JSON objects or the declared label field."""
+"""Generic items: a row's item fields plus `completion`; labels as JSON objects or the declared label
+field."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ PROBLEM = {"task_id": "t", "entry_point": "f", "test": "def check(c): pass", "re
 
 
 def test_each_item_declares_its_fields_and_label() -> None:
-    code, toolcall, agentdojo = (ItemShape.of_schema(m.model_json_schema()) for m in (CodeItem, ToolCallItem, TrajectoryItem))
+    code, toolcall, agentdojo = (
+        ItemShape.of_schema(m.model_json_schema()) for m in (CodeItem, ToolCallItem, TrajectoryItem)
+    )
     assert code == ItemShape(frozenset({"problem", "task_id"}), "task_id")
     assert toolcall == ItemShape(frozenset({"ground_truth"}), "ground_truth")
     assert agentdojo.label is None and {"suite", "user_task", "injection_task", "attack"} <= agentdojo.fields
@@ -23,7 +26,12 @@ def test_each_item_declares_its_fields_and_label() -> None:
 
 def test_item_is_the_rows_item_fields_and_the_completion() -> None:
     code = ItemShape.of_schema(CodeItem.model_json_schema())
-    row = {"prompt": [{"role": "user", "content": "q"}], "task_id": "HumanEval/0", "problem": None, "completion": "old"}
+    row = {
+        "prompt": [{"role": "user", "content": "q"}],
+        "task_id": "HumanEval/0",
+        "problem": None,
+        "completion": "old",
+    }
     assert code.item("c", row) == {"task_id": "HumanEval/0", "completion": "c"}
     CodeItem.model_validate(code.item("c", row))
 

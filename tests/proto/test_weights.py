@@ -6,7 +6,10 @@ import pytest
 
 from corrgrpo_proto import ComponentSpec, resolve_weights
 
-SPECS = [ComponentSpec(name=name, min=0, max=1, weight=weight) for name, weight in (("a", 0.6), ("b", 0.3), ("c", 0.1))]
+SPECS = [
+    ComponentSpec(name=name, min=0, max=1, weight=weight)
+    for name, weight in (("a", 0.6), ("b", 0.3), ("c", 0.1))
+]
 
 
 def test_declared_weights_are_the_default_and_overrides_replace_some() -> None:

@@ -41,20 +41,27 @@ def test_api_bank_levels_load_as_single_call_ground_truths(level: int, rows: int
         assert result.format == 1.0 and sum(result.components.values()) == pytest.approx(3.0)
 
 
-def test_evaluate_self_reports_full_scores(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CORRGRPO_TOOLCALL_DATA_DIR", str(require_shared_data("rlla_4k/test.parquet").parents[1]))
+def test_evaluate_self_reports_full_scores(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "CORRGRPO_TOOLCALL_DATA_DIR", str(require_shared_data("rlla_4k/test.parquet").parents[1])
+    )
     assert match_metrics.main(["--dataset", "rlla4k", "--self"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("| dataset | rows | with calls | format % | function name |")
     assert lines[2] == "| rlla4k | 80 | 71 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 |"
 
 
-def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_completions_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CORRGRPO_TOOLCALL_DATA_DIR", str(require_shared_data("api_bank").parent))
     examples = load("api-bank-2", require_shared_data("api_bank"))
     # every other completion answers in prose instead of calling the tool
     lines = [
-        {"completion": e.ground_truth if i % 2 else "<think>x</think>\n<response>no</response>"} for i, e in enumerate(examples)
+        {"completion": e.ground_truth if i % 2 else "<think>x</think>\n<response>no</response>"}
+        for i, e in enumerate(examples)
     ]
     path = tmp_path / "completions.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
@@ -65,7 +72,8 @@ def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture
     path.write_text("".join(json.dumps(line) + "\n" for line in lines[:3]))  # a slice: the first three rows
     match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path)])
     captured = capsys.readouterr()
-    assert captured.out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")  # rows 1 of 0, 1, 2 call
+    # rows 1 of 0, 1, 2 call
+    assert captured.out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")
     assert "scoring the first 3 of 67 rows" in captured.err
     match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "3"])
     assert capsys.readouterr().out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")
@@ -77,11 +85,16 @@ def test_evaluate_completions_file(tmp_path: Path, capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as exit_:
         match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path)])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.startswith(f'{error}{path}: expected JSONL of {{"completion": "..."}} (JSONDecodeError')
+    assert capsys.readouterr().err.startswith(
+        f'{error}{path}: expected JSONL of {{"completion": "..."}} (JSONDecodeError'
+    )
     with pytest.raises(SystemExit) as exit_:
         match_metrics.main(["--dataset", "api-bank-2", "--completions", str(tmp_path / "missing.jsonl")])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err == f"{error}cannot read {tmp_path / 'missing.jsonl'}: No such file or directory\n"
+    assert (
+        capsys.readouterr().err
+        == f"{error}cannot read {tmp_path / 'missing.jsonl'}: No such file or directory\n"
+    )
 
 
 def test_unknown_dataset_is_named_in_the_error() -> None:
@@ -89,7 +102,9 @@ def test_unknown_dataset_is_named_in_the_error() -> None:
         load("api-bank-4", "unused")
 
 
-def test_evaluate_without_a_source_names_the_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_evaluate_without_a_source_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("CORRGRPO_TOOLCALL_DATA_DIR", raising=False)
     with pytest.raises(SystemExit):
         match_metrics.main(["--dataset", "rlla4k", "--self"])

@@ -22,7 +22,9 @@ def test_score_group_parses_the_ground_truth_once(params: int, monkeypatch: pyte
     truth_parses: list[str] = []
     real = scoring.parse_calls
 
-    def counting(text: str, max_calls: int | None = scoring.ParseCaps.max_calls, strict: bool = True) -> list[scoring.ToolCall]:
+    def counting(
+        text: str, max_calls: int | None = scoring.ParseCaps.max_calls, strict: bool = True
+    ) -> list[scoring.ToolCall]:
         if max_calls is None:  # how the ground truth is parsed (completions are parsed with the cap)
             truth_parses.append(text)
         return real(text, max_calls, strict)

@@ -1,11 +1,12 @@
 """Parity with the authors' tool-call reward (CorrGRPO's fork of ToolRL, `verl/utils/reward_score/rlla.py`).
 
 Their definition, restated: `name` = s_name − 0.5, `param_names` = 2·s_params/|gt calls| − 1, `param_values` =
-3·s_values/Σparams − 1.5 (1.5 when the ground truth's calls take no parameters), all three at their maximum on an
-exact match and at their minimum (−0.5, −1, −1.5) when the prediction cannot be read; 0 when the ground truth has
-no call. Format: `^<think>.*?</think>\\s*<tool_call>\\n.*?\\n</tool_call>…$` with one of each tag the ground truth
-uses; thinking models may leave out the opening `<think>`. The tables below are worked out from that by hand; the
-RLLA-4K rows check closed forms on single-call rows and an independent restatement (`authors`) on every row.
+3·s_values/Σparams − 1.5 (1.5 when the ground truth's calls take no parameters), all three at their maximum on
+an exact match and at their minimum (−0.5, −1, −1.5) when the prediction cannot be read; 0 when the ground
+truth has no call. Format: `^<think>.*?</think>\\s*<tool_call>\\n.*?\\n</tool_call>…$` with one of each tag
+the ground truth uses; thinking models may leave out the opening `<think>`. The tables below are worked out
+from that by hand; the RLLA-4K rows check closed forms on single-call rows and an independent restatement
+(`authors`) on every row.
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ A = {"name": "a", "parameters": {"x": 1, "y": "s"}}
 B = {"name": "b", "parameters": {"z": [1, 2]}}
 PING = {"name": "ping", "parameters": {}}
 
-# (ground truth calls, predicted completion, expected (name, param_names, param_values)), each worked out by hand.
+# (ground truth calls, predicted completion, expected (name, param_names, param_values)), each worked out by
+# hand.
 TABLE: list[tuple[str, list[Call], str, Components]] = [
     ("exact", [A, B], text([A, B]), BEST),
     ("swapped calls", [A, B], text([B, A]), BEST),
-    # names {a} vs {a, b}: 1/2; one of two calls matched fully (2 names + 1 value of 3): 0.5·1 − 0.5, 2·1/2 − 1, 3·2/3 − 1.5
+    # names {a} vs {a, b}: 1/2; one of two calls matched fully (2 names + 1 value of 3): 0.5·1 − 0.5, 2·1/2 −
+    # 1, 3·2/3 − 1.5
     ("missing call", [A, B], text([A]), (0.0, 0.0, 0.5)),
     # extra call: names 2/3; both gt calls matched fully
     ("extra call", [A, B], text([A, B, PING]), (2 / 3 - 0.5, 1.0, 1.5)),
@@ -52,12 +55,27 @@ TABLE: list[tuple[str, list[Call], str, Components]] = [
     # keys {x, y} vs {x}: Jaccard 1/2, one value equal: 2·(1/2) − 1 = 0, 3·(1/2) − 1.5 = 0
     ("missing parameter", [A], text([{"name": "a", "parameters": {"x": 1}}]), (0.5, 0.0, 0.0)),
     # keys {x, y} vs {x, y, w}: Jaccard 2/3, both values equal
-    ("extra parameter", [A], text([{"name": "a", "parameters": {**A["parameters"], "w": 0}}]), (0.5, 1 / 3, 1.5)),
+    (
+        "extra parameter",
+        [A],
+        text([{"name": "a", "parameters": {**A["parameters"], "w": 0}}]),
+        (0.5, 1 / 3, 1.5),
+    ),
     ("wrong value", [A], text([{"name": "a", "parameters": {"x": 2, "y": "s"}}]), (0.5, 1.0, 0.0)),
     ("1.0 equals 1", [A], text([{"name": "a", "parameters": {"x": 1.0, "y": "s"}}]), BEST),
-    ("nothing to get wrong in values", [PING], text([{"name": "other", "parameters": {}}]), (-0.5, -1.0, 1.5)),
+    (
+        "nothing to get wrong in values",
+        [PING],
+        text([{"name": "other", "parameters": {}}]),
+        (-0.5, -1.0, 1.5),
+    ),
     # a parameterless ground truth's call is not matched by a call with parameters (Jaccard 0, no values)
-    ("parameters where none are taken", [PING], text([{"name": "ping", "parameters": {"q": 1}}]), (0.5, -1.0, 1.5)),
+    (
+        "parameters where none are taken",
+        [PING],
+        text([{"name": "ping", "parameters": {"q": 1}}]),
+        (0.5, -1.0, 1.5),
+    ),
     ("empty call list", [A], text([""]), WORST),
     ("no block", [A], "<think>t</think>\n<response>hi</response>", WORST),
     ("bad JSON", [A], text(['{"name": "a", "parameters": {']), WORST),
@@ -69,7 +87,9 @@ TABLE: list[tuple[str, list[Call], str, Components]] = [
 ]
 
 
-@pytest.mark.parametrize(("truth", "completion", "expected"), [row[1:] for row in TABLE], ids=[row[0] for row in TABLE])
+@pytest.mark.parametrize(
+    ("truth", "completion", "expected"), [row[1:] for row in TABLE], ids=[row[0] for row in TABLE]
+)
 def test_components_table(truth: list[Call], completion: str, expected: Components) -> None:
     result = score(completion, text(truth))
     assert tuple(result.components.values()) == pytest.approx(expected, abs=1e-12)
@@ -86,10 +106,22 @@ FORMATS: list[tuple[str, str, str, bool, float]] = [
     ("one newline", text([A]), text([A]), False, 1.0),
     ("spaces between blocks", text([A], gap="  "), text([A]), False, 1.0),
     ("nothing between blocks", text([A], reply="r", gap=""), text([A], reply="r"), False, 1.0),
-    ("no newline inside the block", "<think>t</think>\n<tool_call>" + json.dumps(A) + "</tool_call>", text([A]), False, 0.0),
+    (
+        "no newline inside the block",
+        "<think>t</think>\n<tool_call>" + json.dumps(A) + "</tool_call>",
+        text([A]),
+        False,
+        0.0,
+    ),
     ("thinking model, strict", text([A])[len("<think>") :], text([A]), False, 0.0),
     ("thinking model, relaxed", text([A])[len("<think>") :], text([A]), True, 1.0),
-    ("relaxed still needs </think>", "<tool_call>\n" + json.dumps(A) + "\n</tool_call>", text([A]), True, 0.0),
+    (
+        "relaxed still needs </think>",
+        "<tool_call>\n" + json.dumps(A) + "\n</tool_call>",
+        text([A]),
+        True,
+        0.0,
+    ),
     ("a response the truth lacks", text([A], reply="r"), text([A]), False, 0.0),
     ("missing response", text([A]), text([A], reply="r"), False, 0.0),
     ("two blocks", text([A]) + "\n" + text([B])[len("<think>t</think>\n") :], text([A]), False, 0.0),
@@ -97,7 +129,9 @@ FORMATS: list[tuple[str, str, str, bool, float]] = [
 
 
 @pytest.mark.parametrize(
-    ("completion", "truth", "think_open", "expected"), [row[1:] for row in FORMATS], ids=[row[0] for row in FORMATS]
+    ("completion", "truth", "think_open", "expected"),
+    [row[1:] for row in FORMATS],
+    ids=[row[0] for row in FORMATS],
 )
 def test_format_table(completion: str, truth: str, think_open: bool, expected: float) -> None:
     assert score(completion, truth, FormatRules(optional_think_open=think_open)).format == expected
@@ -121,12 +155,20 @@ def authors(completion: str, truth: str, think_open: bool = False) -> tuple[floa
     response = completion.split("<|im_start|>assistant")[-1].split("<|im_end|>")[0].strip()
     wants = [tag for tag in ("tool_call", "response") if f"<{tag}>" in truth]
     blocks = {"tool_call": r"<tool_call>\n.*?\n</tool_call>", "response": r"<response>.*?</response>"}
-    pattern = ("^(?:<think>)?" if think_open else "^<think>") + ".*?</think>" + "".join(r"\s*" + blocks[t] for t in wants) + "$"
+    pattern = (
+        ("^(?:<think>)?" if think_open else "^<think>")
+        + ".*?</think>"
+        + "".join(r"\s*" + blocks[t] for t in wants)
+        + "$"
+    )
     counted = all(response.count(f"<{t}>") == response.count(f"</{t}>") == 1 for t in wants)
     fmt = 1.0 if re.search(pattern, response, re.DOTALL) and counted else 0.0
     if "<tool_call>" not in truth:
         return (fmt, 0.0, 0.0, 0.0)
-    gt = [json.loads(line) for line in truth.split("<tool_call>")[1].split("</tool_call>")[0].strip().split("\n")]
+    gt = [
+        json.loads(line)
+        for line in truth.split("<tool_call>")[1].split("</tool_call>")[0].strip().split("\n")
+    ]
     try:
         if "<tool_call>" not in response or "</tool_call>" not in response:
             raise ValueError("no block")
@@ -169,12 +211,18 @@ def matched(gt: list[Call], predicted: list[Any]) -> Components:
 
 
 def calls_of(truth: str) -> list[Call]:
-    return [json.loads(line) for line in truth.split("<tool_call>\n")[1].split("\n</tool_call>")[0].split("\n")]
+    return [
+        json.loads(line) for line in truth.split("<tool_call>\n")[1].split("\n</tool_call>")[0].split("\n")
+    ]
 
 
 def rebuild(example: Example, calls: list[Any], **layout: Any) -> str:
     think = example.ground_truth.split("<think>")[1].split("</think>")[0]
-    reply = example.ground_truth.split("<response>")[1].split("</response>")[0] if "<response>" in example.ground_truth else None
+    reply = (
+        example.ground_truth.split("<response>")[1].split("</response>")[0]
+        if "<response>" in example.ground_truth
+        else None
+    )
     return text(calls, think=think, reply=reply, **layout)
 
 
@@ -188,7 +236,9 @@ def with_call(calls: list[Call], index: int, **change: Any) -> list[Call]:
 
 def drop_first_param(calls: list[Call]) -> list[Call] | None:
     i = first_with_params(calls)
-    return None if i is None else with_call(calls, i, parameters=dict(list(calls[i]["parameters"].items())[1:]))
+    return (
+        None if i is None else with_call(calls, i, parameters=dict(list(calls[i]["parameters"].items())[1:]))
+    )
 
 
 def wrong_first_value(calls: list[Call]) -> list[Call] | None:
@@ -204,7 +254,9 @@ PERTURBATIONS: dict[str, Perturbation] = {
     "exact": lambda e, calls: e.ground_truth,
     "wrong name": lambda e, calls: rebuild(e, with_call(calls, 0, name=calls[0]["name"] + "_v2")),
     "missing parameter": lambda e, calls: (c := drop_first_param(calls)) and rebuild(e, c),
-    "extra parameter": lambda e, calls: rebuild(e, with_call(calls, 0, parameters={**calls[0]["parameters"], "extra": 1})),
+    "extra parameter": lambda e, calls: rebuild(
+        e, with_call(calls, 0, parameters={**calls[0]["parameters"], "extra": 1})
+    ),
     "wrong value": lambda e, calls: (c := wrong_first_value(calls)) and rebuild(e, c),
     "missing call": lambda e, calls: rebuild(e, calls[:-1]) if len(calls) > 1 else None,
     "swapped calls": lambda e, calls: rebuild(e, calls[::-1]) if len(calls) > 1 else None,
@@ -221,11 +273,14 @@ PERTURBATIONS: dict[str, Perturbation] = {
 
 
 def perturbed_rows() -> list[tuple[str, str, str]]:
-    """(perturbation, completion, ground truth) for every RLLA-4K test row and perturbation that applies to it."""
+    """(perturbation, completion, ground truth) for every RLLA-4K test row and perturbation that applies to
+    it."""
     rows = []
     for example in load_rlla4k(require_shared_data("rlla_4k/test.parquet")):
         if "<tool_call>" not in example.ground_truth:  # the 9 response-only rows: any prediction scores 0
-            rows += [("no call expected", c, example.ground_truth) for c in (example.ground_truth, text([PING]))]
+            rows += [
+                ("no call expected", c, example.ground_truth) for c in (example.ground_truth, text([PING]))
+            ]
             continue
         calls = calls_of(example.ground_truth)
         for name, perturb in PERTURBATIONS.items():
@@ -263,7 +318,10 @@ def test_single_call_rows_have_the_closed_forms() -> None:
         }
         for name, components in expected.items():
             completion = PERTURBATIONS[name](example, [call])
-            assert ours(completion, example.ground_truth)[1:] == pytest.approx(components, abs=1e-12), (example.id, name)
+            assert ours(completion, example.ground_truth)[1:] == pytest.approx(components, abs=1e-12), (
+                example.id,
+                name,
+            )
         checked += 1
     assert checked == 36  # RLLA-4K test: 36 rows with one call, each with 1 to 6 parameters
 
@@ -274,6 +332,7 @@ def test_every_perturbed_rlla4k_row_agrees_with_the_authors(think_open: bool) ->
     disagreements = [
         (name, completion)
         for name, completion, truth in rows
-        if ours(completion, truth, think_open) != pytest.approx(authors(completion, truth, think_open), abs=1e-12)
+        if ours(completion, truth, think_open)
+        != pytest.approx(authors(completion, truth, think_open), abs=1e-12)
     ]
     assert len(rows) > 900 and disagreements == []

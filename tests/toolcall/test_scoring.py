@@ -49,10 +49,13 @@ GT = response(WEATHER, TIME)
     [
         (response(WEATHER, TIME), 3.0),  # exact
         (response(TIME, WEATHER), 3.0),  # calls swapped
-        (response({**WEATHER, "parameters": {"city": "Paris", "unit": "kelvin"}}, TIME), 2.0),  # one wrong value
+        # one wrong value
+        (response({**WEATHER, "parameters": {"city": "Paris", "unit": "kelvin"}}, TIME), 2.0),
         (response(WEATHER), 0.5),  # second call missing
-        (response({"name": "get_news", "parameters": {}}, {"name": "get_stock", "parameters": {}}), -3.0),  # wrong tools
-        ('<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {\n</tool_call>', -3.0),  # bad JSON
+        # wrong tools
+        (response({"name": "get_news", "parameters": {}}, {"name": "get_stock", "parameters": {}}), -3.0),
+        # bad JSON
+        ('<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {\n</tool_call>', -3.0),
     ],
     ids=["exact", "swapped", "one-wrong-value", "second-missing", "wrong-tool", "bad-json"],
 )
@@ -64,12 +67,17 @@ def test_toolrl_vectors(completion: str, expected: float) -> None:
 def test_each_component_is_its_matching_score_over_its_own_maximum() -> None:
     # TIME missing, WEATHER's unit wrong: s_name 1/2 of 1, s_params 1 of 2 calls, s_values 1 of 3 values.
     result = score(response({**WEATHER, "parameters": {"city": "Paris", "unit": "kelvin"}}), GT)
-    assert result.components == pytest.approx({"name": 0.5 - 0.5, "param_names": 2 * 1 / 2 - 1, "param_values": 3 * 1 / 3 - 1.5})
-    assert result.matching is not None and result.matching.toolrl_correctness == pytest.approx(6 * 2.5 / 6 - 3)
+    assert result.components == pytest.approx(
+        {"name": 0.5 - 0.5, "param_names": 2 * 1 / 2 - 1, "param_values": 3 * 1 / 3 - 1.5}
+    )
+    assert result.matching is not None and result.matching.toolrl_correctness == pytest.approx(
+        6 * 2.5 / 6 - 3
+    )
 
 
 def test_unparseable_puts_each_component_at_its_minimum() -> None:
-    for truth in (GT, response({"name": "ping", "parameters": {}})):  # values at −1.5 even with none to get right
+    # values at −1.5 even with none to get right
+    for truth in (GT, response({"name": "ping", "parameters": {}})):
         result = score("<think>no calls</think>\n<response>hi</response>", truth)
         assert result.components == {"name": -0.5, "param_names": -1.0, "param_values": -1.5}
         assert result.reason == "no <tool_call>…</tool_call> block"
@@ -87,13 +95,27 @@ def test_response_only_ground_truth_gives_zero_and_checks_the_response_layout() 
 
 def test_values_compare_as_json_types() -> None:
     truth = response({"name": "f", "parameters": {"n": 1, "flag": True}})
-    assert correctness(response({"name": "f", "parameters": {"n": 1.0, "flag": True}}), truth) == pytest.approx(3.0)
+    assert correctness(
+        response({"name": "f", "parameters": {"n": 1.0, "flag": True}}), truth
+    ) == pytest.approx(3.0)
     # S_max = 1 + 1 + 2 = 4; one of two values wrong → 6·3/4 − 3 = 1.5
-    assert correctness(response({"name": "f", "parameters": {"n": "1", "flag": True}}), truth) == pytest.approx(1.5)
-    assert correctness(response({"name": "f", "parameters": {"n": True, "flag": 1}}), truth) == pytest.approx(0.0)
-    assert components(response({"name": "f", "parameters": {"n": "1", "flag": True}}), truth) == (0.5, 1.0, 0.0)
+    assert correctness(
+        response({"name": "f", "parameters": {"n": "1", "flag": True}}), truth
+    ) == pytest.approx(1.5)
+    assert correctness(response({"name": "f", "parameters": {"n": True, "flag": 1}}), truth) == pytest.approx(
+        0.0
+    )
+    assert components(response({"name": "f", "parameters": {"n": "1", "flag": True}}), truth) == (
+        0.5,
+        1.0,
+        0.0,
+    )
     assert json_equal({"a": [1, {"b": None}]}, {"a": [1.0, {"b": None}]})
-    assert not json_equal([False], [0]) and not json_equal({"a": 1}, {"a": [1]}) and not json_equal([1, 2], [1, 2, 3])
+    assert (
+        not json_equal([False], [0])
+        and not json_equal({"a": 1}, {"a": [1]})
+        and not json_equal([1, 2], [1, 2, 3])
+    )
 
 
 def test_duplicate_tool_names_match_one_prediction_each() -> None:
@@ -115,7 +137,8 @@ def test_empty_parameters() -> None:
     assert components(truth, truth) == (0.5, 1.0, 1.5)
     # extra parameters: names Jaccard 0, so the call is not matched; no values to get wrong (1.5)
     assert components(response({"name": "ping", "parameters": {"x": 1}}), truth) == (0.5, -1.0, 1.5)
-    assert correctness(response({"name": "ping", "parameters": {"x": 1}}), truth) == pytest.approx(0.0)  # S_max 2
+    # S_max 2
+    assert correctness(response({"name": "ping", "parameters": {"x": 1}}), truth) == pytest.approx(0.0)
 
 
 def test_unicode_names_and_values() -> None:
@@ -126,8 +149,14 @@ def test_unicode_names_and_values() -> None:
 
 
 def test_chat_template_wrapping_is_removed() -> None:
-    wrapped = f"<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n{GT}<|im_end|>\n"
-    llama = f"<|start_header_id|>user<|end_header_id|>U<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{GT}<|eot_id|>"
+    wrapped = (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+        f"<|im_start|>assistant\n{GT}<|im_end|>\n"
+    )
+    llama = (
+        "<|start_header_id|>user<|end_header_id|>U<|eot_id|>"
+        f"<|start_header_id|>assistant<|end_header_id|>\n\n{GT}<|eot_id|>"
+    )
     for text in (wrapped, llama, GT + "<|im_end|>", f"  \n{GT}\n"):
         assert extract_response(text) == GT
         assert score(text, GT).as_dict() == score(GT, GT).as_dict()
@@ -136,7 +165,8 @@ def test_chat_template_wrapping_is_removed() -> None:
 @pytest.mark.parametrize(
     "completion",
     [
-        "<think>x</think>\n<tool_call>" + json.dumps(WEATHER) + "</tool_call>",  # no newlines inside the block
+        # no newlines inside the block
+        "<think>x</think>\n<tool_call>" + json.dumps(WEATHER) + "</tool_call>",
         "x</think>\n" + calls_block(WEATHER),  # no <think>
         response(WEATHER) + "\n" + calls_block(TIME),  # two blocks
         response(WEATHER) + "\n<response>extra</response>",  # a response the ground truth has none of
@@ -160,7 +190,13 @@ def test_format_rules() -> None:
 
 def test_calls_are_cut_where_toolrl_cuts_them() -> None:
     # the first block ends at the next <tool_call> when its own closing tag is missing
-    unclosed = "<think>x</think>\n<tool_call>\n" + json.dumps(WEATHER) + "\n<tool_call>\n" + json.dumps(TIME) + "\n</tool_call>"
+    unclosed = (
+        "<think>x</think>\n<tool_call>\n"
+        + json.dumps(WEATHER)
+        + "\n<tool_call>\n"
+        + json.dumps(TIME)
+        + "\n</tool_call>"
+    )
     assert score(unclosed, GT).matching == score(response(WEATHER), GT).matching
     assert score(unclosed, GT).format == 0.0
     # only the first block counts
@@ -180,7 +216,9 @@ def test_calls_the_matching_cannot_read_fail_the_prediction() -> None:
     # calls to other functions are never read: a foreign name or parameters only widen the name union
     for line in ('{"name": 3, "parameters": {}}', '{"name": "f", "parameters": []}', '{"name": "f"}'):
         result = score(response(WEATHER, TIME)[: -len("\n</tool_call>")] + f"\n{line}\n</tool_call>", GT)
-        assert result.reason is None and tuple(result.components.values()) == pytest.approx((2 / 3 - 0.5, 1.0, 1.5)), line
+        assert result.reason is None and tuple(result.components.values()) == pytest.approx(
+            (2 / 3 - 0.5, 1.0, 1.5)
+        ), line
 
 
 def test_work_is_bounded() -> None:
@@ -201,8 +239,17 @@ def toolrl_format(response: str, ground_truth: str, rules: FormatRules) -> float
     gap = r"\s*" if rules.lenient_separators else r"\n"
     calls, reply = r"<tool_call>\n.*?\n</tool_call>", r"<response>.*?</response>"
     wants = ("<tool_call>" in ground_truth, "<response>" in ground_truth)
-    tail = {(True, False): gap + calls, (False, True): gap + reply, (True, True): gap + calls + gap + reply, (False, False): ""}
-    tags = {(True, False): ["<tool_call>", "</tool_call>"], (False, True): ["<response>", "</response>"], (False, False): []}
+    tail = {
+        (True, False): gap + calls,
+        (False, True): gap + reply,
+        (True, True): gap + calls + gap + reply,
+        (False, False): "",
+    }
+    tags = {
+        (True, False): ["<tool_call>", "</tool_call>"],
+        (False, True): ["<response>", "</response>"],
+        (False, False): [],
+    }
     tags[True, True] = tags[True, False] + tags[False, True]
     matched = re.search(f"{think}.*?</think>{tail[wants]}$", response, re.DOTALL)
     return 1.0 if matched and all(response.count(tag) == 1 for tag in tags[wants]) else 0.0
@@ -214,7 +261,18 @@ LAYOUTS = [
     "<think>a</think>\n<tool_call>\n{}\n</tool_call>",
     "<think>a</think>\n<tool_call>\n{}\n</tool_call>\n<response>b</response>",
 ]
-PIECES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<response>", "</response>", "\n", " ", "x", ""]
+PIECES = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<response>",
+    "</response>",
+    "\n",
+    " ",
+    "x",
+    "",
+]
 
 
 @st.composite
@@ -242,7 +300,9 @@ def test_format_agrees_with_toolrl_regex(response: str, truth: str, lenient: boo
 def test_each_layout_passes_exactly_for_its_own_kind_of_ground_truth() -> None:
     verdicts = [[format_score(layout, truth) for truth in LAYOUTS] for layout in LAYOUTS]
     assert verdicts == [[1.0 if i == j else 0.0 for j in range(4)] for i in range(4)]
-    assert verdicts == [[toolrl_format(layout, truth, FormatRules()) for truth in LAYOUTS] for layout in LAYOUTS]
+    assert verdicts == [
+        [toolrl_format(layout, truth, FormatRules()) for truth in LAYOUTS] for layout in LAYOUTS
+    ]
 
 
 json_values = st.recursive(
@@ -258,7 +318,9 @@ tool_calls = st.builds(
 
 
 @settings(max_examples=60, deadline=None)
-@given(truth=st.lists(tool_calls, min_size=1, max_size=3), predicted=st.lists(tool_calls, min_size=1, max_size=4))
+@given(
+    truth=st.lists(tool_calls, min_size=1, max_size=3), predicted=st.lists(tool_calls, min_size=1, max_size=4)
+)
 def test_component_ranges_and_sum(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
     result = score(response(*predicted), response(*truth))
     m = result.matching
@@ -272,7 +334,8 @@ def test_component_ranges_and_sum(truth: list[dict[str, Any]], predicted: list[d
 
 
 def toolrl_correctness(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> float:
-    """ToolRL's `compute_tool_call_reward` (max 3, min −3) restated as an independent oracle: one summed score."""
+    """ToolRL's `compute_tool_call_reward` (max 3, min −3) restated as an independent oracle: one summed
+    score."""
     if truth == predicted:
         return 3.0
 
@@ -292,7 +355,9 @@ def toolrl_correctness(truth: list[dict[str, Any]], predicted: list[dict[str, An
             if i in used or pd["name"] != gt["name"]:
                 continue
             value = jaccard(list(gt["parameters"]), list(pd["parameters"]))
-            value += sum(1.0 for k, v in gt["parameters"].items() if k in pd["parameters"] and pd["parameters"][k] == v)
+            value += sum(
+                1.0 for k, v in gt["parameters"].items() if k in pd["parameters"] and pd["parameters"][k] == v
+            )
             if value > best:
                 best, best_index = value, i
         if best_index >= 0:
@@ -302,7 +367,9 @@ def toolrl_correctness(truth: list[dict[str, Any]], predicted: list[dict[str, An
 
 
 # No booleans here: the one place we differ from ToolRL on purpose is `true == 1`.
-plain_values = st.none() | st.integers(-2, 2) | st.sampled_from(["a", "1"]) | st.lists(st.integers(0, 1), max_size=2)
+plain_values = (
+    st.none() | st.integers(-2, 2) | st.sampled_from(["a", "1"]) | st.lists(st.integers(0, 1), max_size=2)
+)
 plain_calls = st.builds(
     lambda name, parameters: {"name": name, "parameters": parameters},
     st.sampled_from(["f", "g"]),
@@ -311,6 +378,11 @@ plain_calls = st.builds(
 
 
 @settings(max_examples=150, deadline=None)
-@given(truth=st.lists(plain_calls, min_size=1, max_size=3), predicted=st.lists(plain_calls, min_size=1, max_size=4))
+@given(
+    truth=st.lists(plain_calls, min_size=1, max_size=3),
+    predicted=st.lists(plain_calls, min_size=1, max_size=4),
+)
 def test_toolrl_correctness_is_kept(truth: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
-    assert correctness(response(*predicted), response(*truth)) == pytest.approx(toolrl_correctness(truth, predicted), abs=1e-9)
+    assert correctness(response(*predicted), response(*truth)) == pytest.approx(
+        toolrl_correctness(truth, predicted), abs=1e-9
+    )

@@ -1,7 +1,8 @@
-"""Parameter values are compared exactly, as the authors compare them (`==` on the decoded JSON): case included.
+"""Parameter values are compared exactly, as the authors compare them (`==` on the decoded JSON): case
+included.
 
-"PARIS" is not "Paris": a policy must not earn `param_values` for a value it got only up to case, at the top level
-of the parameters or inside a list or an object."""
+"PARIS" is not "Paris": a policy must not earn `param_values` for a value it got only up to case, at the top
+level of the parameters or inside a list or an object."""
 
 from __future__ import annotations
 
@@ -41,4 +42,7 @@ def test_a_value_right_only_up_to_case_earns_nothing(truth: dict[str, Any], shou
 
 def test_names_keep_their_case_too() -> None:
     """The parameter's name is matched exactly as well: `City` is another parameter."""
-    assert score(response({"City": "Paris"}), response({"city": "Paris"})).components["param_names"] == RANGES["param_names"][0]
+    assert (
+        score(response({"City": "Paris"}), response({"city": "Paris"})).components["param_names"]
+        == RANGES["param_names"][0]
+    )

@@ -1,5 +1,5 @@
-"""HTTP layer of the toy service: each item holds one of `toy_workers` slots for `toy_item_ms` (a stand-in for a
-sandbox run), then scores the length of its completion."""
+"""HTTP layer of the toy service: each item holds one of `toy_workers` slots for `toy_item_ms` (a stand-in for
+a sandbox run), then scores the length of its completion."""
 
 from __future__ import annotations
 

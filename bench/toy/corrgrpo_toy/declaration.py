@@ -21,7 +21,8 @@ def example(completion: str | None = None) -> dict[str, Any]:
 
 SERVICE = ServiceDeclaration(
     name="toy",
-    version="0.1.0",  # pyproject.toml's: the bench runs the toy from its folder, with no installed metadata to read
+    # pyproject.toml's: the bench runs the toy from its folder, with no installed metadata to read
+    version="0.1.0",
     port=8199,
     components=COMPONENTS,
     settings=ToySettings,

@@ -10,4 +10,6 @@ from corrgrpo_common.settings import cpu_count
 
 class ToySettings(ServiceSettings):
     toy_item_ms: float = Field(0.0, ge=0, description="Simulated work per item, in milliseconds")
-    toy_workers: int = Field(default_factory=cpu_count, description="Items worked on at once (default: CPU count)")
+    toy_workers: int = Field(
+        default_factory=cpu_count, description="Items worked on at once (default: CPU count)"
+    )
