@@ -1,24 +1,21 @@
-"""The corrgrpo services as a verifiers environment (verifiers 0.3, its `vf.Environment` / `vf.Rubric` API).
+"""The corrgrpo services as a verifiers v1 taskset (verifiers 0.4, `verifiers.v1`: Taskset, Task, Harness).
 
-    vf-eval corrgrpo-verifiers -a '{"service_url": "http://127.0.0.1:8102", "dataset": "rows.jsonl"}'
+    vf-eval corrgrpo-verifiers --env.taskset.task.service-url http://127.0.0.1:8102 \
+        --env.taskset.dataset rows.jsonl -m M --client.base-url URL
 
-`load_environment` asks the service what it is (`/v1/components`, `/openapi.json`):
-- code and tool calls: a single-turn environment over the given rows (`prompt` or `question`; the item fields in
-  `info`, e.g. `{"task_id": "HumanEval/0"}`; or a bare label in `answer`);
-- AgentDojo: a multi-turn environment over the episode API: each rollout creates an episode (its messages and
-  tool schemas become the prompt and the tools), each tool call of the policy is a step whose result (injections
-  included) the policy reads next, a turn without tool calls ends the rollout. Rows default to every user task
-  of the service's suites (`suites`), optionally under every injection task (`injections`).
+The taskset asks the service what it is (`/v1/components`, `/openapi.json`) and yields one task per row:
+- code and tool calls: a row is `prompt` or `question`, the item's fields in `info` (e.g. `{"task_id":
+  "HumanEval/0"}`) or a bare label in `answer`; the rollout's last assistant turn is the completion;
+- AgentDojo: each rollout is an episode of the service (task setup creates it, its messages and tool schemas
+  become the conversation, each tool call of the policy is a step, a turn without tool calls ends it). Rows
+  default to every user task of the service's suites (`suites`), optionally under every injection task.
 
-The rubric has one reward function per declared component, named after it, weighted by the declared default
-weight (`weights` overrides some; `resolve_weights`), so verifiers logs every component as a metric and its
-reward is the service's weighted total under the same weights, sent with each request. The functions are group
-functions: the first one scores a whole group of rollouts in ONE `POST /v1/score` (AgentDojo: one finish per
-episode, concurrently); the others read that result. A rollout the service could not score is missing (the rule
-of `corrgrpo_proto.common`): its `state["error"]` is a `vf.InfraError` with the reason, `corrgrpo_error` is 1 (a
-metric of weight 0), and its reward is the mean of its group's scored rollouts, so its advantage is 0 and the
-others' are as if it had not been there (all failed: reward 0, advantage 0). A service that cannot be reached
-fails the group as verifiers does for any reward function.
+Each declared component is a `@vf.reward` of the task, named after it, weighted by its declared weight
+(`task.weights` overrides some; `resolve_weights`), so a trace keeps every component as a keyed reward and its
+`reward` is the service's weighted total under the weights sent with each request. A rollout the service
+could not score is a trace error (a `TaskError` naming the service's reason, its rewards left unscored),
+never a 0. `ServiceHarness` (the taskset's default) runs the conversation in-process through verifiers'
+interception; code and tool-call tasks also score under any other harness, AgentDojo's episodes need this one.
 """
 
 from __future__ import annotations
@@ -28,14 +25,14 @@ import json
 import logging
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-import verifiers as vf
-from datasets import Dataset
-from verifiers.types import Messages, Tool, ToolMessage
-from verifiers.utils.message_utils import normalize_messages
+import httpx
+import verifiers.v1 as vf
+from pydantic import Field
+from verifiers.v1.dialects.chat import message_to_wire
 
 from corrgrpo_adapters.service import (
     Episodes,
@@ -48,8 +45,8 @@ from corrgrpo_adapters.service import (
 )
 from corrgrpo_proto import AsyncRewardClient, ItemResult, RewardClient, RewardServiceError, resolve_weights
 
-RESULT_KEY = "corrgrpo_result"
-ERROR_METRIC = "corrgrpo_error"
+RESULT_KEY = "corrgrpo"
+TOKEN_VAR = "CORRGRPO_API_TOKEN"
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -68,163 +65,272 @@ class PerLoop(Generic[T]):
         return self.made[loop]
 
 
-def _text(content: Any) -> str:
-    """A message's content as text (a string, or a list of content parts)."""
-    if isinstance(content, str) or content is None:
-        return content or ""
-    return "".join(
-        str(getattr(part, "text", None) or (part.get("text", "") if isinstance(part, dict) else "")) for part in content
+class Service:
+    """A service's declaration and clients, one per URL in a process: every task of a taskset shares them."""
+
+    known: ClassVar[dict[str, Service]] = {}
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        token = os.environ.get(TOKEN_VAR)
+        with RewardClient(url, token=token, timeout=timeout_s) as client:
+            self.info: ServiceInfo = describe(client)
+        self.url = url
+        self.scores = PerLoop(lambda: AsyncRewardClient(url, token=token, timeout=timeout_s))
+        self.episodes = PerLoop(lambda: Episodes(url, token=token, timeout=timeout_s))
+
+    @classmethod
+    def at(cls, url: str, timeout_s: float = 120.0) -> Service:
+        if url not in cls.known:
+            cls.known[url] = cls(url, timeout_s)
+        return cls.known[url]
+
+    def weights(self, overrides: dict[str, float]) -> dict[str, float]:
+        try:
+            return resolve_weights(self.info.components, overrides)
+        except KeyError as unknown:
+            names = self.info.names
+            raise ValueError(
+                f"weights: the {self.info.name} service has no component {unknown} ({names})"
+            ) from None
+
+
+class ServiceState(vf.State):
+    """An AgentDojo rollout's episode, from task setup to the harness and to scoring (not serialized)."""
+
+    service_url: str = ""
+    episode_id: str | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ServiceTaskConfig(vf.TaskConfig):
+    service_url: str = "http://127.0.0.1:8102"
+    """The corrgrpo service that scores (bearer token: the `CORRGRPO_API_TOKEN` variable)."""
+    weights: dict[str, float] = Field(default_factory=dict)
+    """Weights of some components; the others keep the weight the service declares."""
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class RowData(vf.TaskData):
+    fields: dict[str, Any] = Field(default_factory=dict)
+    """The item's fields (code, tool calls) or the episode's spec (AgentDojo: suite, user_task, ...)."""
+    answer: str | None = None
+    """A bare label, read as the item's fields the service's label carries (e.g. a tool-call ground truth)."""
+
+
+class UnscoredItem(RuntimeError):
+    """The service answered this rollout with an item error: the rollout is unscored, not worth 0."""
+
+
+def last_turn(trace: vf.Trace) -> str:
+    """The rollout's last assistant turn as the text the services parse (reasoning, tool calls included)."""
+    turns = trace.assistant_messages
+    if not turns:
+        return ""
+    message = turns[-1]
+    calls = [(call.name, call.arguments) for call in message.tool_calls or []]
+    return completion_text(message.content or "", message.reasoning_content, calls)
+
+
+def component_reward(name: str, weight: float) -> Callable[[vf.Trace], Awaitable[float]]:
+    """The `@vf.reward` of one component: its value in the service's result (kept by `ServiceTask.score`)."""
+
+    async def reward(trace: vf.Trace) -> float:
+        return float(trace.info[RESULT_KEY]["components"][name])
+
+    reward.__name__ = name
+    return vf.reward(reward, weight=weight)
+
+
+class ServiceTask(vf.Task[RowData, ServiceState, ServiceTaskConfig]):
+    @property
+    def service(self) -> Service:
+        return Service.at(self.config.service_url, self.config.timeout_s)
+
+    async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        """AgentDojo: the rollout's episode, created at the service before the policy's first turn."""
+        if not self.service.info.episodic:
+            return
+        episode = await self.service.episodes.get().create(self.data.fields)
+        state = trace.state
+        state.service_url, state.episode_id = self.service.url, episode.episode_id
+        state.messages, state.tools = list(episode.messages), list(episode.tools)
+
+    def hooks(self, attr: str) -> list[Callable[..., Any]]:
+        """verifiers' hooks, plus a reward per declared component (the service decides which there are)."""
+        hooks = super().hooks(attr)
+        if attr != "reward":
+            return hooks
+        weights = self.service.weights(self.config.weights)
+        return [*hooks, *(component_reward(name, weight) for name, weight in weights.items())]
+
+    async def score(self, trace: vf.Trace, runtime: vf.Runtime | None = None) -> None:
+        """One request for the whole vector, then verifiers' scoring of each component from its result."""
+        if not self.scoring_deferred:
+            service = self.service
+            weights = service.weights(self.config.weights)
+            trace.rewards.update(dict.fromkeys(weights))  # unscored until the service has answered
+            result = await self.result(service, trace, weights)
+            if result.error is not None:
+                raise UnscoredItem(
+                    f"corrgrpo could not score this rollout: {result.error.code}: {result.error.message}"
+                )
+            trace.info[RESULT_KEY] = result.model_dump(mode="json", exclude_none=True)
+        await super().score(trace, runtime)
+
+    async def result(self, service: Service, trace: vf.Trace, weights: dict[str, float]) -> ItemResult:
+        completion = last_turn(trace)
+        episode_id = trace.state.episode_id
+        if episode_id is not None:
+            return finished(await service.episodes.get().finish(episode_id, completion, weights))
+        if service.info.episodic:
+            raise UnscoredItem(
+                "an AgentDojo task needs an episode: run it with the corrgrpo-verifiers harness"
+            )
+        item = service.info.item(completion, dict(self.data.fields), self.data.answer)
+        (result,) = await service.scores.get().score([item], weights)
+        return result
+
+
+class ServiceTasksetConfig(vf.TasksetConfig):
+    task: ServiceTaskConfig = ServiceTaskConfig()
+    dataset: Path | None = None
+    """JSONL rows; AgentDojo without one: every user task of `suites`."""
+    suites: list[str] = Field(default_factory=list)
+    """AgentDojo: the suites of the default rows (all of the service's when empty)."""
+    injections: bool = False
+    """AgentDojo: each user task also under every injection task of its suite."""
+    attack: str | None = None
+    """AgentDojo: the attack of the injected rows (the service's default when unset)."""
+
+
+def row_data(row: dict[str, Any]) -> RowData:
+    fields = row.get("info") or {}
+    fields = json.loads(fields) if isinstance(fields, str) else dict(fields)
+    prompt = row.get("prompt", row.get("question", ""))
+    spec = [str(fields[key]) for key in ("suite", "user_task", "injection_task") if fields.get(key)]
+    task_id = fields.get("task_id")
+    return RowData(
+        prompt=prompt,
+        id=str(task_id) if task_id is not None else None,
+        name="/".join(spec) or None,
+        fields=fields,
+        answer=row.get("answer"),
     )
 
 
-def turn_text(message: Any) -> str:
-    """An assistant message as the text the services parse (reasoning, text and tool calls included)."""
-    calls = [(call.name, call.arguments) for call in getattr(message, "tool_calls", None) or []]
-    return completion_text(_text(message.content), getattr(message, "reasoning_content", None), calls)
+class ServiceTaskset(vf.Taskset[ServiceTask, ServiceTasksetConfig]):
+    """The rows of one corrgrpo service."""
+
+    def __init__(self, config: ServiceTasksetConfig) -> None:
+        super().__init__(config)
+        task = config.task
+        service = Service.at(task.service_url, task.timeout_s)
+        service.weights(task.weights)  # an unknown component fails here, before any rollout
+        if config.dataset is None and not service.info.episodic:
+            raise ValueError(f"the {service.info.name} service needs rows: set dataset (a JSONL path)")
+        self.episodes: list[dict[str, Any]] = []
+        if config.dataset is None:
+            token = os.environ.get(TOKEN_VAR)
+            with RewardClient(task.service_url, token=token, timeout=task.timeout_s) as client:
+                self.episodes = episode_specs(client, config.suites, config.injections, config.attack)[1]
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        if self.config.dataset is None:
+            yield from ({"prompt": "", "info": spec} for spec in self.episodes)
+            return
+        with self.config.dataset.open(encoding="utf-8") as lines:
+            yield from (json.loads(line) for line in lines if line.strip())
+
+    def load(self) -> Iterator[ServiceTask]:
+        for row in self.rows():
+            yield ServiceTask(row_data(row), self.config.task)
 
 
-def last_turn(completion: Any) -> str:
-    """The rollout's last assistant turn as text."""
-    if isinstance(completion, str):
-        return completion
-    turns = [message for message in completion or [] if message.role == "assistant"]
-    return turn_text(turns[-1]) if turns else ""
+class ServiceHarnessConfig(vf.HarnessConfig):
+    max_turns: int = Field(20, ge=1)
+    """AgentDojo: the most policy turns of an episode (a turn without tool calls ends it sooner)."""
 
 
-class ServiceRubric(vf.Rubric):
-    """One group reward function per component; `score` fills `state[RESULT_KEY]` once per group."""
+class ServiceHarness(vf.Harness[ServiceHarnessConfig]):
+    """The policy's conversation, in-process: every model call goes through the rollout's interception
+    endpoint (so verifiers records the turns); an AgentDojo episode's tool calls run at the service."""
 
-    def __init__(self, info: ServiceInfo, score: Callable[[list[vf.State]], Any], weights: dict[str, float]) -> None:
-        super().__init__()
-        self._score = score
-        for spec in info.components:
-            self.add_reward_func(self._component(spec.name), weight=weights[spec.name])
-        self.add_metric(self._component(ERROR_METRIC))
+    APPENDS_SYSTEM_PROMPT = True
+    EXECUTES_CODE = False
+    NEEDS_CONTAINER = False
 
-    async def score_group(self, states: list[vf.State]) -> None:
-        """verifiers' scoring, then each unscored rollout made missing: its group's mean reward, advantage 0."""
-        await super().score_group(states)
-        scored = [state["reward"] for state in states if state[RESULT_KEY].error is None]
-        mean = sum(scored) / len(scored) if scored else 0.0
-        for state in states:
-            if (error := state[RESULT_KEY].error) is not None:
-                state["error"] = vf.InfraError(f"corrgrpo could not score this rollout: {error.code}: {error.message}")
-                state["reward"] = mean
-            state["advantage"] = state["reward"] - mean
-            for step in state["trajectory"]:  # verifiers copied the state's values into the steps
-                step["reward"], step["advantage"] = state["reward"], state["advantage"]
-
-    async def results(self, states: list[vf.State]) -> list[ItemResult]:
-        missing = [state for state in states if RESULT_KEY not in state]
-        if missing:
-            for state, result in zip(missing, await self._score(missing), strict=True):
-                if result.error is not None:
-                    logger.error("corrgrpo could not score a rollout: %s: %s", result.error.code, result.error.message)
-                state[RESULT_KEY] = result
-        return [state[RESULT_KEY] for state in states]
-
-    def _component(self, name: str) -> Callable[..., Any]:
-        async def component(states: list[vf.State]) -> list[float]:
-            results = await self.results(states)
-            if name == ERROR_METRIC:
-                return [float(result.error is not None) for result in results]
-            return [float((result.components or {}).get(name, 0.0)) for result in results]
-
-        component.__name__ = name
-        return component
+    async def launch(
+        self,
+        ctx: vf.ModelContext,
+        trace: vf.Trace,
+        runtime: vf.Runtime,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: vf.TaskData,
+        tool_interception_url: str | None = None,
+    ) -> vf.ProgramResult:
+        state = trace.state
+        episode_id = getattr(state, "episode_id", None)
+        messages = list(state.messages) if episode_id is not None else opening(*self.resolve_prompt(data))
+        tools = list(state.tools) if episode_id is not None else []
+        headers = {"Authorization": f"Bearer {secret}"}
+        async with httpx.AsyncClient(base_url=endpoint, headers=headers, timeout=None) as model:
+            for _ in range(self.config.max_turns):
+                reply = await ask(model, ctx.model, messages, tools)
+                messages.append(reply)
+                calls = reply.get("tool_calls") or []
+                if episode_id is None or not calls:
+                    break
+                messages += await step(Service.at(state.service_url), episode_id, calls)
+        return vf.ProgramResult(exit_code=0, stdout="", stderr="")
 
 
-class AgentDojoEnv(vf.MultiTurnEnv):
-    """Each rollout is an episode of the AgentDojo service; its tools run there."""
-
-    def __init__(self, episodes: PerLoop[Episodes], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.episodes = episodes
-
-    async def setup_state(self, state: vf.State) -> vf.State:
-        episode = await self.episodes.get().create(state["info"])
-        state["episode_id"] = episode.episode_id
-        state["prompt"] = normalize_messages(episode.messages, field_name="episode.messages")
-        state["tool_defs"] = [
-            Tool(
-                name=tool["function"]["name"],
-                description=tool["function"].get("description", ""),
-                parameters=tool["function"].get("parameters", {}),
-            )
-            for tool in episode.tools
-        ]
-        return state
-
-    @vf.stop
-    async def answered(self, state: vf.State) -> bool:
-        """A turn without tool calls is the final answer."""
-        if not state["trajectory"]:
-            return False
-        last = state["trajectory"][-1]["completion"][-1]
-        return last.role == "assistant" and not getattr(last, "tool_calls", None)
-
-    async def env_response(self, messages: Messages, state: vf.State, **kwargs: Any) -> Messages:
-        calls = messages[-1].tool_calls or []
-        body = [{"function": call.name, "args": parse_arguments(call.arguments), "id": call.id} for call in calls]
-        try:
-            step = await self.episodes.get().step(state["episode_id"], body)
-        except RewardServiceError as error:  # refused (e.g. too many calls): the policy's doing, it reads why
-            return [ToolMessage(tool_call_id=call.id, content=error.message) for call in calls]
-        return [
-            ToolMessage(tool_call_id=call.id, content=result.content) for call, result in zip(calls, step.results, strict=True)
-        ]
+class ServiceEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    """The policy's seat, on a local runtime by default: the harness runs no program (verifiers': Prime)."""
 
 
-def _rows(dataset: str | Sequence[dict[str, Any]] | Dataset) -> Dataset:
-    if isinstance(dataset, Dataset):
-        return dataset
-    if isinstance(dataset, str):
-        return Dataset.from_list([json.loads(line) for line in Path(dataset).read_text().splitlines() if line.strip()])
-    return Dataset.from_list(list(dataset))
+class ServiceEnv(vf.SingleAgentEnv, vf.Env[ServiceEnvConfig]):
+    """One agent per episode, as verifiers' single-agent env, on a local runtime by default."""
 
 
-def load_environment(
-    service_url: str = "http://127.0.0.1:8102",
-    dataset: str | Sequence[dict[str, Any]] | Dataset | None = None,
-    weights: dict[str, float] | None = None,
-    system_prompt: str | None = None,
-    suites: Sequence[str] | None = None,
-    injections: bool = False,
-    attack: str | None = None,
-    max_turns: int = 20,
-    timeout_s: float = 120.0,
-) -> vf.Environment:
-    """The environment of the service at `service_url` (bearer token: `CORRGRPO_API_TOKEN`)."""
-    token = os.environ.get("CORRGRPO_API_TOKEN")
-    with RewardClient(service_url, token=token, timeout=timeout_s) as client:
-        info = describe(client)
-        if dataset is None and not info.episodic:
-            raise ValueError(f"the {info.name} service needs rows: pass `dataset` (a JSONL path or a list of rows)")
-        if dataset is None:  # every episode of the suites; `info` as JSON text: rows differ in their keys
-            dataset = [
-                {"question": "", "info": json.dumps(spec)} for spec in episode_specs(client, suites, injections, attack)[1]
-            ]
-        rows = _rows(dataset)
+def opening(system_prompt: str | None, prompt: str | vf.Messages | None) -> list[dict[str, Any]]:
+    """A row's prompt as chat messages."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    if isinstance(prompt, str):
+        return [*messages, {"role": "user", "content": prompt}]
+    return [*messages, *(message_to_wire(message) for message in prompt or [])]
+
+
+async def ask(
+    model: httpx.AsyncClient, name: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict:
+    """One policy turn: the assistant message, as the conversation carries it on."""
+    body: dict[str, Any] = {"model": name, "messages": messages, **({"tools": tools} if tools else {})}
+    response = await model.post("/chat/completions", json=body)
+    response.raise_for_status()
+    message = response.json()["choices"][0]["message"]
+    kept = ("content", "reasoning_content", "tool_calls")
+    return {"role": "assistant", **{key: message[key] for key in kept if message.get(key) is not None}}
+
+
+async def step(service: Service, episode_id: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The episode's answer to the turn's tool calls, one tool message per call."""
+    body = [
+        {
+            "function": call["function"]["name"],
+            "args": parse_arguments(call["function"]["arguments"]),
+            "id": call["id"],
+        }
+        for call in calls
+    ]
     try:
-        weights = resolve_weights(info.components, weights)
-    except KeyError as unknown:
-        raise ValueError(f"weights: the {info.name} service has no component {unknown} (it has {info.names})") from None
-    if info.episodic:
-        episodes = PerLoop(lambda: Episodes(service_url, token=token, timeout=timeout_s))
-
-        async def finish(states: list[vf.State]) -> list[ItemResult]:
-            finishing = (episodes.get().finish(s["episode_id"], last_turn(s["completion"]), weights) for s in states)
-            done = await asyncio.gather(*finishing)
-            return [finished(response) for response in done]
-
-        rubric = ServiceRubric(info, finish, weights)
-        return AgentDojoEnv(episodes, dataset=rows, eval_dataset=rows, rubric=rubric, max_turns=max_turns)
-
-    clients = PerLoop(lambda: AsyncRewardClient(service_url, token=token, timeout=timeout_s))
-
-    async def score(states: list[vf.State]) -> list[ItemResult]:
-        items = [info.item(last_turn(s["completion"]), dict(s.get("info") or {}), s.get("answer")) for s in states]
-        return await clients.get().score(items, weights)
-
-    rubric = ServiceRubric(info, score, weights)
-    return vf.SingleTurnEnv(dataset=rows, eval_dataset=rows, system_prompt=system_prompt, rubric=rubric)
+        results = [result.content for result in (await service.episodes.get().step(episode_id, body)).results]
+    except RewardServiceError as error:  # refused (e.g. too many calls): the policy's doing, it reads why
+        results = [error.message] * len(calls)
+    return [
+        {"role": "tool", "tool_call_id": call["id"], "content": content}
+        for call, content in zip(calls, results, strict=True)
+    ]

@@ -1,8 +1,8 @@
-"""The verifiers environment `corrgrpo-verifiers`: verifiers imports the module named after an environment id
-(`vf-eval corrgrpo-verifiers`, `vf.load_environment("corrgrpo-verifiers")`) and calls its `load_environment`.
-The environment itself is `corrgrpo_adapters.verifiers`.
+"""The verifiers taskset `corrgrpo-verifiers`: verifiers imports the module named after a taskset id (`vf-eval
+corrgrpo-verifiers`, `--env.taskset.id corrgrpo-verifiers`) and takes the Taskset, Harness and Env it exports.
+All three are `corrgrpo_adapters.verifiers`'s.
 """
 
-from corrgrpo_adapters.verifiers import load_environment
+from corrgrpo_adapters.verifiers import ServiceEnv, ServiceHarness, ServiceTaskset
 
-__all__ = ["load_environment"]
+__all__ = ["ServiceEnv", "ServiceHarness", "ServiceTaskset"]

@@ -6,9 +6,9 @@
 #                   Each venv also gets corrgrpo-testing (the tests' service launcher; httpx only).
 #   .venv-openrlhf  OpenRLHF 0.11.0 and 0.11.2 side by side (`pip --target`, no dependencies) plus the two
 #                   modules `openrlhf.utils` imports that .venv lacks; the tests import them from .venv.
-#   .venv-verifiers, .venv-openenv, .venv-nemo-gym   verifiers 0.3.1, openenv-core 0.3.0, nemo-gym 0.4.0 (Python
-#                   >= 3.12), each with corrgrpo-proto and corrgrpo-adapters: their pins clash with each other
-#                   (mcp < 2 for verifiers, mcp 2 for openenv) and with .venv's.
+#   .venv-verifiers, .venv-openenv, .venv-nemo-gym   verifiers 0.4.0, openenv-core 0.3.0, nemo-gym 0.4.0
+#                   (Python >= 3.12), each with corrgrpo-proto and corrgrpo-adapters: their pins clash with each
+#                   other (mcp 2 for verifiers, mcp < 2 for openenv) and with .venv's.
 # The third-party part of each is built once per machine into a cache, keyed by its build command, the pins,
 # the parts' pyproject.toml and the Python version: CORRGRPO_VENV_CACHE, default ~/.cache/corrgrpo/venvs (clear it
 # with rm -rf; the two newest entries per venv are kept). A clone gets a hard-linked copy (seconds) and the
@@ -102,7 +102,8 @@ if want verl; then
     verl transferqueue cachetools fastapi uvicorn pytest pytest-asyncio
 fi
 if want verifiers; then
-  side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt "proto adapters testing" verifiers pytest pytest-asyncio
+  side_venv .venv-verifiers python3 tests/interop/verifiers-constraints.txt "proto adapters testing" \
+    verifiers pytest pytest-asyncio
 fi
 if want openenv; then
   side_venv .venv-openenv python3 tests/interop/openenv-constraints.txt "proto adapters testing" openenv pytest pytest-asyncio

@@ -1,57 +1,81 @@
-"""verifiers 0.3's own evaluation loop with the corrgrpo services (run in .venv-verifiers by `make interop`).
+"""verifiers 0.4's own runner, `vf-eval`, with the corrgrpo services (in .venv-verifiers by `make interop`).
 
-`vf.load_environment("corrgrpo-verifiers", ...)` finds our package as vf-eval does, and `Environment.evaluate`
-(what vf-eval runs) rolls out against a scripted policy behind an OpenAI-compatible endpoint, through verifiers'
-own OpenAI chat-completions client, then scores with the rubric. Every component must arrive as a metric equal
-to what the service gives for the same completion asked directly, the reward must be their weighted sum, and
-a group must cost the service one `POST /v1/score`.
+`vf-eval corrgrpo-verifiers` finds our taskset, harness and env by the taskset id, rolls out against a
+scripted policy behind an OpenAI-compatible endpoint through verifiers' interception, scores each trace with
+the task's rewards and writes `traces.jsonl`, read back here with verifiers' own record loader (`WireTrace`).
+Every component must arrive as a keyed reward with the service's declared weight (or the override), its score
+equal to what the service gives for the same completion asked directly; an item the service cannot score must
+be a trace error with its rewards unscored, never a 0.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
-import verifiers as vf
-from verifiers.types import ClientConfig
+import verifiers.v1 as vf
 
-from corrgrpo_adapters.service import describe
-from corrgrpo_adapters.verifiers import ServiceRubric
-from corrgrpo_proto import ItemError, ItemResult, RewardClient, resolve_weights
+from corrgrpo_adapters.verifiers import RowData, ServiceEnv, ServiceTask, ServiceTasksetConfig, last_turn
+from corrgrpo_proto import RewardClient, resolve_weights
 from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess
 
 from .common import BILL, CODE, GT, INJECTED, WRONG_CODE, check_intact, score_requests
 from .scripted_policy import Reply, ScriptedPolicy, Turn
 
-
-@pytest.fixture
-def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("SCRIPTED_API_KEY", "unused")
-    return "SCRIPTED_API_KEY"
+VF_EVAL = Path(sys.executable).with_name("vf-eval")
+TASKSET = "corrgrpo-verifiers"
 
 
-def evaluate(env: vf.Environment, policy: ScriptedPolicy, api_key: str, rollouts: int) -> list[dict[str, Any]]:
+def vf_eval(
+    out: Path, service_url: str, policy: ScriptedPolicy, rows: list[dict], *options: str
+) -> list[vf.Trace]:
+    """The traces of one `vf-eval` run over `rows`, the policy answering."""
+    out.mkdir()
+    dataset = out / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with policy.serve() as url:
-        client = ClientConfig(api_base_url=url, api_key_var=api_key, max_retries=0)
-        results = env.evaluate_sync(client, "scripted", num_examples=-1, rollouts_per_example=rollouts)
-    return results["outputs"]
+        command = [
+            str(VF_EVAL),
+            TASKSET,
+            "--env.taskset.task.service-url",
+            service_url,
+            "--env.taskset.dataset",
+            str(dataset),
+            "-m",
+            "scripted",
+            "--client.base-url",
+            url,
+            "--client.api-key-var",
+            "SCRIPTED_API_KEY",
+            "--no-push",
+            "--no-rich",
+            "-o",
+            str(out),
+            "--run.name",
+            "run",
+            *options,
+        ]
+        env = {**os.environ, "SCRIPTED_API_KEY": "unused"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    episodes = [json.loads(line) for line in (out / "run" / "traces.jsonl").read_text().splitlines()]
+    return [vf.WireTrace.model_validate(trace) for episode in episodes for trace in episode["traces"]]
 
 
-def last_text(output: dict[str, Any]) -> str:
-    content = output["completion"][-1]["content"]
-    return content if isinstance(content, str) else "".join(part["text"] for part in content)
-
-
-def components(output: dict[str, Any], names: list[str]) -> dict[str, float]:
-    return {name: output["metrics"][name] for name in names}
-
-
-def declared(url: str) -> list[str]:
+def declared(url: str) -> dict[str, float]:
     with RewardClient(url) as client:
-        return [spec.name for spec in client.components().components]
+        return {spec.name: spec.weight for spec in client.components().components}
+
+
+def scores(trace: vf.Trace) -> dict[str, float]:
+    return {name: reward.score for name, reward in trace.rewards.items() if reward is not None}
 
 
 def cycling(*texts: str) -> ScriptedPolicy:
@@ -60,70 +84,76 @@ def cycling(*texts: str) -> ScriptedPolicy:
     return ScriptedPolicy(lambda _: Reply(text=next(turns)))
 
 
-def test_code_group_is_one_request_and_every_component_arrives(services: dict[str, ServiceProcess], api_key: str) -> None:
+@pytest.fixture(scope="module")
+def code_run(services: dict[str, ServiceProcess], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One run: a group of three rollouts of HumanEval/0 and three of a task the service does not have."""
     url = services["code"].url
-    rows = [{"question": "Write has_close_elements.", "info": {"task_id": "HumanEval/0"}}]
-    env = vf.load_environment("corrgrpo-verifiers", service_url=url, dataset=rows)
+    rows = [
+        {"question": "Write has_close_elements.", "info": {"task_id": "HumanEval/0"}},
+        {"question": "?", "info": {"task_id": "NoSuch/1"}},
+    ]
     before = score_requests(url)
-    outputs = evaluate(env, cycling(CODE, WRONG_CODE, "no code at all"), api_key, rollouts=3)
-    assert score_requests(url) == before + 1  # the group of three in one request
-    names = declared(url)
-    assert sorted(output["metrics"]["correct"] for output in outputs) == [0.0, 0.0, 1.0]
-    for output in outputs:
-        assert output["metrics"]["corrgrpo_error"] == 0.0
+    policy = cycling(CODE, WRONG_CODE, "no code at all")
+    traces = vf_eval(tmp_path_factory.mktemp("code") / "out", url, policy, rows, "-r", "3")
+    return {"url": url, "traces": traces, "requests": score_requests(url) - before}
+
+
+def test_code_every_component_is_a_keyed_reward_with_its_declared_weight(code_run: dict[str, Any]) -> None:
+    url, traces = code_run["url"], code_run["traces"]
+    weights = declared(url)
+    scored = [trace for trace in traces if trace.task.data.id == "HumanEval/0"]
+    assert len(scored) == 3 and all(trace.ok and not trace.errors for trace in scored)
+    assert sorted(scores(trace)["correct"] for trace in scored) == [0.0, 0.0, 1.0]
+    for trace in scored:
+        assert {name: reward.weight for name, reward in trace.rewards.items()} == weights
         check_intact(
-            url, {"task_id": "HumanEval/0", "completion": last_text(output)}, components(output, names), output["reward"]
+            url, {"task_id": "HumanEval/0", "completion": last_turn(trace)}, scores(trace), trace.reward
         )
+        assert trace.reward == pytest.approx(
+            trace.info["corrgrpo"]["total"]
+        )  # the service's total, same weights
+    assert code_run["requests"] == len(traces)  # one request per rollout for the whole vector
 
 
-def test_toolcall_native_tool_calls_and_a_bare_label(services: dict[str, ServiceProcess], api_key: str) -> None:
-    """The policy calls the tool the OpenAI way (structured `tool_calls`); the row's `answer` is the reference."""
+def test_unscorable_item_is_a_trace_error_not_a_zero(code_run: dict[str, Any]) -> None:
+    failed = [trace for trace in code_run["traces"] if trace.task.data.id == "NoSuch/1"]
+    assert len(failed) == 3
+    for trace in failed:
+        assert not trace.ok and trace.last_error is not None and trace.last_error.type == "TaskError"
+        assert "unknown_task" in trace.last_error.message
+        assert trace.rewards == dict.fromkeys(declared(code_run["url"]))  # every component unscored
+        assert "corrgrpo" not in trace.info
+
+
+def test_toolcall_native_tool_calls_a_bare_label_and_a_weight_override(
+    services: dict[str, ServiceProcess], tmp_path: Path
+) -> None:
+    """The policy calls the tool the OpenAI way (structured `tool_calls`); the row's `answer` is the label."""
     url = services["toolcall"].url
+    cities = itertools.cycle(["Paris", "Rome"])
+
+    def call(_: Turn) -> Reply:
+        return Reply(text="<think>x</think>", calls=[("get_weather", {"city": next(cities), "unit": "C"})])
+
+    policy = ScriptedPolicy(call)
     rows = [{"question": "Weather in Paris?", "answer": GT}]
-    env = vf.load_environment("corrgrpo-verifiers", service_url=url, dataset=rows)
-    calls = itertools.cycle(["Paris", "Rome"])
-    policy = ScriptedPolicy(lambda _: Reply(text="<think>x</think>", calls=[("get_weather", {"city": next(calls), "unit": "C"})]))
-    outputs = evaluate(env, policy, api_key, rollouts=2)
-    rewards = sorted(output["reward"] for output in outputs)
-    assert rewards[1] == pytest.approx(4.0) and rewards[0] < 4.0  # format 1 + ToolRL correctness 3 for the exact call
-    names = declared(url)
-    for output in outputs:
-        city = "Paris" if output["reward"] == pytest.approx(4.0) else "Rome"
-        item = {"ground_truth": GT, "completion": GT.replace("Paris", city)}
-        check_intact(url, item, components(output, names), output["reward"])
-
-
-def test_unscorable_item_is_flagged_not_silently_zero(services: dict[str, ServiceProcess], api_key: str) -> None:
-    url = services["code"].url
-    rows = [{"question": "?", "info": {"task_id": "HumanEval/0"}}, {"question": "??", "info": {"task_id": "NoSuch/1"}}]
-    env = vf.load_environment("corrgrpo-verifiers", service_url=url, dataset=rows)
-    outputs = {output["info"]["task_id"]: output for output in evaluate(env, cycling(CODE), api_key, rollouts=1)}
-    assert outputs["HumanEval/0"]["metrics"]["corrgrpo_error"] == 0.0 and outputs["HumanEval/0"]["metrics"]["correct"] == 1.0
-    assert outputs["NoSuch/1"]["metrics"]["corrgrpo_error"] == 1.0 and outputs["NoSuch/1"]["reward"] == 0.0
-    assert outputs["HumanEval/0"].get("error") is None and outputs["NoSuch/1"]["error"]["error"] == "InfraError"
-    assert "unknown_task" in outputs["NoSuch/1"]["error"]["message"]
-
-
-async def test_an_unscored_rollout_takes_its_groups_mean_reward(services: dict[str, ServiceProcess]) -> None:
-    """The rule of corrgrpo_proto.common: a rollout the service could not score (here a fault of its own, next to two
-    it scored) is missing: its group's mean reward, advantage 0, the others' advantages as without it."""
-    url = services["code"].url
+    traces = vf_eval(
+        tmp_path / "out", url, policy, rows, "-r", "2", "--env.taskset.task.weights", '{"format": 0.5}'
+    )
     with RewardClient(url) as client:
-        info = describe(client)
-        scored = client.score([{"task_id": "HumanEval/0", "completion": text} for text in (CODE, WRONG_CODE)])
-    failed = ItemResult(error=ItemError(code="internal", message="a fault of the service"))
-
-    async def score(states: list[vf.State]) -> list[ItemResult]:
-        return [*scored, failed]
-
-    rubric = ServiceRubric(info, score, resolve_weights(info.components))
-    states = [vf.State(prompt=[], completion=[], trajectory=[{"reward": None, "advantage": None}]) for _ in range(3)]
-    await rubric.score_group(states)
-    right, wrong = (result.total for result in scored)
-    assert [state["reward"] for state in states] == pytest.approx([right, wrong, (right + wrong) / 2])
-    assert [state["advantage"] for state in states] == pytest.approx([(right - wrong) / 2, (wrong - right) / 2, 0.0])
-    assert states[2]["metrics"]["corrgrpo_error"] == 1.0 and isinstance(states[2]["error"], vf.InfraError)
-    assert states[2]["trajectory"][0]["advantage"] == 0.0 and "error" not in states[0]
+        weights = resolve_weights(client.components().components, {"format": 0.5})
+    rewards = sorted(trace.reward for trace in traces)
+    assert (
+        rewards[1] == pytest.approx(3.5) and rewards[0] < 3.5
+    )  # format 1 x 0.5 + ToolRL correctness 3: exact
+    for trace in traces:
+        assert trace.ok and {name: reward.weight for name, reward in trace.rewards.items()} == weights
+        with RewardClient(url) as client:
+            (direct,) = client.score([{"ground_truth": rows[0]["answer"], "completion": last_turn(trace)}])
+        assert scores(trace) == direct.components
+        assert trace.reward == pytest.approx(
+            sum(weights[name] * value for name, value in scores(trace).items())
+        )
 
 
 def agentdojo_script(turn: Turn) -> Reply:
@@ -133,14 +163,19 @@ def agentdojo_script(turn: Turn) -> Reply:
     return Reply(text="<response>I read the bill.</response>")
 
 
-def test_agentdojo_multi_turn_over_the_episode_api(services: dict[str, ServiceProcess], api_key: str) -> None:
+def test_agentdojo_multi_turn_over_the_episode_api(
+    services: dict[str, ServiceProcess], tmp_path: Path
+) -> None:
     url = services["agentdojo"].url
-    env = vf.load_environment("corrgrpo-verifiers", service_url=url, dataset=[{"question": "", "info": json.dumps(INJECTED)}])
     policy = ScriptedPolicy(agentdojo_script)
-    outputs = evaluate(env, policy, api_key, rollouts=2)
-    assert len(outputs) == 2 and len(policy.seen) == 4  # two turns per episode
-    assert all("bill" in turn.user for turn in policy.seen)  # the episode's prompt replaced the row's empty one
-    assert all("<INFORMATION>" in turn.tool_results[0] for turn in policy.seen if turn.tool_results)  # the injection
+    traces = vf_eval(tmp_path / "out", url, policy, [{"prompt": "", "info": INJECTED}], "-r", "2")
+    assert len(traces) == 2 and len(policy.seen) == 4  # two turns per episode
+    assert all(
+        "bill" in turn.user for turn in policy.seen
+    )  # the episode's prompt replaced the row's empty one
+    assert all(
+        "<INFORMATION>" in turn.tool_results[0] for turn in policy.seen if turn.tool_results
+    )  # the injection
     with RewardClient(url) as client:
         attack = TasksResponse.model_validate(client.request("GET", "/v1/tasks?suite=banking")).default_attack
     trajectory = {
@@ -149,15 +184,34 @@ def test_agentdojo_multi_turn_over_the_episode_api(services: dict[str, ServicePr
         "tool_calls": [{"function": "read_file", "args": {"file_path": BILL}}],
         "final_answer": "I read the bill.",
     }
-    for output in outputs:
-        assert output["metrics"]["corrgrpo_error"] == 0.0
-        check_intact(url, trajectory, components(output, ["utility", "security"]), output["reward"])
+    for trace in traces:
+        assert trace.ok and [node.message.role for node in trace.nodes][-2:] == ["tool", "assistant"]
+        check_intact(url, trajectory, scores(trace), trace.reward)
 
 
 def test_agentdojo_rows_default_to_every_user_task(services: dict[str, ServiceProcess]) -> None:
     url = services["agentdojo"].url
-    env = vf.load_environment("corrgrpo-verifiers", service_url=url, suites=["banking"])
+    config = ServiceTasksetConfig(id=TASKSET, task={"service_url": url}, suites=["banking"])
     with RewardClient(url) as client:
         tasks = TasksResponse.model_validate(client.request("GET", "/v1/tasks?suite=banking"))
-    rows = env.get_eval_dataset()
-    assert [json.loads(row)["user_task"] for row in rows["info"]] == tasks.suites["banking"].user_tasks
+    rows = list(vf.load_taskset(config))
+    assert [task.data.fields["user_task"] for task in rows] == tasks.suites["banking"].user_tasks
+
+
+def test_a_task_rebuilt_from_its_wire_data_declares_every_component(
+    services: dict[str, ServiceProcess], tmp_path: Path
+) -> None:
+    """A served env (prime-rl's path) rebuilds each task from its wire data and the config's task subtree."""
+    url = services["code"].url
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps({"question": "?", "info": {"task_id": "HumanEval/0"}}) + "\n")
+    task = {"service_url": url, "weights": {"correct": 2}}
+    config = vf.resolve_env_config({"taskset": {"id": TASKSET, "task": task, "dataset": str(dataset)}})
+    env = vf.load_environment(config)  # the taskset's own env: verifiers' single agent on a local runtime
+    assert isinstance(env, ServiceEnv) and env.config.agent.runtime.type == "subprocess"
+    (loaded,) = env.taskset
+    wire = RowData.model_validate(loaded.data.model_dump(mode="json"))
+    rebuilt = ServiceTask(wire, env.config.taskset.task)
+    assert rebuilt.data.fields == {"task_id": "HumanEval/0"}
+    rewards = {fn.__name__: fn._vf_weight for fn in rebuilt.hooks("reward")}
+    assert rewards == {**declared(url), "correct": 2.0}
