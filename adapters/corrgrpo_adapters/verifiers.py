@@ -14,15 +14,15 @@ Each declared component is a `@vf.reward` of the task, named after it, weighted 
 (`task.weights` overrides some; `resolve_weights`), so a trace keeps every component as a keyed reward and its
 `reward` is the service's weighted total under the weights sent with each request. A rollout the service
 could not score is a trace error (a `TaskError` naming the service's reason, its rewards left unscored),
-never a 0. `ServiceHarness` (the taskset's default) runs the conversation in-process through verifiers'
-interception; code and tool-call tasks also score under any other harness, AgentDojo's episodes need this one.
+never a 0. `ServiceHarness`, the taskset's default, runs the conversation in-process through verifiers'
+interception (an AgentDojo episode's tool calls are steps at the service); `ServiceEnv` is verifiers' single
+agent env on a local runtime.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -47,7 +47,6 @@ from corrgrpo_proto import AsyncRewardClient, ItemResult, RewardClient, RewardSe
 
 RESULT_KEY = "corrgrpo"
 TOKEN_VAR = "CORRGRPO_API_TOKEN"
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -109,6 +108,7 @@ class ServiceTaskConfig(vf.TaskConfig):
     weights: dict[str, float] = Field(default_factory=dict)
     """Weights of some components; the others keep the weight the service declares."""
     timeout_s: float = Field(120.0, gt=0)
+    """Seconds a request to the service may take."""
 
 
 class RowData(vf.TaskData):
