@@ -166,16 +166,17 @@ def agentdojo_script(turn: Turn) -> Reply:
 def test_agentdojo_multi_turn_over_the_episode_api(
     services: dict[str, ServiceProcess], tmp_path: Path
 ) -> None:
+    """Two rollouts of an injected episode; a row naming no user task of the suite is a trace error."""
     url = services["agentdojo"].url
     policy = ScriptedPolicy(agentdojo_script)
-    traces = vf_eval(tmp_path / "out", url, policy, [{"prompt": "", "info": INJECTED}], "-r", "2")
-    assert len(traces) == 2 and len(policy.seen) == 4  # two turns per episode
-    assert all(
-        "bill" in turn.user for turn in policy.seen
-    )  # the episode's prompt replaced the row's empty one
-    assert all(
-        "<INFORMATION>" in turn.tool_results[0] for turn in policy.seen if turn.tool_results
-    )  # the injection
+    unknown = {"suite": "banking", "user_task": "user_task_999"}
+    rows = [{"prompt": "", "info": INJECTED}, {"prompt": "", "info": unknown}]
+    traces = vf_eval(tmp_path / "out", url, policy, rows, "-r", "2")
+    played = [trace for trace in traces if trace.task.data.fields["user_task"] == INJECTED["user_task"]]
+    assert len(played) == 2 and len(policy.seen) == 4  # two turns per episode, none for the unknown task
+    # The episode's prompt replaced the row's empty one, and its tool results carry the injection.
+    assert all("bill" in turn.user for turn in policy.seen)
+    assert all("<INFORMATION>" in turn.tool_results[0] for turn in policy.seen if turn.tool_results)
     with RewardClient(url) as client:
         attack = TasksResponse.model_validate(client.request("GET", "/v1/tasks?suite=banking")).default_attack
     trajectory = {
@@ -184,9 +185,14 @@ def test_agentdojo_multi_turn_over_the_episode_api(
         "tool_calls": [{"function": "read_file", "args": {"file_path": BILL}}],
         "final_answer": "I read the bill.",
     }
-    for trace in traces:
+    for trace in played:
         assert trace.ok and [node.message.role for node in trace.nodes][-2:] == ["tool", "assistant"]
         check_intact(url, trajectory, scores(trace), trace.reward)
+    failed = [trace for trace in traces if trace.task.data.fields == unknown]
+    assert len(failed) == 2
+    for trace in failed:
+        assert not trace.ok and trace.last_error is not None and trace.last_error.type == "TaskError"
+        assert "user_task_999" in trace.last_error.message and not trace.nodes and not trace.rewards
 
 
 def test_agentdojo_rows_default_to_every_user_task(services: dict[str, ServiceProcess]) -> None:
