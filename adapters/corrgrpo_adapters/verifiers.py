@@ -12,7 +12,8 @@ The taskset asks the service what it is (`/v1/components`, `/openapi.json`) and 
 
 Each declared component is a `@vf.reward` of the task, named after it, weighted by its declared weight
 (`task.weights` overrides some; `resolve_weights`), so a trace keeps every component as a keyed reward and its
-`reward` is the service's weighted total under the weights sent with each request. A rollout the service
+`reward` is the service's weighted total under the weights sent with each request. Rollouts scored within
+`task.batch_window_s` of each other (a group, usually) share one `POST /v1/score`. A rollout the service
 could not score is a trace error (a `TaskError` naming the service's reason, its rewards left unscored),
 never a 0. `ServiceHarness`, the taskset's default, runs the conversation in-process through verifiers'
 interception (an AgentDojo episode's tool calls are steps at the service); `ServiceEnv` is verifiers' single
@@ -48,6 +49,7 @@ from corrgrpo_proto import AsyncRewardClient, ItemResult, RewardClient, RewardSe
 RESULT_KEY = "corrgrpo"
 TOKEN_VAR = "CORRGRPO_API_TOKEN"
 T = TypeVar("T")
+Waiting = list[tuple[dict[str, Any], asyncio.Future[ItemResult]]]
 
 
 class PerLoop(Generic[T]):
@@ -64,6 +66,42 @@ class PerLoop(Generic[T]):
         return self.made[loop]
 
 
+class Batches:
+    """Items asked for within `window_s` of the first go to the service in one request: a group's rollouts,
+    which usually end together, then send an inline problem once (the client names it in the others)."""
+
+    def __init__(self, client: AsyncRewardClient) -> None:
+        self.client = client
+        self.open: dict[str, Waiting] = {}
+        self.sending: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
+
+    async def score(self, item: dict[str, Any], weights: dict[str, float], window_s: float) -> ItemResult:
+        key = json.dumps(weights, sort_keys=True)
+        result: asyncio.Future[ItemResult] = asyncio.get_running_loop().create_future()
+        if key not in self.open:
+            self.open[key] = []
+            asyncio.get_running_loop().call_later(window_s, self.send, key, weights)
+        self.open[key].append((item, result))
+        return await result
+
+    def send(self, key: str, weights: dict[str, float]) -> None:
+        sending = asyncio.ensure_future(self.answer(self.open.pop(key), weights))
+        self.sending.add(sending)
+        sending.add_done_callback(self.sending.discard)
+
+    async def answer(self, batch: Waiting, weights: dict[str, float]) -> None:
+        try:
+            results = await self.client.score([item for item, _ in batch], weights)
+        except Exception as error:  # every rollout of the request fails as the request did
+            for _, result in batch:
+                if not result.done():
+                    result.set_exception(error)
+            return
+        for (_, result), answer in zip(batch, results, strict=True):
+            if not result.done():  # a rollout cancelled meanwhile (e.g. its scoring deadline) wants none
+                result.set_result(answer)
+
+
 class Service:
     """A service's declaration and clients, one per URL in a process: every task of a taskset shares them."""
 
@@ -74,7 +112,7 @@ class Service:
         with RewardClient(url, token=token, timeout=timeout_s) as client:
             self.info: ServiceInfo = describe(client)
         self.url = url
-        self.scores = PerLoop(lambda: AsyncRewardClient(url, token=token, timeout=timeout_s))
+        self.batches = PerLoop(lambda: Batches(AsyncRewardClient(url, token=token, timeout=timeout_s)))
         self.episodes = PerLoop(lambda: Episodes(url, token=token, timeout=timeout_s))
 
     @classmethod
@@ -109,6 +147,8 @@ class ServiceTaskConfig(vf.TaskConfig):
     """Weights of some components; the others keep the weight the service declares."""
     timeout_s: float = Field(120.0, gt=0)
     """Seconds a request to the service may take."""
+    batch_window_s: float = Field(0.05, ge=0)
+    """Rollouts scored within this many seconds of each other share one request (code, tool calls)."""
 
 
 class RowData(vf.TaskData):
@@ -188,8 +228,7 @@ class ServiceTask(vf.Task[RowData, ServiceState, ServiceTaskConfig]):
                 "an AgentDojo task needs an episode: run it with the corrgrpo-verifiers harness"
             )
         item = service.info.item(completion, dict(self.data.fields), self.data.answer)
-        (result,) = await service.scores.get().score([item], weights)
-        return result
+        return await service.batches.get().score(item, weights, self.config.batch_window_s)
 
 
 class ServiceTasksetConfig(vf.TasksetConfig):
