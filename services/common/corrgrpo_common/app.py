@@ -18,7 +18,14 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,7 +58,9 @@ class Metrics:
 
     def __init__(self, service: str) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("corrgrpo_requests", "HTTP requests", ["service", "route", "status"], registry=self.registry)
+        self.requests = Counter(
+            "corrgrpo_requests", "HTTP requests", ["service", "route", "status"], registry=self.registry
+        )
         self.latency = Histogram(
             "corrgrpo_request_seconds",
             "HTTP request latency",
@@ -60,9 +69,14 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
         self.items = Counter("corrgrpo_items", "Scored items", ["service", "outcome"], registry=self.registry)
-        self.inflight_items = Gauge("corrgrpo_inflight_items", "Items in the scorer now", ["service"], registry=self.registry)
+        self.inflight_items = Gauge(
+            "corrgrpo_inflight_items", "Items in the scorer now", ["service"], registry=self.registry
+        )
         self.rejections = Counter(
-            "corrgrpo_rejections", "Requests refused before scoring", ["service", "reason"], registry=self.registry
+            "corrgrpo_rejections",
+            "Requests refused before scoring",
+            ["service", "reason"],
+            registry=self.registry,
         )
         self.service = service
 
@@ -102,7 +116,8 @@ async def list_components(request: Request) -> ComponentsResponse:
     return ComponentsResponse(service=request.app.state.service, components=request.app.state.components)
 
 
-# ---------------------------------------------------------------- errors: the kit's error body for every refusal
+# ---------------------------------------------------------------- errors: the kit's error body for every
+# refusal
 
 
 async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -127,8 +142,9 @@ async def crash(request: Request, exc: Exception) -> JSONResponse:
 
 
 class Observe:
-    """Counts, times and logs each request under its route's path. Plain ASGI: starlette's `BaseHTTPMiddleware` (what
-    `app.middleware("http")` makes) passes every body message through a task group, ~8 ms of CPU for 6 MB inline."""
+    """Counts, times and logs each request under its route's path. Plain ASGI: starlette's
+    `BaseHTTPMiddleware` (what `app.middleware("http")` makes) passes every body message through a task group,
+    ~8 ms of CPU for 6 MB inline."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -147,17 +163,26 @@ class Observe:
         try:
             await self.app(scope, receive, noting_status)
         finally:
-            path = getattr(scope.get("route"), "path", "unmatched")  # the router sets it on this scope when it matches
+            # the router sets it on this scope when it matches
+            path = getattr(scope.get("route"), "path", "unmatched")
             seconds = time.perf_counter() - start
             state = scope["app"].state
             state.metrics.requests.labels(state.service, path, str(status)).inc()
             state.metrics.latency.labels(state.service, path).observe(seconds)
-            log.info("request", extra={"method": scope["method"], "path": path, "status": status, "ms": round(seconds * 1e3, 2)})
+            log.info(
+                "request",
+                extra={
+                    "method": scope["method"],
+                    "path": path,
+                    "status": status,
+                    "ms": round(seconds * 1e3, 2),
+                },
+            )
 
 
 def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits) -> None:
-    """The guards of the `guards` package, added last = run first: framing, auth, load shedding, cancellation on disconnect,
-    the body limit, the JSON shape check."""
+    """The guards of the `guards` package, added last = run first: framing, auth, load shedding, cancellation
+    on disconnect, the body limit, the JSON shape check."""
     service, counters = app.state.service, app.state.metrics
     app.add_middleware(JsonGuard, limits=json_limits)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
@@ -165,7 +190,8 @@ def add_guards(app: FastAPI, settings: ServiceSettings, json_limits: JsonLimits)
     inflight, retry_after_s = app.state.inflight, settings.retry_after_s
     on_overload = counters.rejections.labels(service, "overload").inc
     app.add_middleware(AdmitScoring, inflight=inflight, retry_after_s=retry_after_s, on_reject=on_overload)
-    app.state.early_admission = EarlyAdmission(inflight, retry_after_s, on_overload)  # the server's protocol asks it first
+    # the server's protocol asks it first
+    app.state.early_admission = EarlyAdmission(inflight, retry_after_s, on_overload)
     if settings.api_token is not None:
         # the OpenAPI docs stay open with health, readiness and metrics: they describe routes, score nothing
         docs = (app.openapi_url, app.docs_url, app.swagger_ui_oauth2_redirect_url, app.redoc_url)
@@ -210,18 +236,29 @@ def create_app(
 ) -> FastAPI:
     """A FastAPI app with the kit's endpoints; `app.state` holds `settings`, `store`, `metrics`, `inflight`.
 
-    `field_limits` caps string fields by name (`{"ground_truth": 32768}`): a longer one gets 413 naming its path.
+    `field_limits` caps string fields by name (`{"ground_truth": 32768}`): a longer one gets 413 naming its
+    path.
     """
     store = store or make_store(settings)
     app = FastAPI(title=f"corrgrpo {service} service", version=version, lifespan=lifespan)
     app.router.route_class = ParsedJsonRoute  # JSON bodies are parsed once, by JsonGuard
     state = app.state
-    state.service, state.version, state.components, state.settings, state.store = service, version, components, settings, store
+    state.service, state.version, state.components, state.settings, state.store = (
+        service,
+        version,
+        components,
+        settings,
+        store,
+    )
     state.readiness = {"store": store.ping, "auth": auth_readiness(settings), **(readiness or {})}
     state.metrics = Metrics(service)
-    state.inflight = InflightItems(settings.max_inflight_items, state.metrics.inflight_items.labels(service).set)
+    state.inflight = InflightItems(
+        settings.max_inflight_items, state.metrics.inflight_items.labels(service).set
+    )
     # OpenRLHF's labels are held to the same JSON limits (state.json_limits).
-    state.json_limits = JsonLimits(settings.max_json_depth, settings.max_json_nodes, settings.max_batch_items, field_limits or {})
+    state.json_limits = JsonLimits(
+        settings.max_json_depth, settings.max_json_nodes, settings.max_batch_items, field_limits or {}
+    )
     add_guards(app, settings, state.json_limits)
     app.add_middleware(Observe)
     app.add_exception_handler(RequestValidationError, invalid)

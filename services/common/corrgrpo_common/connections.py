@@ -1,15 +1,14 @@
 """Connection limits uvicorn lacks, and the one place the server is configured.
 
-uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits forever for a
-request's headers and body, so slowloris clients (a byte now and then) hold sockets without end,
-and it accepts any number of connections. `GuardedH11Protocol` closes a connection whose request
-headers are not complete `header_timeout_s` after it opened (or after its previous response), or
-whose body is not complete `body_timeout_s` after its headers; and answers a connection beyond
-`max_connections` at once with `503` and `Retry-After` (a client then retries instead of reporting
-a read error), then closes it; and admits a scoring request from its first bytes, or refuses it
-with `429` when the item budget has no room (`EarlyAdmission`; on a fresh connection already at accept, by the
-listening socket, `ScreeningListener`, whose reservation the connection's protocol adopts). A closed request's handler
-sees `http.disconnect` like any other.
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits forever for a request's headers
+and body, so slowloris clients (a byte now and then) hold sockets without end, and it accepts any number of
+connections. `GuardedH11Protocol` closes a connection whose request headers are not complete
+`header_timeout_s` after it opened (or after its previous response), or whose body is not complete
+`body_timeout_s` after its headers; and answers a connection beyond `max_connections` at once with `503` and
+`Retry-After` (a client then retries instead of reporting a read error), then closes it; and admits a scoring
+request from its first bytes, or refuses it with `429` when the item budget has no room (`EarlyAdmission`; on
+a fresh connection already at accept, by the listening socket, `ScreeningListener`, whose reservation the
+connection's protocol adopts). A closed request's handler sees `http.disconnect` like any other.
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ Stage = Literal["headers", "body", "app"]
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with read deadlines, a connection cap and early refusal (class attributes, set per server)."""
+    """uvicorn's h11 protocol with read deadlines, a connection cap and early refusal (class attributes,
+    set per server)."""
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
@@ -49,7 +49,8 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._stage: Stage = "headers"
         self._refused = False
-        self._reservation: Reservation | None = None  # made from the request line, until the request's scope holds it
+        # made from the request line, until the request's scope holds it
+        self._reservation: Reservation | None = None
         self._cycle_before: object = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -65,7 +66,8 @@ class GuardedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        # the first bytes of a request (none of an earlier one left unparsed): a scoring request is admitted or refused
+        # the first bytes of a request (none of an earlier one left unparsed): a scoring request is admitted
+        # or refused
         first = self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
         if first and self._reservation is None and self.early_admission:  # none taken at accept
             verdict = self.early_admission.screen(data)
@@ -77,7 +79,8 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
 
     def _release_unclaimed(self) -> None:
-        """Releases a reservation no AdmitScoring took: its request was refused before (framing, auth) or never began."""
+        """Releases a reservation no AdmitScoring took: its request was refused before (framing, auth) or
+        never began."""
         unclaimed = [self._reservation, self.cycle.scope.pop(RESERVATION_KEY, None) if self.cycle else None]
         for reservation in filter(None, unclaimed):
             reservation.release()
@@ -86,7 +89,8 @@ class GuardedH11Protocol(H11Protocol):
     def _refuse(self, response: bytes) -> None:
         self._refused = True
         self.transport.write(response)
-        self.transport.write_eof()  # the client reads the answer, then end of stream; what it sends is discarded
+        # the client reads the answer, then end of stream; what it sends is discarded
+        self.transport.write_eof()
         self._arm("app", REFUSED_LINGER_S)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -97,7 +101,8 @@ class GuardedH11Protocol(H11Protocol):
     def handle_events(self) -> None:
         super().handle_events()
         if self._reservation is not None and self.cycle is not self._cycle_before:
-            # the request's task is created, not started: its scope takes the reservation before AdmitScoring looks
+            # the request's task is created, not started: its scope takes the reservation before AdmitScoring
+            # looks
             self.cycle.scope[RESERVATION_KEY] = self._reservation  # type: ignore[union-attr]
             self._reservation = None
         state = self.conn.their_state
@@ -154,9 +159,9 @@ def run_server(app: FastAPI, settings: ServiceSettings) -> None:
         "listener": listener,
     }
     config.http = type("ServiceH11Protocol", (GuardedH11Protocol,), limits)
-    # What is left after start-up's garbage (modules, the app, loaded datasets) lives as long as the process: out of
-    # the collector's sight, no collection a request triggers walks it again (6% of the code service's CPU on inline
-    # batches, HumanEval loaded)
+    # What is left after start-up's garbage (modules, the app, loaded datasets) lives as long as the process:
+    # out of the collector's sight, no collection a request triggers walks it again (6% of the code service's
+    # CPU on inline batches, HumanEval loaded)
     gc.collect()
     gc.freeze()
     server = uvicorn.Server(config)

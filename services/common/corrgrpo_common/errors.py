@@ -10,8 +10,11 @@ from corrgrpo_proto.common import ErrorDetail
 from .text import valid_text
 
 
-def error_response(status: int, error: str, message: str, details: list[ErrorDetail] | None = None) -> JSONResponse:
-    """Messages and paths may quote the request or a candidate (an argument's name, an exception): made encodable."""
+def error_response(
+    status: int, error: str, message: str, details: list[ErrorDetail] | None = None
+) -> JSONResponse:
+    """Messages and paths may quote the request or a candidate (an argument's name, an exception): made
+    encodable."""
     details = [ErrorDetail(loc=valid_text(d.loc), message=valid_text(d.message)) for d in details or []]
     body = ErrorBody(error=error, message=valid_text(message), details=details)
     return JSONResponse(body.model_dump(), status_code=status)

@@ -1,15 +1,17 @@
-"""The listening socket: a scoring request the in-flight budget has no room for is refused at accept, for a few µs.
+"""The listening socket: a scoring request the in-flight budget has no room for is refused at accept, for a
+few µs.
 
-With a fresh connection per request, a refusal made after asyncio accepted the connection (a transport, a protocol,
-a task, h11's state: ~180 µs of CPU) let refusals at 10× the sustainable rate take a third of the core the admitted
-requests needed. asyncio's server calls `accept` on its listening socket for each new connection; `ScreeningListener`
-peeks at the connection's first bytes there (`EarlyAdmission.screen`): a scoring request without room gets the
-prepared 429 and a FIN (`shutdown`) and never reaches asyncio: the socket is closed `REFUSED_LINGER_S` later, its
-unread request drained first (closing on unread bytes sends a reset, which can drop the answer before the client reads
-it). A scoring request with room gets its reservation at accept, kept by file descriptor for the connection's protocol
-to `adopt`: connections accepted in one batch are all screened before any sends its first data, so a reservation taken
-only then would admit the whole batch. A connection whose first bytes have not arrived yet, and any other request,
-goes to asyncio as before (health probes are answered however full the budget is).
+With a fresh connection per request, a refusal made after asyncio accepted the connection (a transport, a
+protocol, a task, h11's state: ~180 µs of CPU) let refusals at 10× the sustainable rate take a third of the
+core the admitted requests needed. asyncio's server calls `accept` on its listening socket for each new
+connection; `ScreeningListener` peeks at the connection's first bytes there (`EarlyAdmission.screen`): a
+scoring request without room gets the prepared 429 and a FIN (`shutdown`) and never reaches asyncio: the
+socket is closed `REFUSED_LINGER_S` later, its unread request drained first (closing on unread bytes sends a
+reset, which can drop the answer before the client reads it). A scoring request with room gets its reservation
+at accept, kept by file descriptor for the connection's protocol to `adopt`: connections accepted in one batch
+are all screened before any sends its first data, so a reservation taken only then would admit the whole
+batch. A connection whose first bytes have not arrived yet, and any other request, goes to asyncio as before
+(health probes are answered however full the budget is).
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ from .guards.admission import EarlyAdmission, Reservation
 # request is still arriving would send a reset, which can drop the answer before the client reads it.
 REFUSED_LINGER_S = 1.0
 _PEEK_BYTES = 32  # more than the longest scoring request line prefix EarlyAdmission looks at
-_DEFER_S = 1  # TCP_DEFER_ACCEPT's wait for a first byte while the budget is full (then the connection is queued anyway)
+# TCP_DEFER_ACCEPT's wait for a first byte while the budget is full (then the connection is queued anyway)
+_DEFER_S = 1
 _REFUSALS_PER_CALL = 256  # then the event loop runs its other work, and comes back for the rest
 _DRAIN_READS = 4  # reads of up to 64 KiB before a refused connection is closed whatever it still sends
 
 
 class ScreeningListener(socket.socket):
-    """A listening socket whose `accept` refuses the scoring requests the budget has no room for (see the module)."""
+    """A listening socket whose `accept` refuses the scoring requests the budget has no room for (see the
+    module)."""
 
     admission: EarlyAdmission
     reserved: dict[int, Reservation]  # by file descriptor, until the connection's protocol adopts it
@@ -44,20 +48,28 @@ class ScreeningListener(socket.socket):
         """`sock` (bound, not yet served) as a screening listener; `sock` itself is detached."""
         listener = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
         listener.admission = admission
-        listener.reserved, listener.refused, listener.scratch, listener.deferring = {}, deque(), bytearray(65536), False
+        listener.reserved, listener.refused, listener.scratch, listener.deferring = (
+            {},
+            deque(),
+            bytearray(65536),
+            False,
+        )
         return listener
 
     def accept(self) -> tuple[socket.socket, object]:
-        """The next connection asyncio should serve; refused ones are answered here. BlockingIOError when none is left."""
+        """The next connection asyncio should serve; refused ones are answered here. BlockingIOError when
+        none is left."""
         self._defer_while_full()
         for _ in range(_REFUSALS_PER_CALL):
             fd, address = self._accept()  # type: ignore[attr-defined]
-            if (stale := self.reserved.pop(fd, None)) is not None:  # its connection closed before a protocol took it
+            # its connection closed before a protocol took it
+            if (stale := self.reserved.pop(fd, None)) is not None:
                 stale.release()
             conn = socket.socket(self.family, self.type, self.proto, fileno=fd)
             try:
                 first = conn.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            except OSError:  # nothing sent yet (or already reset): asyncio serves it; its protocol screens it later
+            # nothing sent yet (or already reset): asyncio serves it; its protocol screens it later
+            except OSError:
                 return conn, address
             verdict = self.admission.screen(first)
             if not isinstance(verdict, bytes):
@@ -65,12 +77,14 @@ class ScreeningListener(socket.socket):
                     self.reserved[fd] = verdict
                 return conn, address
             self._refuse(conn, verdict)
-        raise BlockingIOError("refused enough for one turn of the event loop")  # asyncio comes back while more wait
+        # asyncio comes back while more wait
+        raise BlockingIOError("refused enough for one turn of the event loop")
 
     def _defer_while_full(self) -> None:
-        """While the budget is full the kernel queues a connection only once its first bytes came (`TCP_DEFER_ACCEPT`),
-        so that its request line can be screened here; a connection that sends nothing (a TCP probe) waits a second or
-        two. Off otherwise: an idle connection is accepted at once, and counts against the connection cap."""
+        """While the budget is full the kernel queues a connection only once its first bytes came
+        (`TCP_DEFER_ACCEPT`), so that its request line can be screened here; a connection that sends nothing
+        (a TCP probe) waits a second or two. Off otherwise: an idle connection is accepted at once, and counts
+        against the connection cap."""
         full = not self.admission.inflight.admits_another()
         if full != self.deferring:
             self.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, _DEFER_S if full else 0)
@@ -92,7 +106,8 @@ class ScreeningListener(socket.socket):
         self.refused.append((time.monotonic() + REFUSED_LINGER_S, conn))
 
     def _close_refused(self) -> None:
-        """Closes the refused connections whose linger is over (their unread bytes drained); rearms for the rest."""
+        """Closes the refused connections whose linger is over (their unread bytes drained); rearms for the
+        rest."""
         now = time.monotonic()
         while self.refused and self.refused[0][0] <= now:
             conn = self.refused.popleft()[1]

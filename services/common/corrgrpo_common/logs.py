@@ -9,7 +9,11 @@ import sys
 import time
 from typing import Any
 
-_RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "color_message"}
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -22,7 +26,8 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -34,8 +39,8 @@ class JsonFormatter(logging.Formatter):
 
 
 class PlainFormatter(logging.Formatter):
-    """`time LEVEL logger message key=value ...`: the `extra=` fields follow the message on its line (a value with
-    a space or quote is JSON-quoted); a traceback follows on the next lines."""
+    """`time LEVEL logger message key=value ...`: the `extra=` fields follow the message on its line (a value
+    with a space or quote is JSON-quoted); a traceback follows on the next lines."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")

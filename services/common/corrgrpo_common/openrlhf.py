@@ -12,18 +12,18 @@ special tokens kept, and reads `{"rewards": [...], "scores": [...], "extra_logs"
 - `rewards` are the weighted totals (the declared weights); `extra_logs` holds one list per component, and
   `corrgrpo_error`;
 - an item the service could not score fails the request (422 `unscored_items`, each item's reason at
-  `labels.<index>`, as for a label that makes no valid item): OpenRLHF's rewards have no missing value, and a 0
-  would be learned as the policy's (the rule of `corrgrpo_proto.common`); OpenRLHF 0.11 retries 5 times, then
-  logs "Failed to fetch reward" and the sample has no reward.
-  `?on_error=zero` opts into a reward, score and components of 0 with `corrgrpo_error` 1 instead;
+  `labels.<index>`, as for a label that makes no valid item): OpenRLHF's rewards have no missing value, and a
+  0 would be learned as the policy's (the rule of `corrgrpo_proto.common`); OpenRLHF 0.11 retries 5 times,
+  then logs "Failed to fetch reward" and the sample has no reward. `?on_error=zero` opts into a reward, score
+  and components of 0 with `corrgrpo_error` 1 instead;
 - `scores` (what OpenRLHF's dynamic filtering compares with its range, (0, 1) by default) are the totals too,
   or with `?scores=normalized` the totals mapped onto [0, 1] by the components' declared ranges and default
   weights, or with `?scores=<component>` that component;
 - an empty `query` is answered with empty lists: OpenRLHF 0.9.1–0.11.0 split every single sample over all
   the URLs given, so all servers but one receive empty lists.
 A label is held to what the same item gets in a `/v1/score` body (`JsonLimits`: depth, entries, capped fields,
-values, surrogates; all labels' values together count against the value cap): 413 or 422 naming `labels.<index>`.
-A label that does not make a valid item is a 422 naming its index.
+values, surrogates; all labels' values together count against the value cap): 413 or 422 naming
+`labels.<index>`. A label that does not make a valid item is a 422 naming its index.
 """
 
 from __future__ import annotations
@@ -71,11 +71,13 @@ def completion_of(query: str, prompt: str) -> str:
 ITEM_DEPTH = 3  # where an item sits in a `/v1/score` body: {"items": [{...}]}
 
 
-def label_item(label: str, completion: str, shape: ItemShape, limits: JsonLimits) -> tuple[dict[str, Any], int] | Problem:
+def label_item(
+    label: str, completion: str, shape: ItemShape, limits: JsonLimits
+) -> tuple[dict[str, Any], int] | Problem:
     """The item a label makes with its completion and the JSON values it holds, or its problem as that item.
 
-    Only a text that opens an object can hold fields (`ItemShape.label_fields`): such a text is parsed and checked as
-    a request body is; any other label fills the item's label field unparsed."""
+    Only a text that opens an object can hold fields (`ItemShape.label_fields`): such a text is parsed and
+    checked as a request body is; any other label fills the item's label field unparsed."""
     fields: dict[str, Any] | None = None
     escapes = False
     if label.lstrip().startswith("{"):
@@ -97,10 +99,13 @@ def _at(index: int, problem: Problem) -> JSONResponse:
 def build_items(
     request: OpenRLHFRequest, item_model: type[BaseModel], shape: ItemShape, limits: JsonLimits
 ) -> list[BaseModel] | JSONResponse:
-    """The items the labels make; a label over a limit refuses the request (its problem, at `labels.<index>`)."""
+    """The items the labels make; a label over a limit refuses the request (its problem, at
+    `labels.<index>`)."""
     items, details = [], []
     values = 0  # every label's values, against one request's cap
-    for index, (query, prompt, label) in enumerate(zip(request.query, request.prompts, request.labels, strict=True)):
+    for index, (query, prompt, label) in enumerate(
+        zip(request.query, request.prompts, request.labels, strict=True)
+    ):
         left = replace(limits, max_values=max(limits.max_values - values, 1)) if limits.max_values else limits
         try:
             made = label_item(label, completion_of(query, prompt), shape, left)
@@ -111,12 +116,15 @@ def build_items(
             items.append(item_model.model_validate(item))
         except ValidationError as error:
             details += [
-                ErrorDetail(loc=f"labels.{index}." + ".".join(map(str, e["loc"])), message=e["msg"]) for e in error.errors()
+                ErrorDetail(loc=f"labels.{index}." + ".".join(map(str, e["loc"])), message=e["msg"])
+                for e in error.errors()
             ]
         except ValueError as error:
             details.append(ErrorDetail(loc=f"labels.{index}", message=str(error)))
     if details:
-        return error_response(422, "validation_error", f"{len(details)} label error(s), first: {details[0].loc}", details)
+        return error_response(
+            422, "validation_error", f"{len(details)} label error(s), first: {details[0].loc}", details
+        )
     return items
 
 
@@ -141,7 +149,9 @@ def score_column(choice: str, specs: Sequence[ComponentSpec]) -> Callable[[ItemR
         if isinstance(bounds, str):
             return f"cannot normalise: component {bounds!r} is unbounded"
         low, high = bounds
-        return lambda result: (float(result.total or 0.0) - low) / (high - low) if result.error is None else 0.0
+        return lambda result: (
+            (float(result.total or 0.0) - low) / (high - low) if result.error is None else 0.0
+        )
     if choice in names:
         return lambda result: float((result.components or {}).get(choice, 0.0))
     return f"unknown scores {choice!r}; give {TOTAL}, {NORMALIZED} or a component: {', '.join(names)}"
@@ -150,7 +160,8 @@ def score_column(choice: str, specs: Sequence[ComponentSpec]) -> Callable[[ItemR
 def add_openrlhf_route(
     app: FastAPI, item_model: type[BaseModel], score_items: Callable[[list[BaseModel]], Awaitable[Any]]
 ) -> None:
-    """Register `POST /v1/openrlhf`; `score_items(items)` is the kit's scoring path (limits, cache, metrics)."""
+    """Register `POST /v1/openrlhf`; `score_items(items)` is the kit's scoring path (limits, cache,
+    metrics)."""
     specs: list[ComponentSpec] = app.state.components
     names = [spec.name for spec in specs]
     shape = ItemShape.of_schema(item_model.model_json_schema())
@@ -160,7 +171,9 @@ def add_openrlhf_route(
     ) -> OpenRLHFResponse | JSONResponse:
         column = score_column(scores, specs)
         if isinstance(column, str):
-            return error_response(422, "validation_error", column, [ErrorDetail(loc="query.scores", message=column)])
+            return error_response(
+                422, "validation_error", column, [ErrorDetail(loc="query.scores", message=column)]
+            )
         # labels are parsed and checked here, as JsonGuard checks a body: off the event loop
         items = await asyncio.to_thread(build_items, request, item_model, shape, app.state.json_limits)
         if isinstance(items, JSONResponse):
@@ -174,7 +187,9 @@ def add_openrlhf_route(
             if result.error is not None
         ]
         if failed and on_error == "fail":
-            message = f"{len(failed)} item(s) could not be scored, first: {failed[0].loc}: {failed[0].message}"
+            message = (
+                f"{len(failed)} item(s) could not be scored, first: {failed[0].loc}: {failed[0].message}"
+            )
             return error_response(422, "unscored_items", message, failed)
         totals = [float(r.total) if r.error is None and r.total is not None else 0.0 for r in results]
         logs = {name: [float((r.components or {}).get(name, 0.0)) for r in results] for name in names}
@@ -186,6 +201,7 @@ def add_openrlhf_route(
         response_model=OpenRLHFResponse,
         responses={status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429)},
         summary="OpenRLHF remote reward-model protocol",
-        description="`scores`: `total` (default), `normalized` (total mapped onto [0, 1]) or a component name. "
+        description="`scores`: `total` (default), `normalized` (total mapped onto [0, 1]) or a component "
+        "name. "
         "`on_error`: `fail` (default: an item that could not be scored fails the request) or `zero`.",
     )(openrlhf)

@@ -1,15 +1,17 @@
-"""The services as Ray Serve deployments: `import_path: corrgrpo_common.ray_serve:application`, `args: {service: NAME}`.
+"""The services as Ray Serve deployments: `import_path: corrgrpo_common.ray_serve:application`, `args:
+{service: NAME}`.
 
-Each replica builds, inside itself, the app `python -m corrgrpo_<name>` serves (`ServiceDeclaration.build`): the same
-routes, guards and store (the connection limits of `run_server` aside: Serve's proxy owns the sockets), nothing per
-engine but three things. The declared worker setting is sized to the CPUs Ray
-granted the replica (its `num_cpus`, rounded up) unless its variable is set: the node's CPU count would start a
-pool per replica as large as the whole machine. A replica without `CORRGRPO_REDIS_URL` refuses to start: replicas
-on several nodes share idempotency, caches and episodes only through Redis. Every response names the node and the
-replica that answered (`x-corrgrpo-node`, `x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_devtools.ray_config)
-holds the options; needs the `ray` extra (`ray[serve]`), which the images and the default install leave out.
-Serve's proxy keeps an application's route prefix (`/code`) in the request's path and names it in
-`root_path`: the guards decide on the route less that prefix (`guards.auth.route_path`), as the router does.
+Each replica builds, inside itself, the app `python -m corrgrpo_<name>` serves (`ServiceDeclaration.build`):
+the same routes, guards and store (the connection limits of `run_server` aside: Serve's proxy owns the
+sockets), nothing per engine but three things. The declared worker setting is sized to the CPUs Ray granted
+the replica (its `num_cpus`, rounded up) unless its variable is set: the node's CPU count would start a pool
+per replica as large as the whole machine. A replica without `CORRGRPO_REDIS_URL` refuses to start: replicas
+on several nodes share idempotency, caches and episodes only through Redis. Every response names the node and
+the replica that answered (`x-corrgrpo-node`, `x-corrgrpo-replica`). deploy/ray/serve.yaml
+(corrgrpo_devtools.ray_config) holds the options; needs the `ray` extra (`ray[serve]`), which the images and
+the default install leave out. Serve's proxy keeps an application's route prefix (`/code`) in the request's
+path and names it in `root_path`: the guards decide on the route less that prefix (`guards.auth.route_path`),
+as the router does.
 """
 
 from __future__ import annotations
@@ -62,11 +64,14 @@ def replica_settings(service: ServiceDeclaration, cpus: float) -> ServiceSetting
         raise RuntimeError(f"{service.name}: {refusal(service.settings, error)}") from None
     if settings.redis_url is None:
         raise RuntimeError(
-            f"{service.name}: CORRGRPO_REDIS_URL is not set. Serve replicas on several nodes share idempotency, caches "
-            "and episodes only through Redis: set it (and CORRGRPO_STORE_SECRET) where `ray start` runs on every node"
+            f"{service.name}: CORRGRPO_REDIS_URL is not set. Serve replicas on several nodes share "
+            f"idempotency, caches "
+            "and episodes only through Redis: set it (and CORRGRPO_STORE_SECRET) where `ray start` runs on "
+            "every node"
         )
     setting = service.deploy.workers_setting
-    if setting is not None and setting not in settings.model_fields_set:  # from the environment when it is set there
+    # from the environment when it is set there
+    if setting is not None and setting not in settings.model_fields_set:
         settings = settings.model_copy(update={setting: max(1, math.ceil(cpus))})
     return settings
 
@@ -85,7 +90,8 @@ class ServiceReplica:
         app = self.service.build(settings)
         replica = serve.get_replica_context().replica_id.unique_id
         app.add_middleware(ReplicaLabels, node=context.get_node_id(), replica=replica)
-        gc.collect()  # start-up's survivors out of the collector's sight, as `run_server` does (connections.py)
+        # start-up's survivors out of the collector's sight, as `run_server` does (connections.py)
+        gc.collect()
         gc.freeze()
         return app
 

@@ -43,24 +43,30 @@ class Resources:
     memory_request_mib: int = 512
     cpu_limit: float = 1.0
     memory_limit_mib: int = 1024
-    peak_rss_mib: int = 512  # the stated bound under hostile max-size requests (tests/reliability/test_memory_bounds.py)
+    # the stated bound under hostile max-size requests (tests/reliability/test_memory_bounds.py)
+    peak_rss_mib: int = 512
 
 
 @dataclass(frozen=True)
 class Deploy:
-    """How the deployment files run the service, beyond its name and port (python -m corrgrpo_devtools.manifests)."""
+    """How the deployment files run the service, beyond its name and port (python -m
+    corrgrpo_devtools.manifests)."""
 
     resources: Resources = Resources()
     replicas: int = 2
     startup_s: int = 60  # how long start-up may take before Kubernetes restarts the pod
-    env: Mapping[str, str] = field(default_factory=dict)  # variables and defaults (compose: overridable from the shell)
-    build_args: Mapping[str, str] = field(default_factory=dict)  # extra args of deploy/docker/service.Dockerfile
-    bubblewrap: bool = False  # runs candidates under bwrap: namespaces, unconfined seccomp/AppArmor, an unmasked /proc
+    # variables and defaults (compose: overridable from the shell)
+    env: Mapping[str, str] = field(default_factory=dict)
+    # extra args of deploy/docker/service.Dockerfile
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    # runs candidates under bwrap: namespaces, unconfined seccomp/AppArmor, an unmasked /proc
+    bubblewrap: bool = False
     shared_data: bool = False  # mounts the shared data folder read-only (compose's x-shared-data)
     # min/max replicas: Kubernetes scales on CPU, with a disruption budget; Ray Serve on ongoing requests
     autoscale: tuple[int, int] | None = None
-    # The settings field of the replica's worker count, set from its CPUs where the engine grants them (Ray Serve:
-    # ray_actor_options.num_cpus, rounded up) unless its variable is set; the CPU count of the whole node otherwise.
+    # The settings field of the replica's worker count, set from its CPUs where the engine grants them (Ray
+    # Serve: ray_actor_options.num_cpus, rounded up) unless its variable is set; the CPU count of the whole
+    # node otherwise.
     workers_setting: str | None = None
 
 
@@ -81,7 +87,8 @@ class ServiceDeclaration:
 
     @property
     def module(self) -> str:
-        """What `python -m` runs: the app's module less a final `.app` (`corrgrpo_code.app` → `corrgrpo_code`)."""
+        """What `python -m` runs: the app's module less a final `.app` (`corrgrpo_code.app` →
+        `corrgrpo_code`)."""
         return self.app.partition(":")[0].removesuffix(".app")
 
     def url(self, host: str = "127.0.0.1") -> str:
@@ -103,7 +110,9 @@ def declared() -> dict[str, ServiceDeclaration]:
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         service = entry.load()
         if not isinstance(service, ServiceDeclaration) or service.name != entry.name:
-            raise TypeError(f"entry point {entry.name} = {entry.value} is not the ServiceDeclaration named {entry.name!r}")
+            raise TypeError(
+                f"entry point {entry.name} = {entry.value} is not the ServiceDeclaration named {entry.name!r}"
+            )
         if entry.name in found and found[entry.name] != service:
             raise ValueError(f"service {entry.name!r} is declared twice")
         found[entry.name] = service

@@ -20,7 +20,15 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from corrgrpo_proto import ComponentSpec, ErrorBody, ItemError, ItemResult, ScoreRequest, ScoreResponse, resolve_weights
+from corrgrpo_proto import (
+    ComponentSpec,
+    ErrorBody,
+    ItemError,
+    ItemResult,
+    ScoreRequest,
+    ScoreResponse,
+    resolve_weights,
+)
 from corrgrpo_proto.common import ErrorDetail
 
 from .errors import error_response
@@ -46,16 +54,20 @@ Scorer = Callable[[list[Any]], Awaitable[Sequence[Scored | ItemError]]]
 
 
 def to_result(item_id: str | None, answer: Scored | ItemError, weights: dict[str, float]) -> ItemResult:
-    """Built without validation (a batch's results are the bulk of a response): every field is of its type here.
+    """Built without validation (a batch's results are the bulk of a response): every field is of its type
+    here.
 
-    The one place a scorer's text becomes a result: `info` and error messages echo what a candidate wrote, so they
-    are made encodable here (`valid_json`); one item's lone surrogate cannot fail its batch's serialisation."""
+    The one place a scorer's text becomes a result: `info` and error messages echo what a candidate wrote, so
+    they are made encodable here (`valid_json`); one item's lone surrogate cannot fail its batch's
+    serialisation."""
     if isinstance(answer, ItemError):
         error = ItemError.model_construct(code=answer.code, message=valid_text(answer.message))
         return ItemResult.model_construct(id=item_id, components=None, total=None, info={}, error=error)
     components = {name: float(value) for name, value in answer.components.items()}
     total = sum(weights[name] * value for name, value in components.items())
-    return ItemResult.model_construct(id=item_id, components=components, total=total, info=valid_json(answer.info), error=None)
+    return ItemResult.model_construct(
+        id=item_id, components=components, total=total, info=valid_json(answer.info), error=None
+    )
 
 
 def cache_key(service: str, item: BaseModel, weights: dict[str, float]) -> str:
@@ -90,7 +102,9 @@ async def score_batch(
     except Exception as error:
         log.exception("scorer failed for the whole batch")
         answers = [ItemError(code="internal", message=f"{type(error).__name__}: {error}")] * len(todo)
-    results: list[ItemResult | None] = [ItemResult.model_validate_json(hit) if hit is not None else None for hit in cached]
+    results: list[ItemResult | None] = [
+        ItemResult.model_validate_json(hit) if hit is not None else None for hit in cached
+    ]
     fresh: dict[str, bytes] = {}
     for index, answer in zip(todo, answers, strict=True):
         results[index] = to_result(items[index].id, answer, weights)
@@ -105,16 +119,18 @@ async def score_batch(
 
 
 class ScoreRoute:
-    # The endpoint of `POST /v1/score` (FastAPI calls the instance) and the one scoring path of both scoring routes.
-    # `__signature__` names the service's request model, which FastAPI validates the body against and publishes: the
-    # annotation of `__call__` can only say `ScoreRequest[Any]`. No docstring: FastAPI would publish it as the
-    # route's description.
+    # The endpoint of `POST /v1/score` (FastAPI calls the instance) and the one scoring path of both scoring
+    # routes. `__signature__` names the service's request model, which FastAPI validates the body against and
+    # publishes: the annotation of `__call__` can only say `ScoreRequest[Any]`. No docstring: FastAPI would
+    # publish it as the route's description.
 
     def __init__(self, app: FastAPI, request_model: type[ScoreRequest[Any]], scorer: Scorer) -> None:
         self.app, self.scorer = app, scorer
         self.service: str = app.state.service
         self.specs: list[ComponentSpec] = app.state.components
-        request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=request_model)
+        request = inspect.Parameter(
+            "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=request_model
+        )
         self.__signature__ = inspect.Signature([request], return_annotation=Response)
 
     async def __call__(self, request: ScoreRequest[Any]) -> Response:
@@ -122,15 +138,25 @@ class ScoreRoute:
             weights = resolve_weights(self.specs, request.weights)
         except KeyError as unknown:
             names = ", ".join(s.name for s in self.specs)
-            detail = ErrorDetail(loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}")
-            return error_response(422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail])
+            detail = ErrorDetail(
+                loc=f"weights.{unknown.args[0]}", message=f"unknown component; known: {names}"
+            )
+            return error_response(
+                422, "validation_error", f"unknown component in weights: {unknown.args[0]}", [detail]
+            )
         results = await self.score_items(request.items, weights)
         if isinstance(results, JSONResponse):
             return results
-        # serialized here: FastAPI would validate the results a second time against `response_model` (docs only)
-        return Response(ScoreResponse(service=self.service, results=results).model_dump_json(), media_type="application/json")
+        # serialized here: FastAPI would validate the results a second time against `response_model` (docs
+        # only)
+        return Response(
+            ScoreResponse(service=self.service, results=results).model_dump_json(),
+            media_type="application/json",
+        )
 
-    async def score_items(self, items: list[Any], weights: dict[str, float]) -> list[ItemResult] | JSONResponse:
+    async def score_items(
+        self, items: list[Any], weights: dict[str, float]
+    ) -> list[ItemResult] | JSONResponse:
         """The one scoring path of both routes: in-flight budget, idempotency cache, metrics."""
         state, service = self.app.state, self.service
         settings, metrics, inflight = state.settings, state.metrics, state.inflight
@@ -144,7 +170,9 @@ class ScoreRoute:
         try:
             for start in range(0, len(items), share):
                 chunk = items[start : start + share]
-                results += await score_batch(service, chunk, weights, self.scorer, state.store, settings.cache_ttl_s)
+                results += await score_batch(
+                    service, chunk, weights, self.scorer, state.store, settings.cache_ttl_s
+                )
         finally:
             reservation.release()
         errors = sum(result.error is not None for result in results)

@@ -1,14 +1,15 @@
-"""Admission control for scoring: the in-flight item budget, reserved by each scoring request before its body is read,
-and the 429 that refuses a request the budget has no room for.
+"""Admission control for scoring: the in-flight item budget, reserved by each scoring request before its body
+is read, and the 429 that refuses a request the budget has no room for.
 
-Refusing must cost far less than scoring, or past capacity the refusals eat the core the admitted requests need.
-Goodput fell to a half at 4x load and a fifth at 10x when (a) most 429s came from the route, after the body was read,
-parsed and validated (the budget counted only batches in the scorer, so any number of requests were let in to be
-parsed) and (b) the others went through the whole ASGI stack (~0.6 ms of CPU each: the request middleware's response
-streaming, h11's header checks, the request log). So a request reserves its expected share at the door and the route
-only resizes it; `EarlyAdmission` reserves or refuses from a request's first bytes, before h11 parses them, with a
-prepared 429; `AdmitScoring` hands the reservation to the route, and decides itself for a request line that arrived
-split and on servers other than ours (Ray Serve)."""
+Refusing must cost far less than scoring, or past capacity the refusals eat the core the admitted requests
+need. Goodput fell to a half at 4x load and a fifth at 10x when (a) most 429s came from the route, after the
+body was read, parsed and validated (the budget counted only batches in the scorer, so any number of requests
+were let in to be parsed) and (b) the others went through the whole ASGI stack (~0.6 ms of CPU each: the
+request middleware's response streaming, h11's header checks, the request log). So a request reserves its
+expected share at the door and the route only resizes it; `EarlyAdmission` reserves or refuses from a
+request's first bytes, before h11 parses them, with a prepared 429; `AdmitScoring` hands the reservation to
+the route, and decides itself for a request line that arrived split and on servers other than ours (Ray
+Serve)."""
 
 from __future__ import annotations
 
@@ -33,12 +34,12 @@ SCORING_PATHS = frozenset({"/v1/score", "/v1/openrlhf"})
 class InflightItems:
     """Admission control for scoring: at most `limit` items reserved or in the scorer at once (0 = no limit).
 
-    A scoring request reserves its expected size at the door, before its body is read (`reserve`, a running mean of
-    recent shares), and the route resizes the reservation to its batch's share once the items are known: a request is
-    refused (429 + Retry-After) rather than queued, nearly always before it costs a parse, so memory, latency and the
-    CPU spent on refusals stay bounded under overload; the client backs off and retries. A request asks for at most one
-    request's share (`max_request_inflight_items`, never more than the limit), so a large batch is slow, never refused
-    forever. One event loop per process: no lock.
+    A scoring request reserves its expected size at the door, before its body is read (`reserve`, a running
+    mean of recent shares), and the route resizes the reservation to its batch's share once the items are
+    known: a request is refused (429 + Retry-After) rather than queued, nearly always before it costs a parse,
+    so memory, latency and the CPU spent on refusals stay bounded under overload; the client backs off and
+    retries. A request asks for at most one request's share (`max_request_inflight_items`, never more than the
+    limit), so a large batch is slow, never refused forever. One event loop per process: no lock.
     """
 
     def __init__(self, limit: int, on_change: Callable[[int], None]) -> None:
@@ -76,7 +77,8 @@ class Reservation:
         self.items = items
 
     def resize(self, items: int) -> bool:
-        """Hold `items` instead (the batch's share, once known); False, holding as before, if that passes the limit."""
+        """Hold `items` instead (the batch's share, once known); False, holding as before, if that passes
+        the limit."""
         inflight = self.inflight
         inflight.expected += (items - inflight.expected) / 4
         if inflight.limit and inflight.count - self.items + items > inflight.limit:
@@ -88,7 +90,8 @@ class Reservation:
         self.take(0)
 
 
-RESERVATION_KEY = "corrgrpo.reservation"  # the scope key of a reservation made by the server's protocol (EarlyAdmission)
+# the scope key of a reservation made by the server's protocol (EarlyAdmission)
+RESERVATION_KEY = "corrgrpo.reservation"
 CURRENT_RESERVATION: ContextVar[Reservation | None] = ContextVar("corrgrpo_reservation", default=None)
 """The reservation `AdmitScoring` made for the request being handled, for its route to resize."""
 
@@ -101,8 +104,8 @@ def overloaded(inflight: InflightItems, retry_after_s: int) -> JSONResponse:
 
 
 def raw_refusal(status: str, message: str, retry_after_s: int) -> bytes:
-    """A whole HTTP/1.1 refusal (`status` like `429 Too Many Requests`) with the kit's error body, `Retry-After` and
-    `Connection: close`, for a server to write before it has parsed the request."""
+    """A whole HTTP/1.1 refusal (`status` like `429 Too Many Requests`) with the kit's error body,
+    `Retry-After` and `Connection: close`, for a server to write before it has parsed the request."""
     body = ErrorBody(error="overloaded", message=message).model_dump_json().encode()
     head = (
         f"HTTP/1.1 {status}\r\n"
@@ -116,20 +119,23 @@ def raw_refusal(status: str, message: str, retry_after_s: int) -> bytes:
 
 
 # The request lines of scoring requests, origin-form, as a client's first bytes spell them.
-_SCORING_REQUEST_LINES = tuple(f"POST {path}{end}".encode() for path in sorted(SCORING_PATHS) for end in (" ", "?"))
+_SCORING_REQUEST_LINES = tuple(
+    f"POST {path}{end}".encode() for path in sorted(SCORING_PATHS) for end in (" ", "?")
+)
 
 
 class EarlyAdmission:
     """Admission of a scoring request from the first bytes of the request, before h11 parses anything.
 
-    The listening socket (`listener.py`, at accept: the first bytes of a fresh connection, peeked at) and the server's
-    protocol (later ones) call `screen(data)` with the first data of each request: a scoring request the budget has
-    room for gets its reservation there (the protocol puts it in the request's scope under `RESERVATION_KEY`, where
-    `AdmitScoring` takes it: no other request can take its place meanwhile), one without room gets the bytes of a
-    prepared 429 to write before the connection is closed: a refusal costs an accept, a read and a write (no h11 parse,
-    no ASGI task, no middleware, no log line; `corrgrpo_rejections{reason="overload"}` counts it). The bearer token is
-    not checked first: a client without it learns only that the service is busy. Our server sets no
-    `root_path`, so a request line's path is the route; one this misses (percent-escaped) is `AdmitScoring`'s.
+    The listening socket (`listener.py`, at accept: the first bytes of a fresh connection, peeked at) and the
+    server's protocol (later ones) call `screen(data)` with the first data of each request: a scoring request
+    the budget has room for gets its reservation there (the protocol puts it in the request's scope under
+    `RESERVATION_KEY`, where `AdmitScoring` takes it: no other request can take its place meanwhile), one
+    without room gets the bytes of a prepared 429 to write before the connection is closed: a refusal costs an
+    accept, a read and a write (no h11 parse, no ASGI task, no middleware, no log line;
+    `corrgrpo_rejections{reason="overload"}` counts it). The bearer token is not checked first: a client
+    without it learns only that the service is busy. Our server sets no `root_path`, so a request line's path
+    is the route; one this misses (percent-escaped) is `AdmitScoring`'s.
     """
 
     def __init__(self, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]) -> None:
@@ -138,7 +144,8 @@ class EarlyAdmission:
         self._response, self._made_at = b"", 0
 
     def screen(self, data: bytes) -> Reservation | bytes | None:
-        """A reservation for a scoring request with room, the refusal to write for one without, None for others."""
+        """A reservation for a scoring request with room, the refusal to write for one without, None for
+        others."""
         if not data.startswith(_SCORING_REQUEST_LINES):
             return None
         reservation = self.inflight.reserve()
@@ -151,20 +158,25 @@ class EarlyAdmission:
         """Made once a second (its `Date` header), not once a refusal: building it took a seventh of one."""
         now = int(time.time())
         if now != self._made_at:
-            self._response, self._made_at = raw_refusal("429 Too Many Requests", self.message, self.retry_after_s), now
+            self._response, self._made_at = (
+                raw_refusal("429 Too Many Requests", self.message, self.retry_after_s),
+                now,
+            )
         return self._response
 
 
 class AdmitScoring:
-    """`POST /v1/score` and `/v1/openrlhf` reserve their expected share of the budget before the body is read or parsed,
-    or get 429 at once; the reservation is the route's (`CURRENT_RESERVATION`) and is released when the request ends.
-    Decided on the route (`route_path`), whatever prefix a proxy mounts the app under.
+    """`POST /v1/score` and `/v1/openrlhf` reserve their expected share of the budget before the body is read
+    or parsed, or get 429 at once; the reservation is the route's (`CURRENT_RESERVATION`) and is released when
+    the request ends. Decided on the route (`route_path`), whatever prefix a proxy mounts the app under.
 
-    Refusing after parsing would let rejected requests eat the CPU the admitted ones need. Batches that turn out
-    larger than expected and no longer fit are refused by the route, once their item count is known.
+    Refusing after parsing would let rejected requests eat the CPU the admitted ones need. Batches that turn
+    out larger than expected and no longer fit are refused by the route, once their item count is known.
     """
 
-    def __init__(self, app: ASGIApp, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]) -> None:
+    def __init__(
+        self, app: ASGIApp, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]
+    ) -> None:
         self.app, self.inflight, self.retry_after_s, self.on_reject = app, inflight, retry_after_s, on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

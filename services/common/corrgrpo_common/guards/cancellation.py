@@ -42,14 +42,17 @@ class CancelOnDisconnect:
 
         async def tracked_send(message: Message) -> None:
             nonlocal answered
-            answered = answered or (message["type"] == "http.response.body" and not message.get("more_body", False))
+            answered = answered or (
+                message["type"] == "http.response.body" and not message.get("more_body", False)
+            )
             await send(message)
 
         handler = asyncio.ensure_future(self.app(scope, tracked_receive, tracked_send))
 
         async def watch() -> None:
             await body_read.wait()
-            message = await receive()  # uvicorn answers it when the client disconnects (or the response is done)
+            # uvicorn answers it when the client disconnects (or the response is done)
+            message = await receive()
             gone.set_result(message)
             if message["type"] == "http.disconnect" and not answered and not handler.done():
                 handler.cancel()

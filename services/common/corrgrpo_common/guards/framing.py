@@ -8,10 +8,11 @@ from ..errors import error_response
 
 
 class UnambiguousFraming:
-    """400 for a request with both `Content-Length` and `Transfer-Encoding`, and the connection closed (RFC 9112 6.3).
+    """400 for a request with both `Content-Length` and `Transfer-Encoding`, and the connection closed (RFC
+    9112 6.3).
 
-    h11 reads such a body as chunked and passes both headers on; a proxy in front that trusts `Content-Length` sees
-    another end of the request, and the rest as a second request of its own (request smuggling)."""
+    h11 reads such a body as chunked and passes both headers on; a proxy in front that trusts `Content-Length`
+    sees another end of the request, and the rest as a second request of its own (request smuggling)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -20,7 +21,10 @@ class UnambiguousFraming:
         if scope["type"] == "http":
             names = {name for name, _ in scope["headers"]}
             if b"content-length" in names and b"transfer-encoding" in names:
-                message = "both Content-Length and Transfer-Encoding: the body's length is ambiguous; send one of them"
+                message = (
+                    "both Content-Length and Transfer-Encoding: the body's length is ambiguous; "
+                    "send one of them"
+                )
                 response = error_response(400, "ambiguous_framing", message)
                 response.headers["Connection"] = "close"
                 return await response(scope, receive, send)

@@ -1,5 +1,5 @@
-"""What a JSON request body may hold, checked on its bytes and its parsed document: the pure half of the JSON guard
-(`parsed_json` is the ASGI half), also used for OpenRLHF's labels."""
+"""What a JSON request body may hold, checked on its bytes and its parsed document: the pure half of the JSON
+guard (`parsed_json` is the ASGI half), also used for OpenRLHF's labels."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def _finite_float(literal: str) -> float:
 
 @dataclass(frozen=True)
 class JsonLimits:
-    """What one JSON body may hold (0 = no limit); `fields` caps named string fields, e.g. `{"ground_truth": 32768}`."""
+    """What one JSON body may hold (0 = no limit); `fields` caps named string fields, e.g.
+    `{"ground_truth": 32768}`."""
 
     max_depth: int = 64
     max_values: int = 0
@@ -70,12 +71,13 @@ def too_many_values(body: bytes, limit: int) -> bool:
     but strings may hold such marks too); only when that count is over the limit are the marks
     outside strings counted, stopping as soon as the limit is passed.
     """
-    # In valid JSON a comma comes after a value and a bracket before its closing one, bytes that are no marks: marks
-    # are at most 2/3 of the bytes. A short body needs no count (invalid JSON may hold more marks, and fails its parse).
+    # In valid JSON a comma comes after a value and a bracket before its closing one, bytes that are no marks:
+    # marks are at most 2/3 of the bytes. A short body needs no count (invalid JSON may hold more marks, and
+    # fails its parse).
     if 2 * len(body) + 3 <= 3 * limit:
         return False
-    # one pass that keeps the marks alone: deleting the marks instead took half as long again (it wrote a copy of the
-    # body), three counts twice as long
+    # one pass that keeps the marks alone: deleting the marks instead took half as long again (it wrote a copy
+    # of the body), three counts twice as long
     if len(body.translate(None, _NOT_MARKS)) + 1 <= limit:
         return False
     count = 1
@@ -103,15 +105,17 @@ def _path_to(document: Any, target: Any) -> str:
 
 @dataclass(frozen=True)
 class Checked:
-    """A JSON body that passed `check_json`, parsed: FastAPI validates this document instead of parsing the body again."""
+    """A JSON body that passed `check_json`, parsed: FastAPI validates this document instead of parsing the
+    body again."""
 
     document: Any
 
 
 @dataclass(frozen=True)
 class Parsed:
-    """A JSON text `parse_json` parsed; `escapes`: it spells a surrogate escape, so its strings need `check_document`'s
-    look (a rare case: looking at every string of every body would cost each request a pass over its text)."""
+    """A JSON text `parse_json` parsed; `escapes`: it spells a surrogate escape, so its strings need
+    `check_document`'s look (a rare case: looking at every string of every body would cost each request a pass
+    over its text)."""
 
     document: Any
     escapes: bool
@@ -120,10 +124,11 @@ class Parsed:
 def parse_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Parsed | None:
     """The first half of `check_json`: decoding, the value count, the parse. None for a syntax error.
 
-    A body within the value count is parsed by pydantic-core (about twice json's speed on megabytes of inline test
-    cases, and no decoded copy of the text): it refuses what this module must refuse or classify (invalid UTF-8,
-    unpaired surrogates, NaN and infinities, nesting past its own limit), and such a body is parsed again as before,
-    so that its error says why. An overflowing number (`1e999`) it reads as infinity: `check_document` refuses it."""
+    A body within the value count is parsed by pydantic-core (about twice json's speed on megabytes of inline
+    test cases, and no decoded copy of the text): it refuses what this module must refuse or classify (invalid
+    UTF-8, unpaired surrogates, NaN and infinities, nesting past its own limit), and such a body is parsed
+    again as before, so that its error says why. An overflowing number (`1e999`) it reads as infinity:
+    `check_document` refuses it."""
     over_count = bool(limits.max_values) and too_many_values(body, limits.max_values)
     if not over_count:
         try:
@@ -135,7 +140,9 @@ def parse_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Pars
     except UnicodeDecodeError as error:
         return Problem(400, "invalid_encoding", f"request body is not valid UTF-8 (byte {error.start})")
     if over_count:
-        return Problem(413, "too_many_values", f"more than {limits.max_values} JSON values in one request", "body")
+        return Problem(
+            413, "too_many_values", f"more than {limits.max_values} JSON values in one request", "body"
+        )
     try:
         document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except _NonFinite as constant:
@@ -147,11 +154,13 @@ def parse_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Pars
     return Parsed(document, _SURROGATE_ESCAPE.search(text) is not None)
 
 
-def check_document(document: Any, limits: JsonLimits, *, strings: bool = True, depth: int = 1) -> Problem | int:
+def check_document(
+    document: Any, limits: JsonLimits, *, strings: bool = True, depth: int = 1
+) -> Problem | int:
     """The second half of `check_json`: why a parsed document must be refused, else how many values it holds.
 
-    `strings`: whether to look for unpaired surrogates; `depth`: the level `document` sits at (an OpenRLHF label
-    is checked as the item it becomes, which sits at level 3 of a `/v1/score` body)."""
+    `strings`: whether to look for unpaired surrogates; `depth`: the level `document` sits at (an OpenRLHF
+    label is checked as the item it becomes, which sits at level 3 of a `/v1/score` body)."""
     values = 1
     stack: list[tuple[Any, int]] = [(document, depth)]
     while stack:
@@ -179,7 +188,11 @@ def check_document(document: Any, limits: JsonLimits, *, strings: bool = True, d
             try:
                 node.encode("utf-8")
             except UnicodeEncodeError:
-                return Problem(422, "invalid_string", "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
+                return Problem(
+                    422,
+                    "invalid_string",
+                    "a JSON string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)",
+                )
     return values
 
 

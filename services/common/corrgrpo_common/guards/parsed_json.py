@@ -1,5 +1,5 @@
-"""The JSON guard's ASGI half: reads a JSON body once, refuses it per `check_json`, and hands FastAPI the parsed
-document so that the body is parsed once."""
+"""The JSON guard's ASGI half: reads a JSON body once, refuses it per `check_json`, and hands FastAPI the
+parsed document so that the body is parsed once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .json_checks import Checked, JsonLimits, Problem, check_json
 
-PARSED_JSON = "corrgrpo.parsed_json"  # the scope key JsonGuard leaves the checked document under (ParsedJsonRequest)
+# the scope key JsonGuard leaves the checked document under (ParsedJsonRequest)
+PARSED_JSON = "corrgrpo.parsed_json"
 PARSED_BODY = "corrgrpo.parsed_body"  # and the body it was parsed from
 
 
@@ -24,8 +25,9 @@ def _is_json(scope: Scope) -> bool:
 
 
 class JsonGuard:
-    """Reads a JSON request body once, refuses it per `check_json` (in a worker thread), else replays it to the app with
-    the parsed document in the scope (`ParsedJsonRequest` hands it to FastAPI: the body is parsed once)."""
+    """Reads a JSON request body once, refuses it per `check_json` (in a worker thread), else replays it to
+    the app with the parsed document in the scope (`ParsedJsonRequest` hands it to FastAPI: the body is parsed
+    once)."""
 
     def __init__(self, app: ASGIApp, limits: JsonLimits) -> None:
         self.app, self.limits = app, limits
@@ -47,7 +49,8 @@ class JsonGuard:
         if isinstance(checked, Problem):
             return await checked.response()(scope, receive, send)
         if isinstance(checked, Checked):
-            scope[PARSED_JSON] = checked.document  # in place: the router's `route` must reach the outer middleware
+            # in place: the router's `route` must reach the outer middleware
+            scope[PARSED_JSON] = checked.document
             scope[PARSED_BODY] = body
         replayed = False
 
@@ -65,8 +68,8 @@ class ParsedJsonRequest(Request):
     """A request whose JSON body JsonGuard has parsed and checked already."""
 
     async def body(self) -> bytes:
-        """The body as JsonGuard read it: starlette's `body` joins the replayed body with the stream's empty end, a
-        copy of megabytes of inline test cases (FastAPI reads the body before it asks for the JSON)."""
+        """The body as JsonGuard read it: starlette's `body` joins the replayed body with the stream's empty
+        end, a copy of megabytes of inline test cases (FastAPI reads the body before it asks for the JSON)."""
         return self.scope[PARSED_BODY] if PARSED_BODY in self.scope else await super().body()
 
     async def json(self) -> Any:

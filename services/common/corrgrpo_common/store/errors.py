@@ -8,12 +8,13 @@ class StoreUnavailable(RuntimeError):
 
 
 class StoreTampered(StoreUnavailable):
-    """A value read back from Redis failed authentication: refused (and deleted), never decoded. Every reader that
-    copes with an unavailable store (caches: recompute) copes with this the same way."""
+    """A value read back from Redis failed authentication: refused (and deleted), never decoded. Every reader
+    that copes with an unavailable store (caches: recompute) copes with this the same way."""
 
 
 class StoreFull(StoreUnavailable):
-    """The in-memory store is at its size cap with live state only; a new state key is refused (services answer 503)."""
+    """The in-memory store is at its size cap with live state only; a new state key is refused (services
+    answer 503)."""
 
 
 class StoreConflict(RuntimeError):
@@ -21,4 +22,5 @@ class StoreConflict(RuntimeError):
 
 
 class StoreMisconfigured(ValueError):
-    """The settings cannot give a safe store (Redis without `CORRGRPO_STORE_SECRET`): the service refuses to start."""
+    """The settings cannot give a safe store (Redis without `CORRGRPO_STORE_SECRET`): the service refuses
+    to start."""

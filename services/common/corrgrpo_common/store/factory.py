@@ -13,8 +13,8 @@ from .redis_store import RedisStore
 
 
 class StoreSettings(Protocol):
-    """The settings `make_store` reads (`ServiceSettings` has them), named here: settings.py imports this package's
-    defaults, so this package does not import it back."""
+    """The settings `make_store` reads (`ServiceSettings` has them), named here: settings.py imports this
+    package's defaults, so this package does not import it back."""
 
     @property
     def redis_url(self) -> str | None: ...
@@ -29,16 +29,20 @@ class StoreSettings(Protocol):
 
 
 def make_store(settings: StoreSettings) -> Store:
-    """The store the settings configure: Redis when a URL is set, else the in-memory store (capped). Every service
-    builds its store here, so no store setting can be left out. Redis without `CORRGRPO_STORE_SECRET` is refused:
-    a per-process secret would make replicas refuse each other's values, no secret would trust whoever writes."""
+    """The store the settings configure: Redis when a URL is set, else the in-memory store (capped). Every
+    service builds its store here, so no store setting can be left out. Redis without `CORRGRPO_STORE_SECRET`
+    is refused: a per-process secret would make replicas refuse each other's values, no secret would trust
+    whoever writes."""
     if not settings.redis_url:
         return MemoryStore(settings.store_ttl_s, settings.memory_store_max_bytes)
     if settings.store_secret is None:
         raise StoreMisconfigured(
             "CORRGRPO_REDIS_URL is set but CORRGRPO_STORE_SECRET is not: every replica needs the same secret "
-            f"(at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 32`) to authenticate what it reads back"
+            f"(at least {MIN_SECRET_CHARS} characters, e.g. `openssl rand -hex 32`) to authenticate what it "
+            f"reads back"
         )
     password = settings.redis_password.get_secret_value() if settings.redis_password else None
     secret = settings.store_secret.get_secret_value()
-    return RedisStore(settings.redis_url, secret=secret, default_ttl_s=settings.store_ttl_s, password=password)
+    return RedisStore(
+        settings.redis_url, secret=secret, default_ttl_s=settings.store_ttl_s, password=password
+    )

@@ -50,10 +50,14 @@ class Store(abc.ABC):
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
 
     @abc.abstractmethod
-    async def set(self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False) -> None: ...
+    async def set(
+        self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False
+    ) -> None: ...
 
     @abc.abstractmethod
-    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False) -> None: ...
+    async def set_many(
+        self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False
+    ) -> None: ...
 
     @abc.abstractmethod
     async def add(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:

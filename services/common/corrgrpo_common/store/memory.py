@@ -147,7 +147,9 @@ class MemoryStore(Store):
             if evictable:
                 return  # a cache entry that does not fit is simply not remembered
             if old is None and not admit:
-                raise StoreFull(f"memory store full: {self.bytes} bytes of live state (limit {self.max_bytes})")
+                raise StoreFull(
+                    f"memory store full: {self.bytes} bytes of live state (limit {self.max_bytes})"
+                )
         if old is not None:
             self._remove(key)
         deadline = time.monotonic() + self.ttl(ttl_s)
@@ -163,10 +165,14 @@ class MemoryStore(Store):
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         return [self._live(k) for k in keys]
 
-    async def set(self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False) -> None:
+    async def set(
+        self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False
+    ) -> None:
         self._put(key, value, ttl_s, evictable)
 
-    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False) -> None:
+    async def set_many(
+        self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False
+    ) -> None:
         for key, value in pairs.items():
             self._put(key, value, ttl_s, evictable)
 

@@ -1,4 +1,5 @@
-"""The store replicas share: Redis, every value sealed (`sealing`), leases as Lua scripts (`lease_scripts`)."""
+"""The store replicas share: Redis, every value sealed (`sealing`), leases as Lua scripts
+(`lease_scripts`)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def redacted(url: str) -> str:
 
 
 class RedisStore(Store):
-    """Redis-backed store; every Redis failure surfaces as `StoreUnavailable` (password redacted), every value read
-    back is authenticated with `secret` (HMAC-SHA256 of key and value, stored in front of the value).
+    """Redis-backed store; every Redis failure surfaces as `StoreUnavailable` (password redacted), every value
+    read back is authenticated with `secret` (HMAC-SHA256 of key and value, stored in front of the value).
 
     A state value (`set_state`) seals its version with it, and the version key (`version_key`) says which
     version is current: an older genuine value put back under its key is refused on read, as is one whose
@@ -75,7 +76,10 @@ class RedisStore(Store):
         self._seal = ValueSeal(secret)
         self.url, self.shown_url, self.default_ttl_s = url, redacted(url), default_ttl_s
         self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **({"password": password} if password else {})
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            **({"password": password} if password else {}),
         )
         self._lease, self._release = self._redis.register_script(LEASE), self._redis.register_script(RELEASE)
         self._set_state = self._redis.register_script(SET_STATE)
@@ -94,7 +98,8 @@ class RedisStore(Store):
         return StoreTampered(f"the value of {key!r} in redis at {self.shown_url} {why}")
 
     async def _opened(self, key: str, blob: bytes | None) -> bytes | None:
-        """The value `blob` carries when its MAC is this service's for `key`; a forged one is deleted and refused."""
+        """The value `blob` carries when its MAC is this service's for `key`; a forged one is deleted and
+        refused."""
         if blob is None:
             return None
         value = self._seal.opened(key, blob)
@@ -116,10 +121,14 @@ class RedisStore(Store):
         return [await self._opened(key, blob) for key, blob in zip(keys, blobs, strict=True)]
 
     # `evictable` has no Redis counterpart: Redis's own `maxmemory` policy decides (see the README)
-    async def set(self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False) -> None:
+    async def set(
+        self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False
+    ) -> None:
         await self._call(self._redis.set(key, self._seal.sealed(key, value), px=_ms(self.ttl(ttl_s))))
 
-    async def set_many(self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False) -> None:
+    async def set_many(
+        self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False
+    ) -> None:
         if not pairs:
             return
         pipe = self._redis.pipeline(transaction=False)
