@@ -40,28 +40,17 @@ def vf_eval(
     out.mkdir()
     dataset = out / "rows.jsonl"
     dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    flags = {
+        "--env.taskset.task.service-url": service_url,
+        "--env.taskset.dataset": str(dataset),
+        "--client.api-key-var": "SCRIPTED_API_KEY",
+        "-m": "scripted",
+        "-o": str(out),
+        "--run.name": "run",
+    }
     with policy.serve() as url:
-        command = [
-            str(VF_EVAL),
-            TASKSET,
-            "--env.taskset.task.service-url",
-            service_url,
-            "--env.taskset.dataset",
-            str(dataset),
-            "-m",
-            "scripted",
-            "--client.base-url",
-            url,
-            "--client.api-key-var",
-            "SCRIPTED_API_KEY",
-            "--no-push",
-            "--no-rich",
-            "-o",
-            str(out),
-            "--run.name",
-            "run",
-            *options,
-        ]
+        command = [str(VF_EVAL), TASKSET, "--client.base-url", url, "--no-push", "--no-rich"]
+        command += [*itertools.chain(*flags.items()), *options]
         env = {**os.environ, "SCRIPTED_API_KEY": "unused"}
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -107,12 +96,10 @@ def test_code_every_component_is_a_keyed_reward_with_its_declared_weight(code_ru
     assert sorted(scores(trace)["correct"] for trace in scored) == [0.0, 0.0, 1.0]
     for trace in scored:
         assert {name: reward.weight for name, reward in trace.rewards.items()} == weights
-        check_intact(
-            url, {"task_id": "HumanEval/0", "completion": last_turn(trace)}, scores(trace), trace.reward
-        )
-        assert trace.reward == pytest.approx(
-            trace.info["corrgrpo"]["total"]
-        )  # the service's total, same weights
+        item = {"task_id": "HumanEval/0", "completion": last_turn(trace)}
+        check_intact(url, item, scores(trace), trace.reward)
+        # verifiers' weighted sum is the service's total under the weights sent with the request
+        assert trace.reward == pytest.approx(trace.info["corrgrpo"]["total"])
     assert 1 <= code_run["requests"] < len(traces)  # rollouts ending within the window share a request
 
 
@@ -138,23 +125,20 @@ def test_toolcall_native_tool_calls_a_bare_label_and_a_weight_override(
 
     policy = ScriptedPolicy(call)
     rows = [{"question": "Weather in Paris?", "answer": GT}]
-    traces = vf_eval(
-        tmp_path / "out", url, policy, rows, "-r", "2", "--env.taskset.task.weights", '{"format": 0.5}'
-    )
+    override = ("--env.taskset.task.weights", '{"format": 0.5}')
+    traces = vf_eval(tmp_path / "out", url, policy, rows, "-r", "2", *override)
     with RewardClient(url) as client:
         weights = resolve_weights(client.components().components, {"format": 0.5})
     rewards = sorted(trace.reward for trace in traces)
-    assert (
-        rewards[1] == pytest.approx(3.5) and rewards[0] < 3.5
-    )  # format 1 x 0.5 + ToolRL correctness 3: exact
+    # The exact call: format 1 x 0.5 + ToolRL correctness 3.
+    assert rewards[1] == pytest.approx(3.5) and rewards[0] < 3.5
     for trace in traces:
         assert trace.ok and {name: reward.weight for name, reward in trace.rewards.items()} == weights
         with RewardClient(url) as client:
             (direct,) = client.score([{"ground_truth": rows[0]["answer"], "completion": last_turn(trace)}])
         assert scores(trace) == direct.components
-        assert trace.reward == pytest.approx(
-            sum(weights[name] * value for name, value in scores(trace).items())
-        )
+        weighted = sum(weights[name] * value for name, value in scores(trace).items())
+        assert trace.reward == pytest.approx(weighted)
 
 
 def agentdojo_script(turn: Turn) -> Reply:
