@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .worker.child import cpu_cap_s
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -21,6 +23,11 @@ class Limits:
         for name, value in asdict(self).items():
             if not value > 0:
                 raise ValueError(f"Limits.{name} must be positive, got {value!r}")
+
+    @property
+    def cpu_cap_s(self) -> int:
+        """The most CPU a run may spend, all its processes together: `cpu_s` rounded up, plus one second."""
+        return cpu_cap_s(self.cpu_s)
 
 
 @dataclass

@@ -24,8 +24,13 @@ SETUP = struct.Struct(">dd")  # the child's set-up report: its CPU, and when its
 NO_PROGRAM = 111  # the child's exit status when its program never arrived
 
 
+def cpu_cap_s(cpu_s: float) -> int:
+    """The most CPU a run with limit `cpu_s` may spend: RLIMIT_CPU's hard limit, for its whole process tree."""
+    return max(1, math.ceil(cpu_s)) + 1
+
+
 def apply_limits(limits: dict) -> None:
-    cpu = max(1, math.ceil(limits["cpu_s"]))
+    cpu = cpu_cap_s(limits["cpu_s"]) - 1  # the soft limit: SIGXCPU a second before the cap
     mb = 1024 * 1024
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the soft limit, SIGKILL one second later
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2)

@@ -17,7 +17,7 @@ import time
 import types
 
 from . import seccomp
-from .child import SETUP, become_program
+from .child import SETUP, become_program, cpu_cap_s
 from .kernel import KernelFile, namespace_file, prctl
 from .process_tree import ProcessTree
 from .protocol import HEADER, STREAMS, read_message, write_all
@@ -35,7 +35,7 @@ SETUP_TIMEOUT_S = 5.0  # the child reads its program and sets up before its wall
 
 def tree_cpu_cap(limits: dict) -> float:
     """All of a run's processes together get what one process gets from RLIMIT_CPU: its hard limit."""
-    return max(1, math.ceil(limits["cpu_s"])) + 1
+    return cpu_cap_s(limits["cpu_s"])
 
 
 def read_setup(go_fd: int) -> tuple[float, float] | None:
