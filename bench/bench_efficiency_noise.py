@@ -25,11 +25,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from corrgrpo_code.declaration import HARNESS_LIMITS, CodeSettings
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problem_tests import ProblemTests
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scorer import CodeScorer
+from corrgrpo_code.settings import HARNESS_LIMITS, CodeSettings
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Sandbox

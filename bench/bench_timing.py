@@ -19,11 +19,11 @@ import os
 import statistics
 import sys
 
-from corrgrpo_code.declaration import HARNESS_LIMITS
 from corrgrpo_code.efficiency import efficiency
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.problem_tests import ProblemTests
 from corrgrpo_code.problems import humaneval_problems
+from corrgrpo_code.settings import HARNESS_LIMITS
 from corrgrpo_sandbox import Sandbox
 
 PROBLEMS, REFERENCE_RUNS, RUNS = 24, 4, 20

@@ -20,9 +20,9 @@ import sys
 import threading
 from typing import Any
 
-from corrgrpo_code.declaration import CodeSettings
 from corrgrpo_code.harness import CHILD_FILE
 from corrgrpo_code.scorer import CodeScorer
+from corrgrpo_code.settings import CodeSettings
 from corrgrpo_common import MemoryStore
 from corrgrpo_proto.code import AnyProblem, CodeItem, CodeProblem, StdinCase, StdinProblem
 from corrgrpo_sandbox import ExecResult, Sandbox

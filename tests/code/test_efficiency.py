@@ -7,19 +7,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
 
-from corrgrpo_code import parsing
-from corrgrpo_code.config import ScoringConfig
+from corrgrpo_code import extract as parsing
+from corrgrpo_code.budget import TimingBudget
 from corrgrpo_code.efficiency import Calibration, PairedTimes, TimingRunFailed, time_pairs
 from corrgrpo_code.harness import CHILD_FILE, HarnessResult
 from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.settings import CodeSettings
-from corrgrpo_code.timing_budget import TimingBudget
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import ExecResult, Sandbox
@@ -40,8 +38,8 @@ def sandbox() -> Iterator[Sandbox]:
 
 
 def calibrated(sandbox: Sandbox, items: list[CodeItem]) -> list[Scored]:
-    config = replace(ScoringConfig(), efficiency_mode="calibrated", run_ttl_s=0)
-    scorer = CodeScorer(sandbox, MemoryStore(), {}, config, workers=2)
+    settings = CodeSettings(code_efficiency_mode="calibrated", code_run_ttl_s=0, code_workers=2)
+    scorer = CodeScorer(sandbox, MemoryStore(), {}, settings)
     results = asyncio.run(scorer.score(items))
     scorer.close()
     assert all(isinstance(r, Scored) and r.components["correct"] == 1 for r in results), results
@@ -61,7 +59,7 @@ def test_reference_copies_earn_nothing_and_a_faster_program_earns(sandbox: Sandb
     *copies, faster = calibrated(sandbox, items)
     for copy in copies:
         assert copy.components["efficiency"] <= 0.05, copy.info
-        assert copy.info["t_ref_source"] == "paired" and copy.info["timing_pairs"] >= Calibration().min_pairs
+        assert copy.info["t_ref_source"] == "paired" and copy.info["timing_pairs"] >= CodeSettings().code_timing_min_pairs
     assert sum(copy.components["efficiency"] for copy in copies) / len(copies) <= 0.01
     assert faster.components["efficiency"] > 0.5, faster.info
     assert faster.info["t_ratio"] < faster.info["t_ratio_bound"] < 0.5 and faster.info["t_ref"] > 0
@@ -91,7 +89,8 @@ def test_timing_runs_do_not_parse_their_programs_again(sandbox: Sandbox, monkeyp
         return parse(source, mode)  # type: ignore[arg-type]
 
     monkeypatch.setattr(parsing, "parse_python", counted)
-    scorer = CodeScorer(sandbox, MemoryStore(), {}, replace(ScoringConfig(), efficiency_mode=mode, run_ttl_s=0), workers=2)
+    settings = CodeSettings(code_efficiency_mode=mode, code_run_ttl_s=0, code_workers=2)
+    scorer = CodeScorer(sandbox, MemoryStore(), {}, settings)
     [result] = asyncio.run(scorer.score([CodeItem(problem=SQUARE, completion=fenced("def square(x):\n    return x * x\n"))]))
     scorer.close()
     assert isinstance(result, Scored) and result.components["correct"] == 1 and result.info["t_ref"] > 0, result
@@ -108,20 +107,20 @@ def test_pairs_alternate_order_and_stop_early_when_nothing_can_be_paid() -> None
     times = time_pairs(run, "c", "r", Calibration(min_pairs=4, max_pairs=20), TimingBudget(10.0))
     assert order[:8] == ["c", "r", "r", "c", "c", "r", "r", "c"]
     assert times.pairs == 4  # equal times: no spread, so the median is precise at once (and at parity)
-    assert times.ratio() == 1 and times.efficiency(Calibration()) == 0
+    assert times.ratio() == 1 and times.efficiency(Calibration(12, 24)) == 0
 
 
 def test_a_failed_timing_run_names_its_side() -> None:
     results = iter([passed(0.001), HarnessResult("assertion", "io", 0, 1, "wrong")])
     with pytest.raises(TimingRunFailed) as failed:
-        time_pairs(lambda code: next(results), "c", "r", Calibration(min_pairs=3), TimingBudget(10.0))
+        time_pairs(lambda code: next(results), "c", "r", Calibration(min_pairs=3, max_pairs=24), TimingBudget(10.0))
     assert failed.value.side == "reference"
 
 
 def test_the_bound_widens_with_the_spread() -> None:
     steady = PairedTimes([0.5] * 12, [1.0] * 12)
     noisy = PairedTimes([0.5, 0.6, 0.4] * 4, [1.0] * 12)
-    calibration = Calibration()
+    calibration = Calibration(12, 24)
     assert steady.efficiency(calibration) == pytest.approx(0.5)
     assert noisy.ratio() == pytest.approx(0.5) and noisy.efficiency(calibration) < 0.45
     few = PairedTimes([0.5, 0.6, 0.4], [1.0] * 3)  # the budget ended the pairs early: a wider bound still
@@ -141,8 +140,8 @@ def test_budget_and_maximum_end_the_pairs() -> None:
 def test_the_mode_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRGRPO_CODE_EFFICIENCY_MODE", "paper")
     monkeypatch.setenv("CORRGRPO_CODE_TIMING_MAX_PAIRS", "30")
-    config = CodeSettings().scoring_config()
-    assert config.efficiency_mode == "paper" and config.calibration.max_pairs == 30
+    settings = CodeSettings()
+    assert settings.code_efficiency_mode == "paper" and Calibration.of(settings).max_pairs == 30
     with pytest.raises(ValidationError, match="efficiency_mode"):
         CodeSettings(code_efficiency_mode="fast")
     with pytest.raises(ValidationError, match="MAX_PAIRS must be at least"):

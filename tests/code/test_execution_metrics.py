@@ -1,12 +1,12 @@
-"""`python -m corrgrpo_code.execution_metrics`: Executable, Pass@1 and paired-round Efficiency over a completions file."""
+"""`python -m corrgrpo_devtools.execution_metrics`: Executable, Pass@1 and paired-round Efficiency over a completions file."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from corrgrpo_code.execution_metrics import evaluate
 from corrgrpo_code.problems import humaneval_problems
+from corrgrpo_devtools.execution_metrics import evaluate, read_inputs
 
 
 def test_metrics_over_a_small_completions_file(tmp_path: Path) -> None:
@@ -17,10 +17,10 @@ def test_metrics_over_a_small_completions_file(tmp_path: Path) -> None:
     path = tmp_path / "completions.jsonl"
     rows = [{"task_id": p.task_id, "completion": f"```python\n{c}\n```"} for p, c in zip(problems, completions, strict=True)]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    metrics = evaluate("humaneval", path, rounds=2, workers=2, core=None)
+    metrics = evaluate(*read_inputs("humaneval", path, None), rounds=2, workers=2, core=None)
     assert metrics["completions"] == 4 and metrics["errors"] == 0 and metrics["eligible_pairs"] == 2
     assert metrics["pass@1"] == 50.0
     assert metrics["executable"] == 75.0  # HumanEval/2 returning None fails its first assertion: it ran
     assert metrics["efficiency"] in (0.0, 25.0, 50.0, 75.0, 100.0)  # mean of two rounds of 0/50/100 %
-    first = evaluate("humaneval", path, rounds=1, workers=2, core=None, limit=1)
+    first = evaluate(*read_inputs("humaneval", path, 1), rounds=1, workers=2, core=None)
     assert first["completions"] == 1 and first["pass@1"] == 100.0 and first["eligible_pairs"] == 1

@@ -10,11 +10,22 @@ from collections.abc import Iterator
 
 import pytest
 
-from corrgrpo_code.harness import CHILD_FILE, HarnessResult, IOTest, run_assert, run_io
+from corrgrpo_code.extract import parse_solution
+from corrgrpo_code.harness import (
+    CHILD_FILE,
+    Expect,
+    HarnessResult,
+    IOTest,
+    Near,
+    canonical,
+    encode,
+    run_assert,
+    run_io,
+)
 from corrgrpo_code.harness_child import (
     UNCHANGED,
     NotData,
-    ProtocolError,
+    PackError,
     changes,
     collector_paused,
     decoded,
@@ -23,8 +34,6 @@ from corrgrpo_code.harness_child import (
     pack,
     unpack,
 )
-from corrgrpo_code.harness_data import Expect, Near, canonical, encode
-from corrgrpo_code.parsing import parse_solution
 from corrgrpo_code.split import split_check
 from corrgrpo_sandbox import Limits, Sandbox
 
@@ -425,7 +434,7 @@ def test_the_graph_codec_keeps_identity_cycles_and_mutations() -> None:
     with pytest.raises(NotData):
         unpack({"roots": [{"@": 0}], "objects": [["obj", "Other", []]]}, classes)
     for forged in ({"roots": [{"@": 5}], "objects": []}, {"roots": [{"@": 0}], "objects": [["tuple", [{"@": 0}]]]}):
-        with pytest.raises(ProtocolError):
+        with pytest.raises(PackError):
             unpack(forged, classes)
 
 

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corrgrpo_code.harness import CHILD_FILE, IOTest, run_assert, run_io
-from corrgrpo_code.harness_data import Expect
+from corrgrpo_code.harness import CHILD_FILE, Expect, IOTest, run_assert, run_io
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
 LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)

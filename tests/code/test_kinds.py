@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from corrgrpo_code.harness import HarnessResult
-from corrgrpo_code.harness_data import encode
-from corrgrpo_code.kinds import ProblemError, ReturnMatches, call_tests, mbpp_check, outputs_match, tokens_match
-from corrgrpo_code.runs import dump, load, run_key
+from corrgrpo_code import cache
+from corrgrpo_code.cache import key as run_key
+from corrgrpo_code.harness import HarnessResult, encode
+from corrgrpo_code.problem_tests import ProblemError, ReturnMatches, call_tests, mbpp_check
 from corrgrpo_code.split import split_check
+from corrgrpo_code.stdio import outputs_match, tokens_match
 from corrgrpo_proto.code import CallCase, CodeItem, MbppProblem
 from corrgrpo_sandbox import ExecResult, Limits
 
@@ -134,7 +135,7 @@ def test_mbpp_names_its_function_or_fails_clearly() -> None:
         mbpp_check(MbppProblem(task_id="m", test_list=["assert 1 == 1"]))
 
 
-def test_run_keys_cover_program_problem_limits_and_isolation() -> None:
+def test_run_keys_cover_program_problem_limits_isolation_and_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
     key = run_key("print(1)", "p", Limits(), "bwrap")
     assert key == run_key("print(1)", "p", Limits(), "bwrap")
     others = [
@@ -144,12 +145,14 @@ def test_run_keys_cover_program_problem_limits_and_isolation() -> None:
         run_key("print(1)", "p", Limits(), "unsafe-none"),
     ]
     assert key not in others and len(set(others)) == 4
+    monkeypatch.setattr(cache, "MEANING", "another harness")
+    assert run_key("print(1)", "p", Limits(), "bwrap") != key
 
 
 def test_a_stored_verdict_reads_back_as_scoring_uses_it() -> None:
     run = ExecResult(0, None, b"out", b"", b"", False, False, 0.25, 0.5, 1000, "bwrap", None)
     result = HarnessResult("assertion", "io", 2, 3, "test 2: wrong output", run, compiled=True)
-    back = load(dump(result))
+    back = HarnessResult.load(result.dump())
     assert (back.stage, back.mode, back.passed, back.total, back.error, back.compiled) == (
         "assertion",
         "io",
@@ -159,4 +162,4 @@ def test_a_stored_verdict_reads_back_as_scoring_uses_it() -> None:
         True,
     )
     assert back.exec is not None and (back.exec.cpu_s, back.exec.wall_s, back.exec.isolation) == (0.25, 0.5, "bwrap")
-    assert load(dump(HarnessResult("syntax", "io", 0, 1, "bad"))).exec is None
+    assert HarnessResult.load(HarnessResult("syntax", "io", 0, 1, "bad").dump()).exec is None

@@ -27,12 +27,12 @@ from typing import Any
 import httpx
 import pytest
 
-from corrgrpo_code.config import ScoringConfig
-from corrgrpo_code.execution_metrics import evaluate
 from corrgrpo_code.harness import CHILD_FILE, RUN_PACKAGES
 from corrgrpo_code.problems import load_problems
 from corrgrpo_code.scorer import CodeScorer
+from corrgrpo_code.settings import CodeSettings
 from corrgrpo_common import MemoryStore, Scored
+from corrgrpo_devtools.execution_metrics import evaluate, read_inputs
 from corrgrpo_proto.code import CallProblem, CodeItem, MbppProblem, StdinProblem
 from corrgrpo_sandbox import Sandbox
 from corrgrpo_testing.servers import start_service
@@ -174,7 +174,7 @@ def test_every_loaded_problem_passes_a_right_program_and_fails_a_wrong_one(datas
     wrong = {task_id: "print(0)\n" if isinstance(p, StdinProblem) else "" for task_id, p in problems.items()}
     items = [CodeItem(task_id=t, completion=f"```python\n{RIGHT[t]}```") for t in problems]
     items += [CodeItem(task_id=t, completion=f"```python\n{wrong[t]}```") for t in problems]
-    scorer = CodeScorer(sandbox, MemoryStore(), problems, ScoringConfig(efficiency=False), workers=2)
+    scorer = CodeScorer(sandbox, MemoryStore(), problems, CodeSettings(code_efficiency=False, code_workers=2))
     results = asyncio.run(scorer.score(items))
     scorer.close()
     assert all(isinstance(r, Scored) for r in results), results
@@ -194,6 +194,6 @@ def test_evaluate_reads_the_layouts(datasets: str, tmp_path: Path) -> None:
     rows: list[dict[str, Any]] = [{"task_id": t, "completion": f"```python\n{RIGHT[t]}```"} for t in ("4000", "2876")]
     rows.append({"task_id": "1000_A. Max of three", "completion": "```python\nprint(1)\n```"})
     completions.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    metrics = evaluate(datasets, completions, rounds=1, workers=2, core=None)
+    metrics = evaluate(*read_inputs(datasets, completions, None), rounds=1, workers=2, core=None)
     assert metrics["pass@1"] == pytest.approx(200 / 3) and metrics["executable"] == 100.0
     assert metrics["eligible_pairs"] == 1  # 2876 has no reference solution to time against

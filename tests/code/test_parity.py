@@ -11,13 +11,12 @@ import asyncio
 import difflib
 import random
 from collections.abc import Iterator
-from dataclasses import replace
+from typing import Any
 
 import cydifflib
 import pytest
 
-from corrgrpo_code.config import ScoringConfig
-from corrgrpo_code.declaration import COMPONENTS
+from corrgrpo_code.declaration import COMPONENTS, CodeSettings
 from corrgrpo_code.efficiency import efficiency
 from corrgrpo_code.extract import extract, marker_of, split_fences
 from corrgrpo_code.harness import CHILD_FILE
@@ -25,8 +24,8 @@ from corrgrpo_code.problems import humaneval_problems
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.similarity import (
     MATCH_BUDGET,
-    OverBudget,
     Reference,
+    TooManyPairs,
     ast_similarity,
     matched,
     reachable_pairs,
@@ -35,7 +34,7 @@ from corrgrpo_code.similarity import (
 )
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
-from corrgrpo_sandbox import Limits, Sandbox
+from corrgrpo_sandbox import Sandbox
 
 CLASS, HE0 = "class Solution", "def has_close_elements("
 IMPL = "class Solution:\n    def solve(self, v):\n        return v + 1"
@@ -173,7 +172,7 @@ def test_equal_sequences_need_no_search_and_keep_its_budget() -> None:
             for compare in (matched, search):
                 try:
                     outcomes.append(compare(list(tokens), tokens, where, budget))
-                except OverBudget:
+                except TooManyPairs:
                     outcomes.append("over")
             assert outcomes[0] == outcomes[1] == ("over" if budget < count else len(tokens)), (budget, outcomes)
 
@@ -181,7 +180,7 @@ def test_equal_sequences_need_no_search_and_keep_its_budget() -> None:
 def test_a_pathological_pair_stops_at_the_budget() -> None:
     """Constant against alternating tokens: difflib took 315 s on 2,000 each; here the budget ends it."""
     a, b = ["Name"] * 2000, ["Name", "Load"] * 1000
-    with pytest.raises(OverBudget):
+    with pytest.raises(TooManyPairs):
         matched(a, b, {"Name": list(range(0, 2000, 2)), "Load": list(range(1, 2000, 2))})
     assert ast_similarity("x\n" * 3000, "x = (" + "x + " * 1500 + "x)") == 0.0  # scored 0, not stalled
 
@@ -217,9 +216,9 @@ def sandbox() -> Iterator[Sandbox]:
         yield box
 
 
-def run(sandbox: Sandbox, problem: CodeProblem, completions: list[str], **config: object) -> list[Scored]:
-    limits = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
-    scorer = CodeScorer(sandbox, MemoryStore(), {}, replace(ScoringConfig(), limits=limits, **config), workers=2)
+def run(sandbox: Sandbox, problem: CodeProblem, completions: list[str], **settings: Any) -> list[Scored]:
+    chosen = CodeSettings(code_cpu_s=2, code_wall_s=4, code_workers=2, **settings)
+    scorer = CodeScorer(sandbox, MemoryStore(), {}, chosen)
     results = asyncio.run(scorer.score([CodeItem(problem=problem, completion=c) for c in completions]))
     assert all(isinstance(r, Scored) for r in results), results
     return results  # type: ignore[return-value]
@@ -261,7 +260,7 @@ H0_CASES = [
 @pytest.mark.parametrize("case", H0_CASES, ids=[case[0] for case in H0_CASES])
 def test_chain_on_humaneval_0(sandbox: Sandbox, case: tuple) -> None:  # type: ignore[type-arg]
     _, response, chain, similarity, stage = case
-    (result,) = run(sandbox, H0, [response], efficiency=False)
+    (result,) = run(sandbox, H0, [response], code_efficiency=False)
     got = result.components
     assert tuple(got[k] for k in ("format", "syntax", "compile", "runtime", "correct")) == chain
     assert result.info["stage"] == stage
@@ -305,7 +304,7 @@ def test_efficiency_of_faster_equal_and_slower_programs(sandbox: Sandbox) -> Non
     slower = f"def square(x):\n{SLOW * 3}    return x * x\n"
     wrong_fast = "def square(x):\n    return 0\n"
     completions = [f"```python\n{c}\n```" for c in (plain, reference, slower, wrong_fast)]
-    faster, equal, slow, wrong = run(sandbox, problem, completions, efficiency_mode="paper")  # the authors' single run
+    faster, equal, slow, wrong = run(sandbox, problem, completions, code_efficiency_mode="paper")  # the authors' single run
     for result in (faster, equal, slow):
         t, t_ref = result.info["t"], result.info["t_ref"]
         assert result.components["correct"] == 1 and t > 0 and t_ref > 0

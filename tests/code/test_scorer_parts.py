@@ -4,8 +4,6 @@ lock, the lanes' answers (AST similarity's: test_units and test_parity)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import queue
 import threading
 import time
@@ -14,16 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from corrgrpo_code.config import ScoringConfig
-from corrgrpo_code.identity import content_hash, problem_content
-from corrgrpo_code.lanes import Batch, lane
-from corrgrpo_code.memo import BoundedMemo
-from corrgrpo_code.prepared import PreparedProblem
+from corrgrpo_code.cache import BoundedMemo, SharedVerdicts
+from corrgrpo_code.declaration import Components
+from corrgrpo_code.efficiency import ReferenceTime, ReferenceTimes
+from corrgrpo_code.problem_tests import ProblemTests, content_hash, problem_content
 from corrgrpo_code.problems import humaneval_problems
-from corrgrpo_code.reference_times import ReferenceTimes, noisy
-from corrgrpo_code.runs import SharedRuns
-from corrgrpo_code.scoring import Outcome
-from corrgrpo_common import MemoryStore, Scored, StoreUnavailable
+from corrgrpo_code.scorer import Batch, CodeScorer, Job, no_problem
+from corrgrpo_code.settings import CodeSettings
+from corrgrpo_common import MemoryStore, StoreUnavailable
 from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, MbppProblem, StdinCase, StdinProblem
 
 HUMANEVAL = list(humaneval_problems())
@@ -44,14 +40,6 @@ def test_a_problems_content_ignores_its_task_id_and_separates_kinds() -> None:
     ]
     hashes = {content_hash(problem_content(p)) for p in (HUMANEVAL[0], stdin, call, mbpp, *changed)}
     assert len(hashes) == 8  # every kind apart, every field counted
-
-
-def test_a_check_problems_hash_is_the_one_its_reference_times_were_stored_under() -> None:
-    """The t_ref keys already in a store stay valid: sha256 of the JSON list of the four fields, 32 hex digits."""
-    for problem in HUMANEVAL[:5]:
-        fields = [problem.prompt, problem.entry_point, problem.test, problem.reference]
-        legacy = hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:32]
-        assert content_hash(problem_content(problem)) == legacy == PreparedProblem.of(problem).key
 
 
 # --- the bounded memo -------------------------------------------------------------------------------------------------
@@ -84,8 +72,16 @@ def test_threads_asking_for_one_key_share_one_making() -> None:
 
 
 # --- the shared reference time ----------------------------------------------------------------------------------------
-def _times(store: Any, measure: Callable[[PreparedProblem], dict[str, Any]]) -> ReferenceTimes:
-    times = ReferenceTimes(None, store, ThreadPoolExecutor(2), ScoringConfig())  # type: ignore[arg-type]
+class _Sandbox:
+    isolation = "bwrap"
+
+    @contextmanager
+    def cancellable(self, cancelled: threading.Event) -> Iterator[None]:
+        yield
+
+
+def _times(store: Any, measure: Callable[[ProblemTests], ReferenceTime]) -> ReferenceTimes:
+    times = ReferenceTimes(_Sandbox(), store, ThreadPoolExecutor(2), CodeSettings())  # type: ignore[arg-type]
     times.measure = measure  # type: ignore[method-assign]
     return times
 
@@ -93,20 +89,21 @@ def _times(store: Any, measure: Callable[[PreparedProblem], dict[str, Any]]) -> 
 def test_concurrent_askers_measure_once_through_the_store_lock() -> None:
     measured: list[str] = []
 
-    def measure(prepared: PreparedProblem) -> dict[str, Any]:
-        measured.append(prepared.key)
+    def measure(tests: ProblemTests) -> ReferenceTime:
+        measured.append(tests.key)
         time.sleep(0.1)
-        return {"t_ref": 0.5, "runs": [0.5] * 4}
+        return ReferenceTime(0.5, runs=(0.5,) * 4)
 
-    prepared = PreparedProblem.of(HUMANEVAL[0])
+    tests = ProblemTests.of(HUMANEVAL[0])
     replicas = [_times(store, measure) for store in [MemoryStore()] * 3]  # one store, three replicas
 
-    async def ask() -> list[dict[str, Any]]:
-        return await asyncio.gather(*(times.get(prepared) for times in replicas))
+    async def ask() -> list[ReferenceTime]:
+        return await asyncio.gather(*(times.get(tests) for times in replicas))
 
-    sources = sorted(reference["source"] for reference in asyncio.run(ask()))
+    sources = sorted(reference.source for reference in asyncio.run(ask()))
     assert sources == ["cache", "cache", "measured"] and len(measured) == 1
-    assert asyncio.run(replicas[0].get(prepared))["source"] == "memory"
+    remembered = asyncio.run(replicas[0].get(tests))
+    assert remembered.source == "memory" and remembered.t_ref == 0.5 and remembered.runs == (0.5,) * 4
 
 
 class _Down(MemoryStore):
@@ -115,41 +112,47 @@ class _Down(MemoryStore):
 
 
 def test_without_a_store_the_reference_is_measured_anyway() -> None:
-    times = _times(_Down(), lambda prepared: {"t_ref": 0.25, "runs": [0.25] * 4})
-    assert asyncio.run(times.shared(PreparedProblem.of(HUMANEVAL[0])))["source"] == "measured_uncached"
+    times = _times(_Down(), lambda tests: ReferenceTime(0.25, runs=(0.25,) * 4))
+    assert asyncio.run(times.get(ProblemTests.of(HUMANEVAL[0]))).source == "measured_uncached"
 
 
 def test_a_run_far_off_the_others_is_noisy() -> None:
-    assert noisy([0.01, 0.01, 0.01, 0.2]) and not noisy([0.01, 0.011, 0.012, 0.01])
+    assert ReferenceTime(0.06, runs=(0.01, 0.01, 0.01, 0.2)).noisy()
+    assert not ReferenceTime(0.01, runs=(0.01, 0.011, 0.012, 0.01)).noisy()
 
 
 # --- lanes -------------------------------------------------------------------------------------------------------------
-class _Sandbox:
-    @contextmanager
-    def cancellable(self, cancelled: threading.Event) -> Iterator[None]:
-        yield
-
-
 def test_a_lane_answers_every_item_alone_and_concludes_shared_runs_last() -> None:
     items = [CodeItem(task_id=name, completion=name) for name in ("ok", "broken", "missing", "copy")]
     problems = {name: HUMANEVAL[0].model_copy(update={"task_id": name}) for name in ("ok", "broken", "copy")}
+    scorer = CodeScorer(_Sandbox(), MemoryStore(), problems, CodeSettings(code_workers=1))  # type: ignore[arg-type]
     order: list[str] = []
 
-    def evaluate(problem: Any, completion: str, runs: Any) -> Outcome | Callable[[], Outcome]:
-        order.append(completion)
-        if completion == "broken":
+    def evaluate(job: Job, batch: Batch) -> None:
+        order.append(job.item.completion)
+        if job.problem is None:
+            job.error = no_problem(job.item)
+        elif job.item.completion == "broken":
             raise RuntimeError("boom")
-        outcome = Outcome(Scored({"correct": 1.0}, {"item": completion}))
-        return (lambda: order.append("concluded") or outcome) if completion == "copy" else outcome
+        else:  # the copy finds the program's run in another lane's hands, not done
+            job.claim = batch.verdicts.claim("copy" if job.item.completion == "copy" else job.item.completion)
+            if job.item.completion != "copy":
+                job.components, job.info = Components(correct=1.0), {"item": job.item.completion}
 
-    pending = queue.SimpleQueue[int]()
-    for index in range(len(items)):
-        pending.put(index)
-    cancelled = threading.Event()
-    runs = SharedRuns(MemoryStore(), asyncio.new_event_loop(), "p:", 0, cancelled)
-    answers: list[Any] = [None] * len(items)
-    batch = Batch(items, lambda item: problems.get(item.task_id or ""), pending, cancelled, runs, answers)
-    lane(batch, _Sandbox(), evaluate)  # type: ignore[arg-type]
-    assert order == ["ok", "broken", "copy", "concluded"]
-    assert answers[0].scored.info == {"item": "ok"} and answers[3].scored.info == {"item": "copy"}
-    assert (answers[1].code, answers[2].code) == ("internal", "unknown_task")
+    def conclude(job: Job) -> None:
+        order.append("concluded")
+        job.components, job.info = Components(correct=1.0), {"item": job.item.completion}
+
+    scorer.evaluate, scorer._conclude = evaluate, conclude  # type: ignore[method-assign]
+    jobs = [Job(item, problems.get(item.task_id or "")) for item in items]
+    verdicts = SharedVerdicts(MemoryStore(), asyncio.new_event_loop(), "p:", 0)
+    verdicts.claim("copy")  # another lane owns the copy's run
+    batch = Batch(queue.SimpleQueue(), verdicts)
+    for job in jobs:
+        batch.pending.put(job)
+    scorer._lane(batch)
+    scorer.close()
+    answers = [job.answer() for job in jobs]
+    assert order == ["ok", "broken", "missing", "copy", "concluded"]
+    assert answers[0].info == {"item": "ok"} and answers[3].info == {"item": "copy"}  # type: ignore[union-attr]
+    assert (answers[1].code, answers[2].code) == ("internal", "unknown_task")  # type: ignore[union-attr]

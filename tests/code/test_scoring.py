@@ -8,19 +8,19 @@ import contextlib
 import gzip
 import json
 from collections.abc import Iterator
-from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.efficiency import efficiency
 from corrgrpo_code.harness import CHILD_FILE, RUN_PACKAGES
 from corrgrpo_code.problems import humaneval_problems, load_problems
-from corrgrpo_code.scorer import CodeScorer
+from corrgrpo_code.scorer import Batch, CodeScorer, Job
+from corrgrpo_code.settings import CodeSettings
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import CodeItem, CodeProblem
-from corrgrpo_sandbox import ExecResult, Limits, Sandbox
+from corrgrpo_sandbox import ExecResult, Sandbox
 from corrgrpo_testing.environment import require_shared_data
 
 LEETCODE = "leetcode/LeetCodeDataset-v0.3.1-test.jsonl.gz"
@@ -37,8 +37,8 @@ def sandbox() -> Iterator[Sandbox]:
         yield box
 
 
-def scorer_for(sandbox: Sandbox, problems: dict[str, CodeProblem], **config: object) -> CodeScorer:
-    return CodeScorer(sandbox, MemoryStore(), problems, replace(ScoringConfig(), **config), workers=2)
+def scorer_for(sandbox: Sandbox, problems: dict[str, CodeProblem], **settings: Any) -> CodeScorer:
+    return CodeScorer(sandbox, MemoryStore(), problems, CodeSettings(code_workers=2, **settings))
 
 
 def score(scorer: CodeScorer, items: list[CodeItem]) -> list[Scored | ItemError]:
@@ -48,7 +48,7 @@ def score(scorer: CodeScorer, items: list[CodeItem]) -> list[Scored | ItemError]
 def test_every_humaneval_canonical_solution_is_correct_and_identical(sandbox: Sandbox) -> None:
     problems = {p.task_id: p for p in humaneval_problems()}
     items = [CodeItem(task_id=task_id, completion=fenced(p.reference)) for task_id, p in problems.items()]
-    results = score(scorer_for(sandbox, problems, efficiency_mode="paper"), items)  # the authors' formula, one run each
+    results = score(scorer_for(sandbox, problems, code_efficiency_mode="paper"), items)  # the authors' formula, one run each
     pairs = zip(items, results, strict=True)
     wrong = [i.task_id for i, r in pairs if not (isinstance(r, Scored) and r.components["correct"] == 1)]
     assert not wrong
@@ -91,7 +91,7 @@ SQUARE = CodeProblem(
     ],
 )
 def test_dependency_chain(sandbox: Sandbox, completion: str, chain: list[int], stage: str) -> None:
-    scorer = scorer_for(sandbox, {}, limits=Limits(cpu_s=1, wall_s=2, output_bytes=1 << 20))
+    scorer = scorer_for(sandbox, {}, code_cpu_s=1, code_wall_s=2)
     (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=completion)])
     assert isinstance(result, Scored)
     assert [result.components[k] for k in CHAIN] == chain and result.info["stage"] == stage
@@ -102,7 +102,7 @@ def test_dependency_chain(sandbox: Sandbox, completion: str, chain: list[int], s
 def test_code_over_the_limit_is_not_run(sandbox: Sandbox) -> None:
     problem = next(p for p in humaneval_problems() if p.task_id == "HumanEval/0")
     huge = problem.reference + "\nx = 1" * 300
-    (result,) = score(scorer_for(sandbox, {}, max_code_chars=1000), [CodeItem(problem=problem, completion=fenced(huge))])
+    (result,) = score(scorer_for(sandbox, {}, code_max_chars=1000), [CodeItem(problem=problem, completion=fenced(huge))])
     assert isinstance(result, Scored)
     assert result.components == {"format": 1.0, **dict.fromkeys((*CHAIN, "ast_similarity", "efficiency", "pass_rate"), 0.0)}
     assert result.info["stage"] == "too_long" and "over the limit of 1000" in result.info["error"]
@@ -128,7 +128,7 @@ def test_each_distinct_reference_is_parsed_once(sandbox: Sandbox, monkeypatch: p
         ast, "parse", lambda source, *a, **k: (parsed.append(source) if source in references else None) or parse(source, *a, **k)
     )
     items = [CodeItem(problem=SQUARE.model_copy(), completion=fenced("def square(x): return x * x")) for _ in range(6)]
-    scorer = scorer_for(sandbox, {}, efficiency=False)  # no reference runs: only AST similarity parses it
+    scorer = scorer_for(sandbox, {}, code_efficiency=False)  # no reference runs: only AST similarity parses it
     results = score(scorer, [*items, CodeItem(problem=other, completion=fenced("def square(x): return x * x"))])
     assert all(isinstance(r, Scored) and r.components["correct"] == 1 for r in results)
     assert sorted(parsed) == sorted(references)  # once per distinct problem, not per item
@@ -171,7 +171,7 @@ class AnomalousSandbox:
 
 def test_an_anomaly_is_retried_once_then_an_error_when_the_sandbox_itself_is_broken() -> None:
     box = AnomalousSandbox()
-    scorer = CodeScorer(box, MemoryStore(), {}, ScoringConfig(), workers=1)  # type: ignore[arg-type]
+    scorer = CodeScorer(box, MemoryStore(), {}, CodeSettings(code_workers=1))  # type: ignore[arg-type]
     (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=fenced("def square(x): return x * x"))])
     assert isinstance(result, ItemError) and result.code == "sandbox_anomaly"
     assert box.runs == 3  # the run, its retry, and a trivial probe that failed too
@@ -179,7 +179,7 @@ def test_an_anomaly_is_retried_once_then_an_error_when_the_sandbox_itself_is_bro
 
 def test_an_anomaly_that_repeats_while_the_probe_passes_is_the_candidates_failure() -> None:
     box = AnomalousSandbox(healthy_probe=True)
-    scorer = CodeScorer(box, MemoryStore(), {}, ScoringConfig(), workers=1)  # type: ignore[arg-type]
+    scorer = CodeScorer(box, MemoryStore(), {}, CodeSettings(code_workers=1))  # type: ignore[arg-type]
     (result,) = score(scorer, [CodeItem(problem=SQUARE, completion=fenced("def square(x): return x * x"))])
     assert isinstance(result, Scored) and result.info["stage"] == "anomaly"
     assert result.components == {
@@ -198,7 +198,7 @@ def test_leetcode_records_pass_with_their_own_completion(sandbox: Sandbox) -> No
     with gzip.open(path, "rt") as handle:
         completions = {r["task_id"]: r["completion"] for r in map(json.loads, handle)}
     items = [CodeItem(task_id=task_id, completion=fenced(completions[task_id])) for task_id in problems]
-    scorer = scorer_for(sandbox, problems, efficiency=False, limits=Limits(cpu_s=20, wall_s=60, output_bytes=1 << 20))
+    scorer = scorer_for(sandbox, problems, code_efficiency=False, code_cpu_s=20, code_wall_s=60)
     results = score(scorer, items)
     scored = [r for r in results if isinstance(r, Scored)]
     assert len(scored) == len(items) == 228
@@ -212,10 +212,15 @@ def test_a_batch_runs_its_longest_known_items_first(sandbox: Sandbox) -> None:
     """Ordered by the t_ref this replica knows (a heavy item last would leave the other workers idle at the end)."""
     slow = SQUARE.model_copy(update={"reference": "def square(x):\n    sum(range(3_000_000))\n    return x * x\n"})
     items = [CodeItem(problem=problem, completion=fenced("def square(x): return x * x")) for problem in (SQUARE, slow)]
-    scorer = scorer_for(sandbox, {}, efficiency_mode="paper")  # the t_ref it knows: measured once per problem
+    scorer = scorer_for(sandbox, {}, code_efficiency_mode="paper")  # the t_ref it knows: measured once per problem
     score(scorer, items)  # measures both references
     scorer.lanes, evaluated, evaluate = 1, [], scorer.evaluate
-    scorer.evaluate = lambda problem, completion, runs: evaluated.append(problem.reference) or evaluate(problem, completion, runs)  # type: ignore[method-assign]
+
+    def recorded(job: Job, batch: Batch) -> None:
+        evaluated.append(job.problem.reference)  # type: ignore[union-attr]
+        evaluate(job, batch)
+
+    scorer.evaluate = recorded  # type: ignore[method-assign]
     results = score(scorer, items)
     assert evaluated == [slow.reference, SQUARE.reference]
     fast_result, slow_result = results  # answered in the batch's order

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
+from corrgrpo_code.budget import BudgetedSandbox, OverBudget, TimingBudget
+from corrgrpo_code.cache import key as run_key
 from corrgrpo_code.efficiency import Calibration, PairedTimes
 from corrgrpo_code.extract import extract
 from corrgrpo_code.harness import CHILD_FILE, HarnessResult, main_program
-from corrgrpo_code.prepared import PreparedProblem
-from corrgrpo_code.runs import dump, run_key
+from corrgrpo_code.problem_tests import ProblemTests
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.settings import CodeSettings
-from corrgrpo_code.timing_budget import BudgetedSandbox, OverBudget, TimingBudget
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import AnyProblem, CodeItem, CodeProblem, StdinProblem
@@ -91,8 +91,7 @@ def score_one(
     monkeypatch.setenv("CORRGRPO_CODE_TIMING_BUDGET_S", str(BUDGET_S))
     monkeypatch.setenv("CORRGRPO_CODE_VERDICT_BUDGET_S", str(BUDGET_S))
     monkeypatch.setenv("CORRGRPO_CODE_WALL_S", "60")  # CPU is what is bounded; a loaded machine must not time out
-    config = CodeSettings().scoring_config()
-    scorer = CodeScorer(sandbox, store or MemoryStore(), {}, config, workers=2)
+    scorer = CodeScorer(sandbox, store or MemoryStore(), {}, CodeSettings(code_workers=2))
     try:
         [result] = asyncio.run(scorer.score([CodeItem(problem=problem, completion=f"```python\n{candidate}```")]))
     finally:
@@ -118,7 +117,7 @@ def test_a_slow_correct_program_costs_at_most_the_budget(
     problem, candidate, reference = make(slow)
     result, timing_s = scored(sandbox, monkeypatch, "calibrated", problem.model_copy(update={"reference": reference}), candidate)
     assert timing_s <= BUDGET_S + SLACK_S, (timing_s, result.info)
-    assert result.components["efficiency"] == 0 and result.info["timing_pairs"] < Calibration().min_pairs, result.info
+    assert result.components["efficiency"] == 0 and result.info["timing_pairs"] < CodeSettings().code_timing_min_pairs, result.info
     assert result.info["timing_cpu_s"] == pytest.approx(timing_s, abs=1e-6)
 
 
@@ -140,13 +139,13 @@ def test_a_run_the_budget_cuts_pays_nothing(sandbox: CountingSandbox, monkeypatc
     slower: the budget's limit ends that run, and the item is scored with efficiency 0, not an error."""
     problem, candidate, reference = square_problem(burn(4.0, "    "))
     problem = problem.model_copy(update={"reference": reference})
-    store, config = MemoryStore(), CodeSettings().scoring_config()
-    prepared = PreparedProblem.of(problem)
-    limits = replace(config.limits, wall_s=60.0)  # what `scored` configures
+    store, settings = MemoryStore(), CodeSettings()
+    prepared = ProblemTests.of(problem)
+    limits = replace(settings.limits(), wall_s=60.0)  # what `scored` configures
     key = run_key(extract(f"```python\n{candidate}```", prepared.marker).code, prepared.judged_key, limits, sandbox.isolation)
     fast = ExecResult(0, None, b"", b"", b"", False, False, 0.01, 0.01, 0, sandbox.isolation, None)
-    stored = dump(HarnessResult("passed", "io", 1, 1, exec=fast, compiled=True))
-    asyncio.run(store.set(f"{config.cache_prefix}run:{key}", stored, 60.0))
+    stored = HarnessResult("passed", "io", 1, 1, exec=fast, compiled=True).dump()
+    asyncio.run(store.set(f"{settings.code_cache_prefix}run:{key}", stored, 60.0))
     result, timing_s = scored(sandbox, monkeypatch, "calibrated", problem, candidate, store)
     assert timing_s <= BUDGET_S + SLACK_S, (timing_s, result.info)
     assert result.info["run"] == "store" and "timing_budget" in result.info, result.info
@@ -170,7 +169,7 @@ def scored_with_spend(
     sandbox: CountingSandbox, monkeypatch: pytest.MonkeyPatch, problem: AnyProblem, candidate: str
 ) -> tuple[Scored | ItemError, float, float]:
     """`score_one` in `calibrated`, and the CPU spent by the candidate's runs and by the reference's."""
-    prepared = PreparedProblem.of(problem)
+    prepared = ProblemTests.of(problem)
     candidate_source = main_program(extract(f"```python\n{candidate}```", prepared.marker).code)
     before = collections.Counter(sandbox.by_source)
     result = score_one(sandbox, monkeypatch, "calibrated", problem, candidate)

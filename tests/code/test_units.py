@@ -10,9 +10,9 @@ import time
 import pytest
 
 from corrgrpo_code import similarity
-from corrgrpo_code.harness_data import encode
+from corrgrpo_code.harness import encode
 from corrgrpo_code.problems import humaneval_problems, load_problems
-from corrgrpo_code.similarity import OverBudget, Reference, ast_similarity, reachable_pairs, search
+from corrgrpo_code.similarity import Reference, TooManyPairs, ast_similarity, reachable_pairs, search
 from corrgrpo_code.split import split_check
 
 
@@ -43,7 +43,7 @@ def test_the_bound_is_never_below_what_the_search_examines() -> None:
         where: dict[str, list[int]] = {}
         for j, token in enumerate(b):
             where.setdefault(token, []).append(j)
-        search(a, b, where, reachable_pairs(a, b, where))  # raises OverBudget if the bound were too low
+        search(a, b, where, reachable_pairs(a, b, where))  # raises TooManyPairs if the bound were too low
 
 
 def test_a_reference_compares_each_distinct_structure_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,9 +58,9 @@ def test_a_reference_compares_each_distinct_structure_once(monkeypatch: pytest.M
     assert first == reference.similarity(renamed) == 1.0 and len(calls) == 1
     ratio = reference.similarity(other)
     assert reference.similarity(other) == ratio and len(calls) == 2
-    with pytest.raises(OverBudget):
+    with pytest.raises(TooManyPairs):
         reference.similarity(other, budget=10)  # a budget is part of the key: compared again, and over it
-    with pytest.raises(OverBudget):
+    with pytest.raises(TooManyPairs):
         reference.similarity(other, budget=10)  # remembered as over, raised again
     assert len(calls) == 3
 

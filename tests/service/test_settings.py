@@ -59,15 +59,12 @@ def test_renamed_variables_are_read_and_old_ones_are_not(monkeypatch: pytest.Mon
 
 
 def test_scoring_configs_are_built_from_the_settings_with_the_scorers_defaults() -> None:
-    from corrgrpo_code.config import HARNESS_LIMITS, ScoringConfig
-    from corrgrpo_code.settings import CodeSettings
+    from corrgrpo_code.settings import HARNESS_LIMITS, CodeSettings
     from corrgrpo_toolcall.calls import ParseCaps
     from corrgrpo_toolcall.response import FormatRules
     from corrgrpo_toolcall.settings import ToolCallSettings
 
-    assert CodeSettings().scoring_config() == ScoringConfig() and ScoringConfig().limits == HARNESS_LIMITS
-    assert CodeSettings(code_reference_runs=7, code_cpu_s=1).scoring_config().reference_runs == 7
-    assert CodeSettings(code_cpu_s=1).scoring_config().limits.cpu_s == 1
+    assert CodeSettings().limits() == HARNESS_LIMITS and CodeSettings(code_cpu_s=1).limits().cpu_s == 1
     assert (ToolCallSettings().parse_caps(), ToolCallSettings().format_rules()) == (ParseCaps(), FormatRules())
 
 

@@ -381,17 +381,16 @@ def help_of(entry: Callable[[], object], capsys: pytest.CaptureFixture[str]) -> 
 
 def every_cli() -> dict[str, Callable[[], object]]:
     """`--help` of every command line of the repository's packages, as a call."""
-    from corrgrpo_code import execution_metrics
     from corrgrpo_common import cli as service_cli
     from corrgrpo_common.registry import declared
-    from corrgrpo_devtools import docs, launcher
+    from corrgrpo_devtools import docs, execution_metrics, launcher
     from corrgrpo_toolcall import match_metrics
 
     clis: dict[str, Callable[[], object]] = {f"corrgrpo_trainer {name}": partial(main, [name, "--help"]) for name in COMMANDS}
     clis |= {f"corrgrpo_{name}": partial(service_cli.serve, service, ["--help"]) for name, service in declared().items()}
     return clis | {
         "corrgrpo_trainer": partial(main, ["--help"]),
-        "corrgrpo_code.execution_metrics": partial(execution_metrics.main, ["--help"]),
+        "corrgrpo_devtools.execution_metrics": partial(execution_metrics.main, ["--help"]),
         "corrgrpo_toolcall.match_metrics": partial(match_metrics.main, ["--help"]),
         "corrgrpo_devtools": partial(launcher.main, ["--help"]),
         "corrgrpo_devtools up": partial(launcher.main, ["up", "--help"]),
@@ -421,10 +420,10 @@ def test_the_code_evaluator_on_unreadable_input_is_one_line_and_exit_2(tmp_path:
     ]
     for argv, message in cases:
         run = subprocess.run(
-            [sys.executable, "-m", "corrgrpo_code.execution_metrics", "--completions", *argv],
+            [sys.executable, "-m", "corrgrpo_devtools.execution_metrics", "--completions", *argv],
             capture_output=True,
             text=True,
             timeout=120,
         )
         assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr
-        assert run.stderr.startswith(f"python -m corrgrpo_code.execution_metrics: error: {message}"), run.stderr
+        assert run.stderr.startswith(f"python -m corrgrpo_devtools.execution_metrics: error: {message}"), run.stderr

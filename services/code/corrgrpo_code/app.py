@@ -1,4 +1,4 @@
-"""HTTP layer of the code service: routes only; scoring lives in `scoring` (pure) and the sandbox."""
+"""The code service's app: its sandbox (refused without isolation), readiness probes and the score route."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def build(settings: CodeSettings) -> FastAPI:
     processes = process_bound(sandbox)
     atexit.register(sandbox.close)
     store = make_store(settings)
-    scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), settings.scoring_config(), settings.code_workers)
+    scorer = CodeScorer(sandbox, store, load_problems(settings.code_datasets), settings)
 
     async def sandbox_isolation() -> str | None:
         """Ready only with isolation: `unsafe-none` runs (opted in by name) but is never reported ready."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from importlib.metadata import version
 from typing import Any
 
@@ -10,34 +11,35 @@ from corrgrpo_proto import ComponentSpec
 
 from .settings import CodeSettings
 
-# The authors' default weights (CorrGRPO code_rl/run.sh); `total` is their weighted sum, unnormalised. Their gating:
-# ast_similarity counts only where a reference exists, efficiency only for correct programs; a gated component is 0.
-COMPONENTS = (
-    ComponentSpec(
-        name="format", min=0, max=1, weight=0.05, description="a fenced block, and the code holds `class Solution`/`def f(`"
-    ),
-    ComponentSpec(name="syntax", min=0, max=1, weight=0.05, description="the extracted code parses"),
-    ComponentSpec(name="compile", min=0, max=1, weight=0.05, description="requires syntax; prelude + code compile"),
-    ComponentSpec(
-        name="runtime", min=0, max=1, weight=0.25, description="requires compile; ran with no error but a failed assertion"
-    ),
-    ComponentSpec(name="correct", min=0, max=1, weight=0.60, description="requires runtime; every test passes"),
-    ComponentSpec(
-        name="ast_similarity",
-        min=0,
-        max=1,
-        weight=0.30,
-        description="SequenceMatcher ratio of the node-type sequences of code and reference (0 without a reference)",
-    ),
-    ComponentSpec(
-        name="efficiency",
-        min=0,
-        max=1,
-        weight=0.20,
-        description="correct only: clip(1 - t / t_ref, 0, 1); `calibrated`: t / t_ref an upper bound from paired runs",
-    ),
-    ComponentSpec(name="pass_rate", min=0, max=1, weight=0.0, description="requires compile; share of the tests/cases passed"),
+
+def _component(weight: float, description: str) -> Any:
+    return field(default=0.0, metadata={"weight": weight, "description": description})
+
+
+@dataclass
+class Components:
+    """An item's reward components, each in [0, 1]. Weights: the authors' (CorrGRPO code_rl/run.sh); `total`
+    is their weighted sum, unnormalised. A gated component (no reference, not correct) is 0."""
+
+    format: float = _component(0.05, "a fenced block, and the code holds `class Solution`/`def f(`")
+    syntax: float = _component(0.05, "the extracted code parses")
+    compile: float = _component(0.05, "requires syntax; prelude + code compile")
+    runtime: float = _component(0.25, "requires compile; ran with no error but a failed assertion")
+    correct: float = _component(0.60, "requires runtime; every test passes")
+    ast_similarity: float = _component(
+        0.30, "SequenceMatcher ratio of the node-type sequences of code and reference (0 without a reference)"
+    )
+    efficiency: float = _component(
+        0.20, "correct only: clip(1 - t / t_ref, 0, 1); `calibrated`: t / t_ref an upper bound from paired runs"
+    )
+    pass_rate: float = _component(0.0, "requires compile; share of the tests/cases passed")
+
+
+COMPONENTS = tuple(
+    ComponentSpec(name=f.name, min=0, max=1, weight=f.metadata["weight"], description=f.metadata["description"])
+    for f in fields(Components)
 )
+
 
 ADD = {
     "task_id": "example/add",

@@ -1,35 +1,68 @@
-"""The `efficiency` component's two measurements (`CORRGRPO_CODE_EFFICIENCY_MODE`).
+"""The `efficiency` component of a correct program (`CORRGRPO_CODE_EFFICIENCY_MODE`).
 
-Both pay `clip(1 - ratio, 0, 1)` to a correct program, from CPU times the kernel measured outside the candidate's
-process. `paper` (the authors'): ratio = t / t_ref, t the item's one run, t_ref the mean of a few reference runs
-measured once per problem. One run's CPU time on a shared host varies by 10-30 % whatever its length (SMT siblings,
-caches), so copies of the reference earn about 0.1 on average (`bench/bench_efficiency_noise.py`).
+Both modes pay `clip(1 - ratio, 0, 1)`, from CPU times the kernel measured outside the candidate's process.
+`paper` (the authors'): ratio = t / t_ref, t the item's one run, t_ref the mean of a few reference runs measured
+once per problem (`ReferenceTimes`). One run's CPU time on a shared host varies by 10-30 %, so copies of the
+reference earn about 0.1 on average (`bench/bench_efficiency_noise.py`).
 `calibrated`: candidate and reference run in pairs, back to back, the order alternating, until the median of the
-pairs' ratios is known well enough; the ratio paid on is its upper confidence bound `median * exp(k * se)`, so a
-speed-up within the measured spread earns nothing and one beyond it earns nearly the paper's value. The pairs spend at
-most one `TimingBudget` (`timing_budget.py`), and a pair is run only while some outcome of the pairs still possible
-could pay.
+pairs' ratios is known well enough (`time_pairs`); the ratio paid on is its upper confidence bound, so a speed-up
+within the measured spread earns nothing. The runs of one measurement spend at most one `TimingBudget`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import math
 import statistics
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass, field, replace
 
-from corrgrpo_code.harness import HarnessResult
-from corrgrpo_code.timing_budget import TimingBudget
+from corrgrpo_common import Store, StoreUnavailable
+from corrgrpo_sandbox import Sandbox
 
-EfficiencyMode = Literal["paper", "calibrated"]
-MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)  # MAD -> sigma of a normal sample, times the median's loss against the mean
-FEWEST_PAIRS = 3  # a spread needs at least this many pairs: fewer pay nothing
-# A later run of a program costs at least this share of its cheapest run so far, at most its inverse times its dearest
-# (one run's CPU time varies with CV 0.14, p90 0.22): what bounds the pairs and ratios still possible. Misjudged, it
-# only withholds pay, never pays noise.
+from .budget import BudgetedSandbox, OverBudget, TimingBudget
+from .cache import BoundedMemo, key
+from .harness import HarnessResult
+from .problem_tests import ProblemTests
+from .settings import FEWEST_PAIRS, CodeSettings
+from .stdio import CaseRuns
+
+log = logging.getLogger("corrgrpo.code")
+MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)  # MAD -> sigma of a normal sample, times the median's loss to the mean
+# A later run of a program costs at least this share of its cheapest run so far, at most its inverse times its
+# dearest (one run's CPU time varies with CV 0.14, p90 0.22). Misjudged, it only withholds pay, never pays noise.
 COST_FLOOR = 0.75
 SHORTEST_RUN_S = 1e-6  # a zero CPU time (a coarse clock) still gives a finite log ratio
+LOCK_TTL_S = 120.0  # a replica that died while measuring t_ref frees the lock after this
+WAIT_POLL_S = 0.05
+REFERENCE_MEMO_S = 300.0  # how long a replica keeps a successful t_ref in memory instead of asking the store
+REMEMBERED = 256  # problems whose t_ref a replica keeps in memory
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A correct program's efficiency and what `info` shows of its measurement (t_ref and its source always)."""
+
+    efficiency: float
+    t_ref: float | None
+    t_ref_source: str
+    t_ref_error: str | None = None
+    timing_error: str | None = None
+    timing_budget: str | None = None
+    t_ratio: float | None = None
+    t_ratio_bound: float | None = None
+    timing_pairs: int | None = None
+    timing_cpu_s: float | None = None
+
+    def info(self) -> dict[str, float | str | None]:
+        shown = asdict(self)
+        del shown["efficiency"]
+        return {name: value for name, value in shown.items() if value is not None or name == "t_ref"}
 
 
 def efficiency(t: float, t_ref: float | None) -> float:
@@ -42,16 +75,20 @@ def efficiency(t: float, t_ref: float | None) -> float:
 
 @dataclass(frozen=True)
 class Calibration:
-    """When the paired runs stop, and how wide the bound paid on is (defaults from `bench_efficiency_noise.py`)."""
+    """When the paired runs stop, and how wide the bound paid on is (`bench_efficiency_noise.py` chose these)."""
 
-    min_pairs: int = 12
-    max_pairs: int = 24
+    min_pairs: int
+    max_pairs: int
     confidence: float = 3.0  # k: standard errors of the median log ratio between the median and the bound paid on
     precision: float = 0.04  # stop once the median log ratio's standard error is this small
 
     def __post_init__(self) -> None:
         if not FEWEST_PAIRS <= self.min_pairs <= self.max_pairs:
             raise ValueError(f"timing pairs must satisfy {FEWEST_PAIRS} <= min_pairs <= max_pairs")
+
+    @classmethod
+    def of(cls, settings: CodeSettings) -> Calibration:
+        return cls(settings.code_timing_min_pairs, settings.code_timing_max_pairs)
 
 
 @dataclass
@@ -158,3 +195,144 @@ def time_pairs(
         times.candidate.append(measured["candidate"])
         times.reference.append(measured["reference"])
     return times
+
+
+def calibrate(
+    sandbox: Sandbox, settings: CodeSettings, cancelled: threading.Event, tests: ProblemTests, code: str, verdict_s: float
+) -> Timing:
+    """`code`'s calibrated efficiency against the reference (blocking). Every run goes through one
+    `BudgetedSandbox`, a stdin problem's cases one after another."""
+    budget = TimingBudget(settings.code_timing_budget_s)
+    budgeted, cases, limits = BudgetedSandbox(sandbox, budget), CaseRuns(cancel=cancelled), settings.limits()
+    parsed = tests.reference.available  # both parse: the reference did at preparation, the candidate passed already
+
+    def run(program: str) -> HarnessResult:
+        return tests.run(budgeted, program, limits, parsed, cases)
+
+    with sandbox.cancellable(cancelled):
+        try:
+            times = time_pairs(run, code, tests.reference.code, Calibration.of(settings), budget, verdict_s)
+        except TimingRunFailed as failed:
+            why = {"t_ref_error": str(failed)} if failed.side == "reference" else {"timing_error": str(failed)}
+            return Timing(0.0, None, "paired", **why, timing_cpu_s=budget.spent_s)
+        except OverBudget as cut:
+            return Timing(0.0, None, "paired", timing_budget=str(cut), timing_cpu_s=budget.spent_s)
+    calibration, spent_s = Calibration.of(settings), budget.spent_s
+    if not times.pairs:
+        return Timing(0.0, None, "paired", timing_pairs=0, timing_cpu_s=spent_s)
+    t_ref, ratio, bound = statistics.median(times.reference), times.ratio(), times.bound(calibration)
+    value = times.efficiency(calibration)
+    return Timing(value, t_ref, "paired", t_ratio=ratio, t_ratio_bound=bound, timing_pairs=times.pairs, timing_cpu_s=spent_s)
+
+
+@dataclass(frozen=True)
+class ReferenceTime:
+    """`paper`'s t_ref of one problem: the mean CPU time of its reference's runs, or why there is none."""
+
+    t_ref: float | None
+    error: str | None = None
+    runs: tuple[float, ...] = ()
+    attempts: int = 0
+    timing_cpu_s: float = 0.0
+    source: str = "measured"  # memory, cache, measured or measured_uncached; not stored
+
+    def noisy(self) -> bool:
+        """A run far off the others (a neighbour's burst): worth measuring again."""
+        return max(self.runs) > 3 * statistics.median(self.runs) + 0.005
+
+    def dump(self) -> bytes:
+        return json.dumps({**asdict(self), "source": None}).encode()
+
+    @classmethod
+    def load(cls, data: bytes, source: str) -> ReferenceTime:
+        saved = json.loads(data)
+        return cls(**{**saved, "runs": tuple(saved["runs"]), "source": source})
+
+    def timing(self, t: float) -> Timing:
+        """The paper's efficiency of a correct run that took `t` CPU seconds."""
+        return Timing(efficiency(t, self.t_ref), self.t_ref, self.source, t_ref_error=self.error)
+
+
+@dataclass
+class ReferenceTimes:
+    """t_ref for `paper`, measured once per problem for every replica: the store's `add` is the lock; a replica
+    that finds it taken polls for the value. Each replica keeps a successful one for `REFERENCE_MEMO_S`."""
+
+    sandbox: Sandbox
+    store: Store
+    pool: Executor
+    settings: CodeSettings
+    remembered: BoundedMemo[str, tuple[float, ReferenceTime]] = field(default_factory=lambda: BoundedMemo(REMEMBERED))
+
+    def known(self, tests: ProblemTests) -> ReferenceTime | None:
+        """The t_ref kept in memory while it is fresh (one dict read: fine on the event loop)."""
+        kept = self.remembered.peek(tests.key)
+        return kept[1] if kept is not None and time.monotonic() < kept[0] else None
+
+    async def get(self, tests: ProblemTests) -> ReferenceTime:
+        if (known := self.known(tests)) is not None:
+            return known
+        reference = await self._shared(tests)
+        if reference.t_ref is not None:
+            memory = replace(reference, source="memory")
+            self.remembered.put(tests.key, (time.monotonic() + REFERENCE_MEMO_S, memory))
+        return reference
+
+    async def _shared(self, tests: ProblemTests) -> ReferenceTime:
+        """From the store, else measured once. Every key has a TTL; a failure a short one, so it is re-measured."""
+        settings, loop = self.settings, asyncio.get_running_loop()
+        name = f"{settings.code_cache_prefix}tref:{key(tests.key, self.sandbox.isolation)}"
+        try:
+            deadline = loop.time() + LOCK_TTL_S
+            while loop.time() < deadline:
+                if (cached := await self.store.get(name)) is not None:
+                    return ReferenceTime.load(cached, "cache")
+                if await self.store.add(f"{name}:lock", b"1", LOCK_TTL_S):
+                    try:
+                        measured = await loop.run_in_executor(self.pool, self.measure, tests)
+                        ok = measured.t_ref is not None
+                        ttl = settings.code_reference_ttl_s if ok else settings.code_reference_failure_ttl_s
+                        await self.store.set(name, measured.dump(), ttl, evictable=True)
+                    finally:
+                        await self.store.delete(f"{name}:lock")
+                    return measured
+                await asyncio.sleep(WAIT_POLL_S)  # another item or replica is measuring it
+        except StoreUnavailable as error:
+            log.warning("reference-time cache unavailable; measuring without it", extra={"error": str(error)})
+        measured = await loop.run_in_executor(self.pool, self.measure, tests)
+        return replace(measured, source="measured_uncached")
+
+    def measure(self, tests: ProblemTests) -> ReferenceTime:
+        """`code_reference_runs` runs of the reference (blocking) within one `TimingBudget`. A failed or noisy
+        attempt is retried after a pause, up to `code_reference_attempts`, while the budget lasts; an attempt the
+        budget ended keeps the runs it completed."""
+        budgeted = BudgetedSandbox(self.sandbox, TimingBudget(self.settings.code_timing_budget_s))
+        measured = ReferenceTime(None)
+        for attempt in range(self.settings.code_reference_attempts):
+            if attempt:
+                time.sleep(0.5 * attempt)
+            latest, cut = self._measure_once(tests, budgeted)
+            if latest.t_ref is not None or measured.t_ref is None:
+                measured = latest
+            if cut or (measured.t_ref is not None and not measured.noisy()):
+                break
+        return replace(measured, attempts=attempt + 1, timing_cpu_s=budgeted.budget.spent_s)
+
+    def _measure_once(self, tests: ProblemTests, budgeted: BudgetedSandbox) -> tuple[ReferenceTime, bool]:
+        """One attempt's t_ref, and whether the budget ended it (a run it cut, or one that would not fit)."""
+        times: list[float] = []
+        reference, runs, limits = tests.reference, self.settings.code_reference_runs, self.settings.limits()
+        for _ in range(runs):  # parsed at preparation (`available`): not parsed again per run
+            if times and not budgeted.budget.fits(max(times)):
+                break
+            try:
+                result = tests.run(budgeted, reference.code, limits, reference.available)
+            except OverBudget as cut:
+                if times:
+                    break
+                return ReferenceTime(None, f"reference: {cut}"), True
+            if not result.ok or result.exec is None:
+                why = f"reference fails its tests: {result.stage}: {result.error}"
+                return ReferenceTime(None, why), False
+            times.append(result.exec.cpu_s)
+        return ReferenceTime(sum(times) / len(times), runs=tuple(times)), len(times) < runs

@@ -1,4 +1,4 @@
-"""Code extraction from a model response and the `format` component, the authors' rule.
+"""Code extraction from a model response (the authors' rule, with `format`), and its parse in the service.
 
 A fenced block is the text between two occurrences of three backticks, paired from the start of the (stripped)
 response (first with second, third with fourth; an unpaired last one is ignored), anywhere on a line. Its body
@@ -15,9 +15,13 @@ Without a block, the code is the response after its last `</think>`, from the ma
 
 from __future__ import annotations
 
+import ast
 import re
+import threading
 from dataclasses import dataclass
+from typing import Literal
 
+_PARSING = threading.RLock()  # re-entrant: a finalizer run by a collection inside a parse may parse too
 _FENCE = "```"
 _TAG = re.compile(r"(?:python|py)?[ \t]*\n?", re.IGNORECASE)
 _ENTRY = re.compile(r"\s*([A-Za-z_]\w*)\s*(\()?")
@@ -69,3 +73,29 @@ def extract(response: str, marker: str) -> Extracted:
         start = text.find(marker)
         code = text[start:] if start >= 0 else text
     return Extracted(code, bool(blocks), float(bool(blocks) and marker in code))
+
+def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.AST:
+    """`ast.parse`, one thread at a time. CPython before 3.11.8 (Debian 12 ships 3.11.2) keeps the AST constructor's
+    recursion depth per interpreter, so a collection during one thread's parse that lets another thread parse fails
+    with `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905). Parsing holds the GIL
+    anyway: the lock costs no parallelism. Every parse in the code service goes through here."""
+    with _PARSING:
+        return ast.parse(source, mode=mode)
+
+
+def parse_solution(solution: str) -> ast.Module | str:
+    """The solution's syntax tree, or why it cannot be compiled. Absurd nesting is the solution's failure, never a crash."""
+    if not solution.strip():
+        return "no code"
+    try:
+        return parse_python(solution)  # type: ignore[return-value]
+    except (SyntaxError, ValueError) as error:  # ValueError: null bytes
+        return f"{type(error).__name__}: {error}"
+    except (RecursionError, MemoryError) as error:  # the parser's own stack: deeply nested expressions
+        return f"{type(error).__name__}: nested too deeply to compile"
+
+
+def syntax_error(solution: str) -> str | None:
+    """Why `solution` cannot be compiled, or None."""
+    tree = parse_solution(solution)
+    return tree if isinstance(tree, str) else None

@@ -167,7 +167,7 @@ MUTABLE = ("obj", "list", "dict", "set")  # rebuilt as empty shells first, fille
 UNCHANGED = 0  # in a reply, the entry of an object the receiver sent and the call left as it was
 
 
-class ProtocolError(Exception):
+class PackError(Exception):
     """The other side sent something `pack` never writes."""
 
 
@@ -301,7 +301,7 @@ def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tupl
     """A graph message back to values, and its objects by index. The objects in `sent` (what this side packed before
     the call) are updated in place where the other side changed them, so a test sees the candidate's mutations."""
     if type(message) is not dict or type(message.get("roots")) is not list or type(message.get("objects")) is not list:
-        raise ProtocolError("not a graph message")
+        raise PackError("not a graph message")
     entries: list[Any] = message["objects"]
     kinds = type_kinds(classes)
     pending, building = object(), object()
@@ -309,15 +309,15 @@ def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tupl
     for at, entry in enumerate(entries):
         if at < len(sent):
             if entry != UNCHANGED and (type(entry) is not list or entry[:1] != [kinds.get(type(sent[at]))]):
-                raise ProtocolError(f"object {at} changed its type")
+                raise PackError(f"object {at} changed its type")
             if entry != UNCHANGED and entry[0] == "obj" and entry[1:2] != [type(sent[at]).__name__]:
-                raise ProtocolError(f"object {at} changed its class")
+                raise PackError(f"object {at} changed its class")
             made[at] = sent[at]
         elif type(entry) is not list or not entry:
-            raise ProtocolError(f"object {at} is not an entry")
+            raise PackError(f"object {at} is not an entry")
         elif entry[0] == "obj":
             if type(entry[1]) is not str:
-                raise ProtocolError(f"object {at} has no class name")
+                raise PackError(f"object {at} has no class name")
             if entry[1] not in classes:
                 raise NotData(f"{entry[1][:80]} is not data (not a class the prelude defines)")
             made[at] = object.__new__(classes[entry[1]])
@@ -333,11 +333,11 @@ def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tupl
             return made_at if made_at is not pending and made_at is not building else resolve(at)
         if type(v) is dict and type(v.get("!")) is str:
             raise NotData(f"{v['!']} is not data")
-        raise ProtocolError("not a value")
+        raise PackError("not a value")
 
     def resolve(at: int) -> Any:  # immutable entries are built on first use, from the shells
         if made[at] is building:
-            raise ProtocolError(f"object {at} contains itself")
+            raise PackError(f"object {at} contains itself")
         if made[at] is pending:
             made[at] = building
             k, items = entries[at][0], entries[at][1]
@@ -348,7 +348,7 @@ def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tupl
             elif k == "bytes" and type(items) is str:
                 made[at] = bytes.fromhex(items)
             else:
-                raise ProtocolError(f"object {at}: unknown entry {k!r}")
+                raise PackError(f"object {at}: unknown entry {k!r}")
         return made[at]
 
     roots = [value(v) for v in message["roots"]]
@@ -371,7 +371,7 @@ def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tupl
             else:
                 attributes = [(name, value(v)) for name, v in entry[2]]
                 if not all(type(name) is str for name, _ in attributes):
-                    raise ProtocolError(f"object {at}: an attribute name is not a string")
+                    raise PackError(f"object {at}: an attribute name is not a string")
                 vars(target).clear()
                 vars(target).update(attributes)
     return roots, made
@@ -396,7 +396,7 @@ class Candidate:
             raise CandidateLost(self.ended() if len(line) < LINE_CAP else "the candidate's answer is too long")
         message = decoded(line)
         if type(message) is not dict:
-            raise ProtocolError("the candidate's answer is not an object")
+            raise PackError("the candidate's answer is not an object")
         return message
 
     def ended(self) -> str:
@@ -428,7 +428,7 @@ class Candidate:
         if "value" in reply:  # "nothing changed" is the candidate's word here as UNCHANGED entries are in "returned"
             value = reply["value"]
             if type(value) not in SCALAR_TYPES:
-                raise ProtocolError("the candidate's value is not a scalar")
+                raise PackError("the candidate's value is not a scalar")
             return value
         with collector_paused():
             (result,), _ = unpack(reply.get("returned"), self.classes, sent)
@@ -508,14 +508,14 @@ def relay(candidate: Candidate) -> None:
     candidate has run yet), its top level and its entry point (not trusted, and they need not be)."""
     try:
         first = candidate.receive()
-    except (CandidateLost, ProtocolError, ValueError) as error:
+    except (CandidateLost, PackError, ValueError) as error:
         finish({"anomaly": f"the candidate's process ended before compiling: {error}"}, candidate.pid)
     send({k: v for k, v in first.items() if k in ("compiled", "error")})
     if first.get("compiled") is not True:
         finish({}, candidate.pid)
     try:
         toplevel = candidate.receive().get("toplevel")
-    except (CandidateLost, ProtocolError, ValueError) as error:
+    except (CandidateLost, PackError, ValueError) as error:
         toplevel = describe(error)
     if toplevel != "ok":
         finish({"toplevel": str(toplevel)[:300]}, candidate.pid)

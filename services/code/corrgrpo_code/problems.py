@@ -19,7 +19,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from corrgrpo_proto.code import AnyProblem, CallCase, CallProblem, CodeProblem, MbppProblem, StdinCase, StdinProblem
+from corrgrpo_proto.code import (
+    AnyProblem,
+    CallCase,
+    CallProblem,
+    CodeProblem,
+    MbppProblem,
+    StdinCase,
+    StdinProblem,
+)
 
 
 def humaneval_problems() -> Iterator[CodeProblem]:

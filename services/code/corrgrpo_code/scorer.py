@@ -1,152 +1,304 @@
-"""`CodeScorer.score(items)`, the kit's scorer: one `Scored | ItemError` per item, in order. It wires the pieces: lanes
-of threads evaluate the items (`lanes.py`), each a prepared problem (`prepared.py`), a run shared by the batch's copies
-of a program (`runs.py`) and pure scoring (`scoring.py`); then efficiency (`batch_efficiency.py`). The sandbox runs
-at most `workers` executions at once.
+"""`CodeScorer.score(items)`: each item a `Job` through extract → parse → run → conclude, then efficiency.
+
+Lane threads take a batch's jobs, longest first; copies of one program share one verdict (`SharedVerdicts`),
+and a copy whose program another lane is running waits until its own lane has nothing else to do.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
-import functools
+import contextlib
 import logging
 import math
 import queue
+import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from corrgrpo_common import Scored, Store
 from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import AnyProblem, CodeItem
-from corrgrpo_sandbox import Sandbox
+from corrgrpo_sandbox import RunCancelled, Sandbox
 
-from . import batch_efficiency
-from .config import ScoringConfig
-from .execution import run_tests
-from .extract import extract
+from .cache import BoundedMemo, Claim, SharedVerdicts, key
+from .declaration import Components
+from .efficiency import ReferenceTimes, Timing, calibrate
+from .extract import Extracted, extract, parse_solution
 from .harness import HarnessResult
-from .identity import Content, content_hash, problem_content
-from .kinds import ProblemError
-from .lanes import Answers, Batch, lane
-from .memo import BoundedMemo
-from .parsing import parse_solution
-from .prepared import PreparedProblem
-from .reference_times import ReferenceTimes
-from .runs import SharedRuns, run_key
-from .scoring import Outcome, conclude, too_long
-from .stdio import CasePool, CaseRuns, cut_by_budget
+from .problem_tests import Content, ProblemError, ProblemTests, SandboxFault, content_hash, problem_content
+from .settings import CodeSettings
+from .similarity import TooManyPairs
+from .stdio import CasePool, CaseRuns
 
-PREPARED_CACHE = 256  # distinct problems kept prepared (split tests, reference tree)
+PREPARED = 256  # distinct problems kept prepared (split tests, reference tree)
 log = logging.getLogger("corrgrpo.code")
+_ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")  # the harness's error text for a raised AssertionError
+
+
+@dataclass
+class Job:
+    """One item on its way through the stages; each stage fills its part."""
+
+    item: CodeItem
+    problem: AnyProblem | None
+    tests: ProblemTests | None = None
+    extracted: Extracted | None = None
+    tree: ast.Module | None = None  # None: the code does not parse
+    claim: Claim | None = None  # the verdict it shares with the batch's copies of its program
+    components: Components | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    error: ItemError | None = None
+    timed: ProblemTests | None = None  # set when efficiency is to time its program against this reference
+    cpu_s: float = 0.0  # its verdict's run
+
+    @property
+    def code(self) -> str:
+        return self.extracted.code if self.extracted is not None else ""
+
+    def answer(self) -> Scored | ItemError:
+        if self.error is not None:
+            return self.error
+        assert self.components is not None, "every job is concluded or has an error"
+        return Scored(asdict(self.components), self.info)
+
+
+@dataclass
+class Batch:
+    """What the lanes of one batch share: the jobs still to take, the verdicts, the cancel event."""
+
+    pending: queue.SimpleQueue[Job]
+    verdicts: SharedVerdicts
+
+    def next(self) -> Job | None:
+        try:
+            return None if self.verdicts.cancelled.is_set() else self.pending.get_nowait()
+        except queue.Empty:
+            return None
 
 
 class CodeScorer:
-    def __init__(
-        self, sandbox: Sandbox, store: Store, problems: dict[str, AnyProblem], config: ScoringConfig, workers: int
-    ) -> None:
-        self.sandbox, self.store, self.problems, self.config = sandbox, store, problems, config
-        # Twice the sandbox's workers: while one thread does an item's own work (extraction, parsing, similarity),
-        # another keeps its sandbox worker busy; the sandbox itself admits at most `workers` runs at once.
-        self.lanes = 2 * max(1, workers)
+    def __init__(self, sandbox: Sandbox, store: Store, problems: dict[str, AnyProblem], settings: CodeSettings) -> None:
+        self.sandbox, self.store, self.problems, self.settings = sandbox, store, problems, settings
+        self.limits, workers = settings.limits(), max(1, settings.code_workers)
+        # Twice the sandbox's workers: while one thread does an item's own work (extraction, similarity),
+        # another keeps its sandbox worker busy; the sandbox admits at most `workers` runs at once.
+        self.lanes = 2 * workers
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
-        self.cases = CasePool(sandbox, max(1, workers))
-        self.prepared: BoundedMemo[Content, PreparedProblem] = BoundedMemo(PREPARED_CACHE)
-        # `_verdict`'s reference checks, by problem: why it cannot be judged, or None
-        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED_CACHE)
-        self.reference_times = ReferenceTimes(sandbox, store, self.pool, config)
+        self.cases = CasePool(sandbox, workers)
+        self.prepared: BoundedMemo[Content, ProblemTests] = BoundedMemo(PREPARED)
+        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED)  # by judged problem: why, or None
+        self.reference_times = ReferenceTimes(sandbox, store, self.pool, settings)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.cases.close()
 
     async def score(self, items: Sequence[CodeItem]) -> list[Scored | ItemError]:
-        """Every item through `lanes` threads, longest first (known t_ref; unknown ones before all: the batch's tail
-        is short), then efficiency: `paper`, one t_ref lookup per distinct problem; `calibrated`, one paired timing
-        per distinct correct program."""
-        pending = queue.SimpleQueue[int]()
-        for index in sorted(range(len(items)), key=lambda i: -self._expected_seconds(items[i])):
-            pending.put(index)
-        cancelled, loop, config = threading.Event(), asyncio.get_running_loop(), self.config
-        runs = SharedRuns(self.store, loop, f"{config.cache_prefix}run:", config.run_ttl_s, cancelled)
-        answers: Answers = [None] * len(items)
-        batch = Batch(items, self._problem, pending, cancelled, runs, answers)
-        work = functools.partial(lane, batch, self.sandbox, self.evaluate)
+        """Every job through the lanes (known t_ref longest first, unknown ones before all), then efficiency."""
+        loop, settings = asyncio.get_running_loop(), self.settings
+        jobs = [Job(item, item.problem or self.problems.get(item.task_id or "")) for item in items]
+        prefix = f"{settings.code_cache_prefix}run:"
+        batch = Batch(queue.SimpleQueue(), SharedVerdicts(self.store, loop, prefix, settings.code_run_ttl_s))
+        for job in sorted(jobs, key=lambda job: -self._expected_seconds(job.problem)):
+            batch.pending.put(job)
         try:
-            await asyncio.gather(*(loop.run_in_executor(self.pool, work) for _ in items[: self.lanes]))
-            timed = batch_efficiency.timed(answers)
-            if config.efficiency_mode == "calibrated":
-                calibrate = functools.partial(batch_efficiency.calibrate, self.sandbox, config, cancelled)
-                await batch_efficiency.add_calibrated(timed, answers, calibrate, self.pool)
-            else:
-                await batch_efficiency.add_paper(timed, answers, self.reference_times)
-        except asyncio.CancelledError:  # the client went away: end the batch's sandbox runs now, not at their wall limit
-            cancelled.set()
+            await asyncio.gather(*(loop.run_in_executor(self.pool, self._lane, batch) for _ in jobs[: self.lanes]))
+            timed = [job for job in jobs if job.timed is not None and job.error is None]
+            await self._add_efficiency(timed, batch.verdicts.cancelled)
+        except asyncio.CancelledError:  # the client went away: end the batch's runs now, not at their wall limit
+            batch.verdicts.cancelled.set()
             raise
-        done = [a.scored if isinstance(a, Outcome) else a for a in answers if a is not None]
-        assert len(done) == len(items), "lanes end early only when the batch is cancelled"
-        return done
+        return [job.answer() for job in jobs]
 
-    def _problem(self, item: CodeItem) -> AnyProblem | None:
-        return item.problem or self.problems.get(item.task_id or "")
+    def _lane(self, batch: Batch) -> None:
+        """Jobs until none is left or the batch is cancelled; then those that wait on another lane's run."""
+        waiting: list[Job] = []
+        with self.sandbox.cancellable(batch.verdicts.cancelled), contextlib.suppress(RunCancelled):
+            while (job := batch.next()) is not None:
+                with answering(job):
+                    self.evaluate(job, batch)
+                if job.claim is not None and job.components is None and job.error is None:
+                    waiting.append(job)
+            for job in waiting:
+                with answering(job):
+                    self._conclude(job)
 
-    def _expected_seconds(self, item: CodeItem) -> float:
-        """The reference's time when this replica knows it, else infinity (a dict read: fine on the event loop)."""
-        problem = self._problem(item)
-        prepared = self.prepared.peek(problem_content(problem)) if problem is not None else None
-        known = prepared.remembered_t_ref() if prepared is not None else None
-        return known["t_ref"] if known is not None else math.inf
+    def evaluate(self, job: Job, batch: Batch) -> None:
+        """extract → parse → run → conclude (blocking). A copy of a program another lane runs is left unconcluded."""
+        if job.problem is None:
+            job.error = no_problem(job.item)
+            return
+        tests = job.tests = self.prepare(job.problem)
+        extracted = job.extracted = extract(job.item.completion, tests.marker)
+        if len(extracted.code) > self.settings.code_max_chars:
+            job.components, job.info = too_long(extracted, self.settings.code_max_chars)
+            return
+        parsed = parse_solution(extracted.code)  # the syntax check and the similarity share one parse
+        job.tree = None if isinstance(parsed, str) else parsed
+        job.claim = batch.verdicts.claim(key(extracted.code, tests.judged_key, self.limits, self.sandbox.isolation))
+        if job.claim.owned:
+            self._run(job, batch)
+        if job.claim.future.done():
+            self._conclude(job)
 
-    def prepare(self, problem: AnyProblem) -> PreparedProblem:
-        """Once per distinct problem (LRU): splitting a big check and parsing the reference cost seconds; the items
-        of one batch share one preparation."""
-        content = problem_content(problem)
-        return self.prepared.get(content, lambda: PreparedProblem.of(problem, content_hash(content), self.config.case_s))
+    def _run(self, job: Job, batch: Batch) -> None:
+        """The verdict of the job's program for all its copies: stored, else run (then stored)."""
+        assert job.claim is not None and job.tests is not None and job.extracted is not None
+        future, name = job.claim.future, job.claim.key
+        try:
+            if (stored := batch.verdicts.stored(name)) is not None:
+                future.set_result((stored, "store"))
+                return
+            cases = CaseRuns(self.settings.code_verdict_budget_s, self.cases, batch.verdicts.cancelled)
+            verdict = self._verdict(job.tests, job.extracted.code, job.tree is not None, cases)
+            future.set_result((verdict, "run"))
+        except BaseException as error:
+            future.set_exception(error)
+            raise
+        batch.verdicts.keep(name, verdict)
 
-    def evaluate(self, problem: AnyProblem, completion: str, runs: SharedRuns | None = None) -> Outcome | Callable[[], Outcome]:
-        """Everything but efficiency, blocking (extraction, parsing, the run, AST similarity): off the event loop. With
-        `runs`, a program already running for another item of the batch returns what concludes it once that run ends."""
-        config, isolation = self.config, self.sandbox.isolation
-        prepared = self.prepare(problem)
-        extracted = extract(completion, prepared.marker)
-        code = extracted.code
-        if len(code) > config.max_code_chars:
-            return too_long(extracted, config.max_code_chars)
-        parsed = parse_solution(code)  # the syntax check and the similarity share one parse
-        tree = None if isinstance(parsed, str) else parsed
-        cases = CaseRuns(config.verdict_budget_s, self.cases, runs.cancelled if runs else None)
-        execute = functools.partial(self._verdict, prepared, code, tree is not None, cases)
-        outcome = functools.partial(conclude, prepared, extracted, tree, isolation=isolation, timed=config.efficiency)
-        if runs is None:
-            return outcome(execute(), "run")
-        key = run_key(code, prepared.judged_key, config.limits, isolation)
-        future, owned = runs.claim(key)
-        if owned:
-            runs.run(future, key, execute)
-            return outcome(*future.result())
-
-        def concluded() -> Outcome:
-            return outcome(future.result()[0], "batch")
-
-        return concluded() if future.done() else concluded
-
-    def _verdict(self, prepared: PreparedProblem, code: str, parsed: bool, cases: CaseRuns) -> HarnessResult:
-        """`code`'s run; one the verdict's budget cut is the candidate's `timeout`, unless the problem's
-        reference is cut too (checked once per problem): then no program as fast as the reference could pass,
-        and it is `invalid_problem` (ProblemError)."""
-        result = run_tests(self.sandbox, prepared, code, self.config.limits, parsed, cases)
-        if cut_by_budget(result) and prepared.reference.code:
-            check = functools.partial(self._reference_cut, prepared, cases)
-            unjudgeable = self.unjudgeable.get(prepared.judged_key, check)
-            if unjudgeable is not None:
-                raise ProblemError(unjudgeable)
+    def _verdict(self, tests: ProblemTests, code: str, parsed: bool, cases: CaseRuns) -> HarnessResult:
+        """`code`'s run. One the verdict's budget cut is a `timeout`, unless the problem's reference is cut too
+        (checked once per problem): then no program as fast as the reference could pass (ProblemError)."""
+        result = tests.run(self.sandbox, code, self.limits, parsed, cases)
+        if result.budget_cut and tests.reference.code:
+            why = self.unjudgeable.get(tests.judged_key, lambda: self._reference_cut(tests, cases))
+            if why is not None:
+                raise ProblemError(why)
         return result
 
-    def _reference_cut(self, prepared: PreparedProblem, cases: CaseRuns) -> str | None:
-        reference, config = prepared.reference, self.config
-        result = run_tests(self.sandbox, prepared, reference.code, config.limits, reference.available, cases)
-        if not cut_by_budget(result):
+    def _reference_cut(self, tests: ProblemTests, cases: CaseRuns) -> str | None:
+        reference = tests.reference
+        if not tests.run(self.sandbox, reference.code, self.limits, reference.available, cases).budget_cut:
             return None
-        budget_s, task_id = config.verdict_budget_s, prepared.problem.task_id
+        budget_s, task_id = self.settings.code_verdict_budget_s, tests.problem.task_id
         log.warning("a reference over the verdict budget", extra={"task_id": task_id, "budget_s": budget_s})
         why = f"its reference does not pass within the verdict budget of {budget_s:g} CPU-s"
         return f"{why} (CORRGRPO_CODE_VERDICT_BUDGET_S)"
+
+    def _conclude(self, job: Job) -> None:
+        """The job's components and `info` from its verdict (`run`: its own, `batch`: a copy's, `store`)."""
+        assert job.claim is not None and job.tests is not None and job.extracted is not None
+        result, source = job.claim.future.result()
+        tests, run = job.tests, result.exec
+        job.info = {
+            "kind": tests.kind,
+            "run": source if job.claim.owned else "batch",
+            "stage": result.stage,
+            "error": result.error,
+            "tests_passed": result.passed,
+            "tests_total": result.total,
+            "mode": result.mode,
+            "isolation": run.isolation if run else self.sandbox.isolation,
+            "t": run.cpu_s if run else None,
+            "t_wall": run.wall_s if run else None,
+            "fenced": job.extracted.fenced,
+            "ast_reference": tests.reference.available,  # False: no reference to compare with, similarity 0
+        }
+        try:
+            similarity = tests.reference.similarity(job.tree)
+        except TooManyPairs as error:  # too repetitive or too large to compare within the budget: scores 0
+            similarity, job.info["ast_error"] = 0.0, str(error)
+        job.components = components(job.extracted.format, job.tree is not None, similarity, result)
+        if self.settings.code_efficiency and result.ok and run is not None:
+            if tests.reference.code:
+                job.timed, job.cpu_s = tests, run.cpu_s
+            else:
+                job.info["t_ref_error"] = "no reference solution"
+
+    async def _add_efficiency(self, jobs: list[Job], cancelled: threading.Event) -> None:
+        """`paper`: one t_ref per distinct problem; `calibrated`: one paired timing per distinct program."""
+        loop, found = asyncio.get_running_loop(), list[Timing | BaseException]()
+        if self.settings.code_efficiency_mode == "calibrated":
+            programs = {(tests.key, job.code): (tests, job) for job in jobs if (tests := job.timed) is not None}
+            args = (self.sandbox, self.settings, cancelled)
+            timings = (loop.run_in_executor(self.pool, calibrate, *args, t, j.code, j.cpu_s) for t, j in programs.values())
+            by_program = dict(zip(programs, await asyncio.gather(*timings, return_exceptions=True), strict=True))
+            found = [by_program[tests.key, job.code] for job in jobs if (tests := job.timed) is not None]
+        else:
+            problems = {tests.key: tests for job in jobs if (tests := job.timed) is not None}
+            asked = (self.reference_times.get(tests) for tests in problems.values())
+            by_problem = dict(zip(problems, await asyncio.gather(*asked, return_exceptions=True), strict=True))
+            for job in jobs:
+                assert job.timed is not None
+                reference = by_problem[job.timed.key]
+                found.append(reference if isinstance(reference, BaseException) else reference.timing(job.cpu_s))
+        for job, timing in zip(jobs, found, strict=True):
+            if isinstance(timing, BaseException):
+                job.error = item_error(timing, job)
+            elif job.components is not None:
+                job.components.efficiency = timing.efficiency
+                job.info.update(timing.info())
+
+    def _expected_seconds(self, problem: AnyProblem | None) -> float:
+        """The reference's time when this replica knows it, else infinity (dict reads: fine on the event loop)."""
+        tests = self.prepared.peek(problem_content(problem)) if problem is not None else None
+        known = self.reference_times.known(tests) if tests is not None else None
+        return known.t_ref if known is not None and known.t_ref is not None else math.inf
+
+    def prepare(self, problem: AnyProblem) -> ProblemTests:
+        """Once per distinct problem (LRU): splitting a big check and parsing the reference cost seconds."""
+        content = problem_content(problem)
+        case_s = self.settings.code_case_s
+        return self.prepared.get(content, lambda: ProblemTests.of(problem, content_hash(content), case_s))
+
+
+def _raised_assertion(result: HarnessResult) -> bool:
+    """An AssertionError that ended the run outside a test's check (the code's own `assert`): for `runtime`,
+    the authors count every AssertionError as a failed test, not a crash."""
+    return result.stage in ("toplevel", "test_error") and bool(_ASSERTION.match(result.error or ""))
+
+
+def components(fmt: float, syntax: bool, similarity: float, result: HarnessResult) -> Components:
+    """The dependency chain: syntax (parses here) → compile (prelude + code compiled in the sandbox's child) →
+    runtime (no error but a failed assertion) → correct (every test passed). An anomaly the solution caused
+    counts as not compiling: nothing of an untrustworthy run is trusted. Efficiency is added later."""
+    compiled = syntax and result.compiled is True and result.stage != "anomaly"
+    runtime = compiled and (result.stage in ("assertion", "passed") or _raised_assertion(result))
+    correct = compiled and result.stage == "passed"
+    return Components(
+        format=fmt,
+        syntax=float(syntax),
+        compile=float(compiled),
+        runtime=float(runtime),
+        correct=float(correct),
+        ast_similarity=similarity,
+        pass_rate=result.passed / result.total if compiled and result.total else 0.0,
+    )
+
+
+def too_long(extracted: Extracted, max_chars: int) -> tuple[Components, dict[str, Any]]:
+    """Code over `max_chars` is neither parsed nor run: all but `format` 0."""
+    error = f"code of {len(extracted.code)} characters is over the limit of {max_chars}; not run"
+    return Components(format=extracted.format), {"stage": "too_long", "error": error}
+
+
+def no_problem(item: CodeItem) -> ItemError:
+    if item.problem_from is not None:  # only `/v1/score`'s request resolves it (OpenRLHF's labels are items alone)
+        return ItemError(code="invalid_problem", message="`problem_from` names another item of a /v1/score request")
+    return ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
+
+
+def item_error(error: BaseException, job: Job) -> ItemError:
+    if isinstance(error, SandboxFault):
+        return ItemError(code="sandbox_anomaly", message=f"sandbox broken: {error}")
+    if isinstance(error, ProblemError):
+        return ItemError(code="invalid_problem", message=str(error))
+    task_id = job.problem.task_id if job.problem else job.item.task_id
+    log.error("scoring failed", exc_info=error, extra={"task_id": task_id})
+    return ItemError(code="internal", message=f"{type(error).__name__}: {error}")
+
+
+@contextlib.contextmanager
+def answering(job: Job) -> Iterator[None]:
+    """One job's failure is its error, never the batch's (a cancelled run ends the lane)."""
+    try:
+        yield
+    except RunCancelled:
+        raise
+    except Exception as error:
+        job.error = item_error(error, job)

@@ -1,8 +1,5 @@
-"""Settings of the code service (`CORRGRPO_CODE_*`, on top of the kit's `CORRGRPO_*`).
-
-Defaults live once, in `ScoringConfig` and the harness limits; `scoring_config()` builds the scorer's
-config from these settings.
-"""
+"""Settings of the code service (`CORRGRPO_CODE_*`, on top of the kit's `CORRGRPO_*`), each declared once:
+the scorer reads them as they are."""
 
 from __future__ import annotations
 
@@ -15,10 +12,11 @@ from corrgrpo_common import ServiceSettings
 from corrgrpo_common.settings import cpu_count
 from corrgrpo_sandbox import Limits
 
-from .config import HARNESS_LIMITS, ScoringConfig
-from .efficiency import FEWEST_PAIRS, EfficiencyMode
+HARNESS_LIMITS = Limits(output_bytes=1 << 20)  # the channel carries every test's output
+CASE_S = 6.0  # CPU seconds per stdin case (LiveCodeBench's 6 s), and the most a problem's own limit may ask
+EfficiencyMode = Literal["paper", "calibrated"]
+FEWEST_PAIRS = 3  # a spread needs at least this many timing pairs: fewer pay nothing
 
-DEFAULT = ScoringConfig()
 
 
 class CodeSettings(ServiceSettings):
@@ -40,63 +38,63 @@ class CodeSettings(ServiceSettings):
         description="Sandbox isolation: `auto` (bwrap, else docker, else refuse to start), `bwrap`, `docker`, or "
         "`unsafe-none` (untrusted code runs with the service's uid, files and network; `/readyz` stays 503)",
     )
-    code_cpu_s: float = Field(DEFAULT.limits.cpu_s, description="CPU seconds per execution (program + all tests)")
-    code_wall_s: float = Field(DEFAULT.limits.wall_s, description="Wall-clock seconds per execution")
-    code_memory_mb: int = Field(DEFAULT.limits.memory_mb, description="RLIMIT_AS of each process of a run, MiB")
-    code_cache_prefix: str = Field(DEFAULT.cache_prefix, description="Store key prefix of the reference-time cache")
-    code_reference_runs: int = Field(DEFAULT.reference_runs, ge=1, description="Runs of the reference averaged into t_ref")
+    code_cpu_s: float = Field(HARNESS_LIMITS.cpu_s, description="CPU seconds per execution (program + all tests)")
+    code_wall_s: float = Field(HARNESS_LIMITS.wall_s, description="Wall-clock seconds per execution")
+    code_memory_mb: int = Field(HARNESS_LIMITS.memory_mb, description="RLIMIT_AS of each process of a run, MiB")
+    code_cache_prefix: str = Field("corrgrpo:code:", description="Store key prefix of the reference-time cache")
+    code_reference_runs: int = Field(4, ge=1, description="Runs of the reference averaged into t_ref")
     code_efficiency: bool = Field(
-        DEFAULT.efficiency, description="Measure efficiency (false: t_ref is never measured; the component is 0)"
+        True, description="Measure efficiency (false: t_ref is never measured; the component is 0)"
     )
     code_efficiency_mode: EfficiencyMode = Field(
-        DEFAULT.efficiency_mode,
+        "calibrated",
         description="`paper` (the authors': one run against a shared t_ref; mostly noise on millisecond tasks) or "
         "`calibrated` (interleaved pairs with the reference; pays only a speed-up beyond their spread)",
     )
     code_timing_min_pairs: int = Field(
-        DEFAULT.calibration.min_pairs,
+        12,
         ge=FEWEST_PAIRS,
         description="`calibrated`: pairs before precision or a settled median may end them",
     )
     code_timing_max_pairs: int = Field(
-        DEFAULT.calibration.max_pairs,
+        24,
         ge=FEWEST_PAIRS,
         description="`calibrated`: most pairs, until the median ratio is precise or settled at 0",
     )
     code_timing_budget_s: float = Field(
-        DEFAULT.timing_budget_s,
+        10.0,
         ge=2,
         description="Sandbox CPU seconds of one distinct correct program's timing runs (`paper`: of a t_ref), "
         "enforced within each run; a run it cuts pays efficiency 0",
     )
     code_verdict_budget_s: float = Field(
-        DEFAULT.verdict_budget_s,
+        60.0,
         ge=2,
         description="CPU seconds of one stdin verdict, all its cases (see Efficiency)",
     )
     code_max_chars: int = Field(
-        DEFAULT.max_code_chars,
+        100_000,
         gt=0,
         description="Longer extracted code is neither parsed nor run: stage `too_long`",
     )
     code_reference_attempts: int = Field(
-        DEFAULT.reference_attempts,
+        3,
         ge=1,
         description="Attempts at t_ref (a failed one, or one with a run over 3x the median, is retried)",
     )
-    code_reference_ttl_s: float = Field(DEFAULT.reference_ttl_s, gt=0, description="Lifetime of a cached t_ref")
+    code_reference_ttl_s: float = Field(7 * 24 * 3600.0, gt=0, description="Lifetime of a cached t_ref")
     code_reference_failure_ttl_s: float = Field(
-        DEFAULT.reference_failure_ttl_s,
+        30.0,
         gt=0,
         description="Lifetime of a cached failed t_ref (shared briefly by a batch)",
     )
     code_case_s: float = Field(
-        DEFAULT.case_s,
+        CASE_S,
         gt=0,
         description="CPU seconds per stdin case: the default and the most a problem's `time_limit_s` may ask",
     )
     code_run_ttl_s: float = Field(
-        DEFAULT.run_ttl_s,
+        3600.0,
         ge=0,
         description="How long a run's verdict (and CPU time) is shared through the store with later batches and "
         "other replicas; 0: identical programs share a run within a batch only",
@@ -115,30 +113,8 @@ class CodeSettings(ServiceSettings):
         return self
 
     def limits(self) -> Limits:
+        """A run's limits: the harness's, with this service's CPU, wall and memory."""
         return replace(HARNESS_LIMITS, cpu_s=self.code_cpu_s, wall_s=self.code_wall_s, memory_mb=self.code_memory_mb)
-
-    def scoring_config(self) -> ScoringConfig:
-        return replace(
-            DEFAULT,
-            limits=self.limits(),
-            cache_prefix=self.code_cache_prefix,
-            reference_runs=self.code_reference_runs,
-            efficiency=self.code_efficiency,
-            efficiency_mode=self.code_efficiency_mode,
-            calibration=replace(
-                DEFAULT.calibration,
-                min_pairs=self.code_timing_min_pairs,
-                max_pairs=self.code_timing_max_pairs,
-            ),
-            timing_budget_s=self.code_timing_budget_s,
-            verdict_budget_s=self.code_verdict_budget_s,
-            max_code_chars=self.code_max_chars,
-            reference_attempts=self.code_reference_attempts,
-            reference_ttl_s=self.code_reference_ttl_s,
-            reference_failure_ttl_s=self.code_reference_failure_ttl_s,
-            case_s=self.code_case_s,
-            run_ttl_s=self.code_run_ttl_s,
-        )
 
     def field_limits(self) -> dict[str, int]:
         """String caps by field name, checked by the kit before parsing (413 naming the field's path)."""

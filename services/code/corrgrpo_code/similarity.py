@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 
 from cydifflib import SequenceMatcher
 
-from corrgrpo_code.parsing import parse_python
-
-from .extract import pick_code, split_fences
-from .memo import BoundedMemo
+from corrgrpo_code.cache import BoundedMemo
+from corrgrpo_code.extract import parse_python, pick_code, split_fences
 
 MATCH_BUDGET = 3_000_000  # (i, j) pairs one comparison examines: ~1 s of Python on a loaded core
 MEMO_SIZE = 64  # distinct candidate structures whose ratio a reference keeps
@@ -35,7 +33,7 @@ _UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)  # null byt
 _CLOSING: dict[str, str] = {}
 
 
-class OverBudget(Exception):
+class TooManyPairs(Exception):
     """The comparison would examine more than its budget of pairs."""
 
 
@@ -83,14 +81,14 @@ def _positions(b: list[str]) -> dict[str, list[int]]:
 def matched(a: list[str], b: list[str], where: dict[str, list[int]], budget: int = MATCH_BUDGET) -> int:
     """Total size of the matching blocks `SequenceMatcher(None, a, b, autojunk=False)` finds (`where`: `b`'s positions
     per token). Same recursion: the longest block of a region (earliest in `a`, then in `b`), then the regions before
-    and after it. Raises OverBudget past `budget` examined pairs.
+    and after it. Raises TooManyPairs past `budget` examined pairs.
 
     Equal sequences (a copy of the reference's structure, renamed or not) are one block, the whole of both: the result
     and the budget's verdict come without the search, whose first and only region would examine every position of
     each of `a`'s tokens in `b`, plus one per token of `a`."""
     if a == b:
         if first_region_pairs(a, where) > budget:
-            raise OverBudget(f"over {budget} pairs")
+            raise TooManyPairs(f"over {budget} pairs")
         return len(a)
     if reachable_pairs(a, b, where) <= budget:
         return sum(block.size for block in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
@@ -131,7 +129,7 @@ def search(a: list[str], b: list[str], where: dict[str, list[int]], budget: int)
             run = grown
             spent += 1
             if spent > budget:
-                raise OverBudget(f"over {budget} pairs")
+                raise TooManyPairs(f"over {budget} pairs")
         if best:
             total += best
             if alo < best_i and blo < best_j:
@@ -171,21 +169,21 @@ class Reference:
 
     def similarity(self, candidate: ast.AST | None, budget: int = MATCH_BUDGET) -> float:
         """The ratio for a candidate's syntax tree (None: no code, or it does not parse: 0), once per distinct structure
-        while the memo keeps it. Raises OverBudget."""
+        while the memo keeps it. Raises TooManyPairs."""
         if not self.tokens or candidate is None:
             return 0.0
         tokens = structure(candidate)
         digest = hashlib.blake2b("\0".join(tokens).encode(), digest_size=16).digest()
         ratio = self.memo.get((digest, budget), lambda: self._ratio(tokens, budget))
         if isinstance(ratio, str):
-            raise OverBudget(ratio)
+            raise TooManyPairs(ratio)
         return ratio
 
     def _ratio(self, tokens: list[str], budget: int) -> float | str:
         assert self.tokens
         try:
             ratio = 2 * matched(tokens, self.tokens, self.where, budget) / (len(tokens) + len(self.tokens))
-        except OverBudget as error:
+        except TooManyPairs as error:
             return str(error)
         return min(1.0, max(0.0, ratio))
 
@@ -194,5 +192,5 @@ def ast_similarity(candidate: str, reference: str, marker: str = "class Solution
     """The component for two sources (the scorer prepares the reference once per problem instead); 0 past the budget."""
     try:
         return Reference.of(reference, marker).similarity(_parse(candidate) if candidate.strip() else None)
-    except OverBudget:
+    except TooManyPairs:
         return 0.0

@@ -29,9 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from corrgrpo_code.harness import IOTest
-from corrgrpo_code.harness_data import Expect, Items, Near, canonical, encode
-from corrgrpo_code.parsing import parse_python
+from corrgrpo_code.extract import parse_python
+from corrgrpo_code.harness import Expect, IOTest, Items, Near, canonical, encode
 
 _OUTPUT = "_out"
 _BUILTINS = ("abs", "all", "any", "bool", "dict", "float", "frozenset", "int", "isinstance", "len", "list", "max")

@@ -1,4 +1,4 @@
-"""Stdin/stdout cases in the sandbox: one run per case, the output compared here (`kinds.outputs_match`).
+"""Stdin/stdout cases in the sandbox: one run per case, the output compared here (`outputs_match`).
 
 A case's run gets its input on stdin and nothing else: the expected output never leaves this process, so whatever
 the program writes (to stdout, fd 3 or any other fd) or exits with, only stdout equal to the expected output
@@ -20,39 +20,69 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import math
+import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from corrgrpo_code.harness import HarnessResult, main_program, out_of_time
+from corrgrpo_code.budget import BudgetedSandbox, OverBudget, TimingBudget
+from corrgrpo_code.harness import HarnessResult, first_message, main_program, out_of_time
 from corrgrpo_proto.code import StdinCase
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
-from .kinds import outputs_match
-from .timing_budget import BudgetedSandbox, OverBudget, TimingBudget
-
 VERDICT = "verdict"  # the budget's name, in its cuts' messages
 Runner = Sandbox | BudgetedSandbox  # what runs a case: the sandbox, or the sandbox within a budget
+INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: `\d` and int() take "٥" for 5 too
+# one way to read each shape, so a long non-number fails in linear time (an ambiguous `\d+\.?\d*` backtracks
+# cubically: a 30,000-digit token took the service 68 s)
+REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+TOLERANCE = 1e-6  # absolute or relative, as contest checkers of real-valued answers usually allow
+
+
+def _lines(text: str) -> list[list[str]]:
+    """The tokens of each line; leading and trailing blank lines and all trailing whitespace (\\r too) ignored."""
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def _integer(token: str) -> tuple[bool, str]:
+    """An integer token's value as (negative, digits without leading zeros): exact at any size, and no int(), which
+    refuses over 4,300 digits and is quadratic below; `-0`, `+0` and `0` are one value."""
+    digits = token.lstrip("+-").lstrip("0")
+    return token.startswith("-") and bool(digits), digits
+
+
+def tokens_match(got: str, want: str) -> bool:
+    """Equal text; else, when `want` is an integer, `got` is exactly that integer (an integer token: `5.0`, `5e0`
+    and `1e18` for 10**18 + 7 are wrong, as a contest's checker says); else, when `want` is a real (a fraction or an
+    exponent), `got` is a number within `TOLERANCE` of it (absolute or relative)."""
+    if got == want:
+        return True
+    if INTEGER.fullmatch(want):
+        return INTEGER.fullmatch(got) is not None and _integer(got) == _integer(want)
+    if REAL.fullmatch(want) and REAL.fullmatch(got):
+        expected = float(want)  # an overflow is inf, equal to any other: such an answer must be equal text
+        return math.isfinite(expected) and math.isclose(float(got), expected, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+    return False
+
+
+def outputs_match(got: str, want: str) -> bool:
+    """LiveCodeBench's rule (the outputs stripped, compared line by line, each line stripped, numbers as numbers),
+    with tokens compared one by one (`tokens_match`) so `1 2` matches `1  2`."""
+    if got.strip() == want.strip():
+        return True
+    got_lines, want_lines = _lines(got), _lines(want)
+    if len(got_lines) != len(want_lines):
+        return False
+    for got_tokens, want_tokens in zip(got_lines, want_lines, strict=True):
+        if len(got_tokens) != len(want_tokens) or not all(map(tokens_match, got_tokens, want_tokens)):
+            return False
+    return True
 
 
 def case_limits(limits: Limits, case_s: float) -> Limits:
     """One case's limits: `case_s` of CPU (checked exactly on the measured time; RLIMIT_CPU is whole seconds)."""
     return dataclasses.replace(limits, cpu_s=case_s, wall_s=2 * case_s + 1)
-
-
-def _compiled(channel: bytes) -> dict[str, object]:
-    try:
-        first = json.loads(channel.split(b"\n", 1)[0])
-    except ValueError:
-        return {}
-    return first if type(first) is dict else {}
-
-
-def cut_by_budget(result: HarnessResult) -> bool:
-    """Whether the verdict's budget, not a case's own limit, ended it (the error is this module's, never the
-    candidate's text)."""
-    return result.stage == "timeout" and f"the {VERDICT} budget's" in (result.error or "")
 
 
 def _crash(index: int, result: ExecResult) -> str:
@@ -153,7 +183,7 @@ def _judge(
     futures: list[Future[ExecResult]],
 ) -> HarnessResult:
     total, passed = len(cases), 0
-    crash: tuple[str, str] | None = None
+    crash: tuple[str, str, bool] | None = None  # stage, error, and whether the verdict's budget cut it
     wrong: str | None = None
     cpu_s = wall_s = 0.0
     result: ExecResult | None = None
@@ -161,33 +191,33 @@ def _judge(
         future = futures[index] if futures else None
         ran, budget_cut = _case(runner, budget, program, case.input.encode(), run_limits, future)
         if ran is None:
-            crash = crash or ("timeout", f"case {index}: {budget_cut}")
+            crash = crash or ("timeout", f"case {index}: {budget_cut}", True)
             break
         result = ran
         if result.anomaly:
             return HarnessResult("anomaly", "stdin", 0, total, result.anomaly, result)  # type: ignore[arg-type]
-        first = _compiled(result.channel)
+        first = first_message(result.channel)
         if first.get("compiled") is False:
             return HarnessResult("syntax", "stdin", 0, total, str(first.get("error")), result, compiled=False)  # type: ignore[arg-type]
         if first.get("compiled") is not True:
             stage = "timeout" if result.timed_out or budget_cut else "anomaly"  # stopped before compiling
             error = f"case {index}: {budget_cut or 'no compile report'}"
-            return HarnessResult(stage, "stdin", 0, total, error, result)  # type: ignore[arg-type]
+            return HarnessResult(stage, "stdin", 0, total, error, result, budget_cut=bool(budget_cut))  # type: ignore[arg-type]
         cpu_s, wall_s = cpu_s + result.cpu_s, wall_s + result.wall_s
         if budget_cut or out_of_time(result, run_limits):
             why = budget_cut or f"over the time limit of {run_limits.cpu_s:g} s"
-            crash = crash or ("timeout", f"case {index}: {why}")
+            crash = crash or ("timeout", f"case {index}: {why}", bool(budget_cut))
             break
         if result.exit_code != 0 or result.signal is not None:
-            crash = crash or ("test_error", _crash(index, result))
+            crash = crash or ("test_error", _crash(index, result), False)
             continue
         cut = len(result.stdout) >= run_limits.output_bytes  # stdout alone: a program may say much on stderr
         if not cut and outputs_match(result.stdout.decode("utf-8", "replace"), case.output):
             passed += 1
         else:
             wrong = wrong or f"case {index}: wrong output" + (" (over the output cap)" if cut else "")
-    stage, error = crash or (("assertion", wrong) if wrong else ("passed", None))
+    stage, error, cut = crash or (("assertion", wrong, False) if wrong else ("passed", None, False))
     if result is None:  # the budget was spent before this verdict's first case could run
-        return HarnessResult(stage, "stdin", 0, total, error)  # type: ignore[arg-type]
+        return HarnessResult(stage, "stdin", 0, total, error, budget_cut=cut)  # type: ignore[arg-type]
     timed = dataclasses.replace(result, cpu_s=cpu_s, wall_s=wall_s)
-    return HarnessResult(stage, "stdin", passed, total, error, timed, compiled=True)  # type: ignore[arg-type]
+    return HarnessResult(stage, "stdin", passed, total, error, timed, compiled=True, budget_cut=cut)  # type: ignore[arg-type]

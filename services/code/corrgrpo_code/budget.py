@@ -1,12 +1,9 @@
-"""The one mechanism that bounds the CPU of a set of runs: a program's calibrated pairs, or a problem's t_ref
-runs (`ScoringConfig.timing_budget_s`: both sides, every stdin case, a judge's run, a retry after an anomaly),
-and an item's stdin verdict, all of its cases (`ScoringConfig.verdict_budget_s`, `stdio.run_stdin`), spend at
-most `TimingBudget.total_s` of sandbox CPU together.
+"""The one bound on the CPU of a set of runs: a program's calibrated pairs or a problem's t_ref runs
+(`code_timing_budget_s`), and the cases of one stdin verdict (`code_verdict_budget_s`, `stdio.run_stdin`).
 
-The bound holds during a run, not only between runs: every such run goes through `BudgetedSandbox.run`,
-which gives it the CPU limit `TimingBudget.limit` allows, so that the most the sandbox lets the run spend (its
-CPU cap, `ceil(cpu_s) + 1` s, sandbox README) fits in what is left, less the caps of runs in flight on other
-threads. A run cut by a limit the budget lowered raises `OverBudget`, and no further run is made for its set.
+The bound holds during a run: `BudgetedSandbox.run` gives each run the CPU limit whose cap (`Limits.cpu_cap_s`)
+fits in what is left, less the caps of runs in flight on other threads. A run cut by a lowered limit raises
+`OverBudget`, and its set makes no further run.
 """
 
 from __future__ import annotations
@@ -18,8 +15,6 @@ from dataclasses import dataclass, field, replace
 
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
-CAP_OVER_LIMIT_S = 1  # the sandbox lets a run spend its limit rounded up to whole seconds, plus this
-
 
 class OverBudget(Exception):
     """A run could not start within `budget`, or the budget's limit cut it (`result`, when it ran)."""
@@ -30,8 +25,7 @@ class OverBudget(Exception):
 
 
 def cap_s(limit: float) -> float:
-    """The most the sandbox lets a run with CPU limit `limit` spend."""
-    return max(1, math.ceil(limit)) + CAP_OVER_LIMIT_S
+    return Limits(cpu_s=limit).cpu_cap_s
 
 
 @dataclass
@@ -51,10 +45,12 @@ class TimingBudget:
         return self.total_s - self.spent_s - self.reserved_s
 
     def limit(self, own_s: float, left_s: float | None = None) -> float | None:
-        """The CPU limit of a run that may take `own_s` when `left_s` (default: what is left now) remains: `own_s`,
-        lowered to whole seconds so that the sandbox's cap of it, `max(1, ceil(limit)) + 1`, is at most `left_s`;
-        None when not even a 1 s limit fits."""
-        room = math.floor(self.left_s if left_s is None else left_s) - CAP_OVER_LIMIT_S
+        """The CPU limit of a run that may take `own_s` when `left_s` (default: what is left now) remains:
+        `own_s`, lowered to whole seconds so that its cap is at most `left_s`; None when not even 1 s fits."""
+        left_s = self.left_s if left_s is None else left_s
+        room = math.floor(left_s)
+        while room >= 1 and cap_s(room) > left_s:
+            room -= 1
         return min(own_s, room) if room >= 1 else None
 
     def fits(self, cost_s: float, left_s: float | None = None) -> bool:
