@@ -11,11 +11,11 @@ A failed item has no reward, on every path. Its `error` says the service could n
 fault or the request's; what a candidate causes is scored, never an error), so a 0 would be learned as the
 policy's failure. Where the stack has a missing value the item is missing, out of its group's statistics with
 advantage 0: TRL (None in every column: TRL 1.16 leaves such a rollout out of its group's mean and std),
-verl's `corrgrpo` estimator (`corrgrpo_on_error=zero`), verifiers (`state["error"]`, reward = its group's mean
-of the scored), OpenEnv (reward None), OpenRLHF (422 `unscored_items` naming the item: OpenRLHF retries, then
+verl's `corrgrpo` estimator (`corrgrpo_on_error=zero`), verifiers (a trace error, every component unscored),
+OpenEnv (reward None), OpenRLHF (422 `unscored_items` naming the item: OpenRLHF retries, then
 leaves the sample without a reward; `?on_error=zero` opts into 0 with a flag). verl, which has no missing
-reward, fails the step naming the item (`compute_score`'s default). Not yet: NeMo Gym's `/verify` answers 0
-with `corrgrpo_error`.
+reward, fails the step naming the item (`compute_score`'s default). NeMo Gym's `/verify` answers 0 with
+`mask_sample` true.
 """
 
 from __future__ import annotations
