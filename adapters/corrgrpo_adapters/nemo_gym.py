@@ -1,25 +1,25 @@
 """The corrgrpo services as NeMo Gym resources servers (nemo-gym 0.4, Python >= 3.12).
 
-NeMo Gym 0.5+ needs Python >= 3.13.14, which no registry here ships (Debian has 3.13.5): this stays on 0.4, with
-0.7's names for a failure. An item the service could not score (the service's fault, never the policy's: the
-rule of `corrgrpo_proto.common`) answers `mask_sample` = true (0.7: not a valid measurement, left out of scores),
-`failure_kind` = "verifier_error" (0.7's shared vocabulary, `nemo_gym.failure_kinds`), the reason in
+NeMo Gym 0.5+ needs Python >= 3.13.14, which no registry here ships (Debian has 3.13.5): this stays on 0.4,
+with 0.7's names for a failure. An item the service could not score (the service's fault, never the policy's:
+the rule of `corrgrpo_proto.common`) answers `mask_sample` = true (0.7: not a valid measurement, left out of
+scores), `failure_kind` = "verifier_error" (0.7's shared vocabulary, `nemo_gym.failure_kinds`), the reason in
 `failure_reason`, `reward` 0 and no components; a scored one answers `mask_sample` false.
 
 A package of ours that NeMo Gym loads, not routes on the services: NeMo Gym's `/verify` and `/step` bodies are
-its Responses-API objects (`nemo_gym.openai_utils`, Python >= 3.12, with ray, mlflow and wandb behind them), which
-the services would otherwise have to import and parse; here a thin NeMo Gym server turns them into our items and
-reaches the services only through `corrgrpo_proto`. `adapters/nemo_gym/resources_servers/` holds the servers'
-folders (`app.py` + config) that `ng_run` starts.
+its Responses-API objects (`nemo_gym.openai_utils`, Python >= 3.12, with ray, mlflow and wandb behind them),
+which the services would otherwise have to import and parse; here a thin NeMo Gym server turns them into our
+items and reaches the services only through `corrgrpo_proto`. `adapters/nemo_gym/resources_servers/` holds the
+servers' folders (`app.py` + config) that `ng_run` starts.
 
 - `ScoreResourcesServer` (code, tool calls): `/verify` renders the policy's output items (reasoning, text,
   function calls) into the text the service reads, adds the row's item fields (`task_id`, `ground_truth`,
   `problem`, ...; or a bare `label`), scores it with one `POST /v1/score`, and answers `reward` = the weighted
   total, `reward_components` = the vector, and every component as a top-level field too (NeMo Gym's
   `/aggregate_metrics` profiles top-level numbers per component).
-- `AgentDojoResourcesServer` (multi-turn, for NeMo Gym's `gymnasium_agent`): `/reset` creates the row's episode
-  (`suite`, `user_task`, `injection_task`, `attack`) and observes the user task's prompt; `/step` runs the
-  response's function calls in the episode and hands their results back as `info.tool_outputs` (injections
+- `AgentDojoResourcesServer` (multi-turn, for NeMo Gym's `gymnasium_agent`): `/reset` creates the row's
+  episode (`suite`, `user_task`, `injection_task`, `attack`) and observes the user task's prompt; `/step` runs
+  the response's function calls in the episode and hands their results back as `info.tool_outputs` (injections
   included); a response without function calls is the final answer: the episode is finished, `reward` is the
   total and `info` carries `reward_components` and each component.
 
@@ -61,7 +61,8 @@ from corrgrpo_proto import AsyncRewardClient, ItemResult, RewardClient, RewardSe
 
 class CorrGRPOConfig(BaseResourcesServerConfig):
     service_url: str
-    weights: dict[str, float] | None = None  # overrides of the declared default weights (the total follows them)
+    # overrides of the declared default weights (the total follows them)
+    weights: dict[str, float] | None = None
 
 
 def response_text(response: NeMoGymResponse) -> str:
@@ -78,11 +79,13 @@ def response_text(response: NeMoGymResponse) -> str:
 
 
 FAILURE_KIND = "verifier_error"
-"""NeMo Gym 0.7's `nemo_gym.failure_kinds.VERIFIER_ERROR`: the verifier (the service) could not score the item."""
+"""NeMo Gym 0.7's `nemo_gym.failure_kinds.VERIFIER_ERROR`: the verifier (the service) could not score the
+item."""
 
 
 def reward_fields(result: ItemResult) -> dict[str, Any]:
-    """A result as NeMo Gym fields: `reward`, `reward_components`, each component, and 0.7's failure fields."""
+    """A result as NeMo Gym fields: `reward`, `reward_components`, each component, and 0.7's failure
+    fields."""
     components = result.components or {}
     failed = {
         "mask_sample": result.error is not None,
@@ -93,7 +96,8 @@ def reward_fields(result: ItemResult) -> dict[str, Any]:
 
 
 class ScoreVerifyRequest(BaseVerifyRequest):
-    model_config = ConfigDict(extra="allow")  # the row's item fields (and `label`) ride along, as NeMo Gym rows do
+    # the row's item fields (and `label`) ride along, as NeMo Gym rows do
+    model_config = ConfigDict(extra="allow")
 
 
 class ScoreVerifyResponse(BaseVerifyResponse):
@@ -124,7 +128,9 @@ class ScoreResourcesServer(SimpleResourcesServer):
     async def verify(self, body: ScoreVerifyRequest) -> ScoreVerifyResponse:
         client, info = await asyncio.to_thread(self.service)
         row = dict(body.model_extra or {})
-        (result,) = await client.score([info.item(response_text(body.response), row, row.get("label"))], self.config.weights)
+        (result,) = await client.score(
+            [info.item(response_text(body.response), row, row.get("label"))], self.config.weights
+        )
         return ScoreVerifyResponse(**body.model_dump(), **reward_fields(result))
 
 
@@ -137,7 +143,9 @@ class AgentDojoResourcesServer(GymnasiumServer):
             self._episodes = Episodes(self.config.service_url, token=os.environ.get("CORRGRPO_API_TOKEN"))
         return self._episodes
 
-    async def reset(self, metadata: dict[str, Any], session_id: str | None = None) -> tuple[str | None, dict[str, Any]]:
+    async def reset(
+        self, metadata: dict[str, Any], session_id: str | None = None
+    ) -> tuple[str | None, dict[str, Any]]:
         episode = await self.episodes().create(metadata)
         self.session_state[session_id] = episode.episode_id
         prompt = "\n\n".join(str(m["content"]) for m in episode.messages if m["role"] == "user")
@@ -149,11 +157,16 @@ class AgentDojoResourcesServer(GymnasiumServer):
         episode_id = self.session_state[session_id]
         calls = [item for item in action.output if item.type == "function_call"]
         if calls:
-            body = [{"function": c.name, "args": parse_arguments(c.arguments), "id": c.call_id} for c in calls]
+            body = [
+                {"function": c.name, "args": parse_arguments(c.arguments), "id": c.call_id} for c in calls
+            ]
             try:
                 results = (await self.episodes().step(episode_id, body)).results
-                outputs = [{"call_id": c.call_id, "output": r.content} for c, r in zip(calls, results, strict=True)]
-            except RewardServiceError as error:  # refused (e.g. too many calls): the policy's doing, it reads why
+                outputs = [
+                    {"call_id": c.call_id, "output": r.content} for c, r in zip(calls, results, strict=True)
+                ]
+            # refused (e.g. too many calls): the policy's doing, it reads why
+            except RewardServiceError as error:
                 outputs = [{"call_id": c.call_id, "output": error.message} for c in calls]
             return None, 0.0, False, False, {"tool_outputs": outputs}
         result = finished(await self.episodes().finish(episode_id, response_text(action)))
@@ -170,7 +183,10 @@ def episode_rows(url: str, suites: list[str] | None = None, injections: bool = F
         for suite, listing in tasks.suites.items()
     }
     system = [{"role": "system", "content": tasks.system_message}]
-    return [{"responses_create_params": {"input": system, "tools": tools[spec["suite"]]}, **spec} for spec in specs]
+    return [
+        {"responses_create_params": {"input": system, "tools": tools[spec["suite"]]}, **spec}
+        for spec in specs
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,7 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("command", choices=["rows"])
     parser.add_argument("--url", default="http://127.0.0.1:8103")
     parser.add_argument("--suite", action="append", help="repeatable; every suite by default")
-    parser.add_argument("--injections", action="store_true", help="every user task under every injection task too")
+    parser.add_argument(
+        "--injections", action="store_true", help="every user task under every injection task too"
+    )
     args = parser.parse_args(argv)
     for row in episode_rows(args.url, args.suite, args.injections):
         sys.stdout.write(json.dumps(row) + "\n")

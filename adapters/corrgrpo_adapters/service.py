@@ -61,11 +61,14 @@ def parse_arguments(arguments: Any) -> Any:
 
 
 def completion_text(text: str, reasoning: str | None = None, calls: Sequence[tuple[str, Any]] = ()) -> str:
-    """One policy turn as the text the services parse: `<think>` reasoning, the text, a `<tool_call>` per call."""
+    """One policy turn as the text the services parse: `<think>` reasoning, the text, a `<tool_call>` per
+    call."""
     parts = [f"<think>{reasoning}</think>"] if reasoning else []
     parts += [text] if text else []
     parts += [
-        "<tool_call>\n" + json.dumps({"name": name, "parameters": parse_arguments(arguments)}) + "\n</tool_call>"
+        "<tool_call>\n"
+        + json.dumps({"name": name, "parameters": parse_arguments(arguments)})
+        + "\n</tool_call>"
         for name, arguments in calls
     ]
     return "\n".join(parts)
@@ -73,11 +76,14 @@ def completion_text(text: str, reasoning: str | None = None, calls: Sequence[tup
 
 def finished(response: FinishResponse) -> ItemResult:
     """An episode's reward vector in the shape `/v1/score` gives it."""
-    return ItemResult(id=response.episode_id, components=response.components, total=response.total, info=response.info)
+    return ItemResult(
+        id=response.episode_id, components=response.components, total=response.total, info=response.info
+    )
 
 
 class Episodes:
-    """The AgentDojo episode API. Steps are never retried (a lost step may have run); create and finish are."""
+    """The AgentDojo episode API. Steps are never retried (a lost step may have run); create and finish
+    are."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 120.0) -> None:
         self.client = AsyncRewardClient(url, token=token, timeout=timeout)
@@ -85,22 +91,30 @@ class Episodes:
 
     async def create(self, row: dict[str, Any]) -> Episode:
         spec = EpisodeSpec(**{key: row.get(key) for key in SPEC_KEYS})
-        return Episode.model_validate(await self.client.request("POST", "/v1/episodes", spec.model_dump(exclude_none=True)))
+        return Episode.model_validate(
+            await self.client.request("POST", "/v1/episodes", spec.model_dump(exclude_none=True))
+        )
 
     async def step(self, episode_id: str, calls: list[dict[str, Any]]) -> StepResponse:
         """`calls`: `{"function", "args", "id"}` each; one result per call, in order."""
         answer = await self.steps.request("POST", f"/v1/episodes/{episode_id}/step", {"tool_calls": calls})
         return StepResponse.model_validate(answer)
 
-    async def finish(self, episode_id: str, completion: str, weights: dict[str, float] | None = None) -> FinishResponse:
-        """Close the episode; the service reads the final answer out of the last turn's text; `total` under `weights`."""
+    async def finish(
+        self, episode_id: str, completion: str, weights: dict[str, float] | None = None
+    ) -> FinishResponse:
+        """Close the episode; the service reads the final answer out of the last turn's text; `total` under
+        `weights`."""
         body = {"completion": completion, "weights": weights}
         answer = await self.client.request("POST", f"/v1/episodes/{episode_id}/finish", body)
         return FinishResponse.model_validate(answer)
 
 
 def episode_specs(
-    client: RewardClient, suites: Sequence[str] | None = None, injections: bool = False, attack: str | None = None
+    client: RewardClient,
+    suites: Sequence[str] | None = None,
+    injections: bool = False,
+    attack: str | None = None,
 ) -> tuple[TasksResponse, list[dict[str, Any]]]:
     """`GET /v1/tasks` and an episode spec per user task of the suites (all by default), under every injection
     task too when `injections` (with `attack`, else the service's default)."""
@@ -111,7 +125,8 @@ def episode_specs(
         for user_task in listing.user_tasks:
             specs.append({"suite": suite, "user_task": user_task})
             specs += [
-                {"suite": suite, "user_task": user_task, "injection_task": injection} | ({"attack": attack} if attack else {})
+                {"suite": suite, "user_task": user_task, "injection_task": injection}
+                | ({"attack": attack} if attack else {})
                 for injection in (listing.injection_tasks if injections else ())
             ]
     return tasks, specs

@@ -20,10 +20,10 @@ Weights: `verl_reward.compute_score` hands each rollout its service's weights (`
 declared ones with `reward_kwargs.corrgrpo_weights` applied, the weights of the `score` verl logs), and each
 rollout's components are weighed by its own. The components are those weights' keys, or
 `+algorithm.corrgrpo_reward_keys=[...]` (leaving out one that weighs in the score warns). Another reward
-function's batch needs both the keys and `+algorithm.corrgrpo_reward_weights=[...]`; given with ours, they must
-agree. A rollout the service could not score (`corrgrpo_on_error=zero`) is missing: out of its group's
-statistics, advantage 0. Without keys the estimator sees only the summed token-level reward, K = 1, where
-Σρ = 1 and CorrGRPO gives the centered reward unscaled: it warns. With keys but no components it raises.
+function's batch needs both the keys and `+algorithm.corrgrpo_reward_weights=[...]`; given with ours, they
+must agree. A rollout the service could not score (`corrgrpo_on_error=zero`) is missing: out of its group's
+statistics, advantage 0. Without keys the estimator sees only the summed token-level reward, K = 1, where Σρ =
+1 and CorrGRPO gives the centered reward unscaled: it warns. With keys but no components it raises.
 """
 
 from __future__ import annotations
@@ -64,14 +64,16 @@ def _carried_weights(present: dict[str, Any]) -> list[dict[str, float]] | None:
 def _components(
     token_level_rewards: torch.Tensor, config: Any, non_tensor_batch: dict[str, Any] | None
 ) -> tuple[torch.Tensor, list[float] | None]:
-    """[N, K] rewards and their weights (None: already weighed, row by row), else the summed token-level reward."""
+    """[N, K] rewards and their weights (None: already weighed, row by row), else the summed token-level
+    reward."""
     present = non_tensor_batch or {}
     carried = _carried_weights(present)
     keys = list(config.get(CONFIG_KEYS, None) or []) if config is not None else []
     keys = keys or list(dict.fromkeys(key for weights in carried or [] for key in weights))
     if not keys:
         warnings.warn(
-            "corrgrpo: no per-component rewards (set +algorithm.corrgrpo_reward_keys=[...]); with only the summed "
+            "corrgrpo: no per-component rewards (set +algorithm.corrgrpo_reward_keys=[...]); with only the "
+            "summed "
             "reward (K = 1, Σρ = 1) the advantage is the centered reward, unscaled",
             stacklevel=3,
         )
@@ -86,14 +88,18 @@ def _components(
     if carried is None:
         if configured is None:
             raise ValueError(f"corrgrpo: no weights for {keys}: set +algorithm.{CONFIG_WEIGHTS}=[...]")
-        return torch.as_tensor(columns, dtype=torch.float32, device=token_level_rewards.device), [float(w) for w in configured]
+        return torch.as_tensor(columns, dtype=torch.float32, device=token_level_rewards.device), [
+            float(w) for w in configured
+        ]
     weights = np.array([[row.get(key, 0.0) for key in keys] for row in carried])
     if configured is not None and not np.allclose(weights, np.asarray(configured, dtype=np.float64)):
         raise ValueError(
             f"corrgrpo: {CONFIG_WEIGHTS} {list(configured)} differ from the weights the services scored with "
             f"({present[WEIGHTS_KEY][0]}): set them once, in reward_kwargs.corrgrpo_weights"
         )
-    if left_out := sorted({key for row in carried for key, weight in row.items() if weight and key not in keys}):
+    if left_out := sorted(
+        {key for row in carried for key, weight in row.items() if weight and key not in keys}
+    ):
         warnings.warn(f"corrgrpo: {left_out} weigh in the score but are not in {CONFIG_KEYS}", stacklevel=3)
     weighed = columns * weights
     if ERROR_KEY in present:  # unscored: missing, as TRL's None (the rule of corrgrpo_proto.common)
@@ -102,7 +108,11 @@ def _components(
 
 
 def _scalars(
-    token_level_rewards: torch.Tensor, index: np.ndarray, epsilon: float, config: Any, non_tensor_batch: dict[str, Any] | None
+    token_level_rewards: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float,
+    config: Any,
+    non_tensor_batch: dict[str, Any] | None,
 ) -> torch.Tensor:
     """One advantage per rollout, rollouts grouped by `index`; each group size is one vectorised batch."""
     rewards, weights = _components(token_level_rewards, config, non_tensor_batch)
@@ -113,7 +123,9 @@ def _scalars(
     by_group = torch.argsort(group_of_t, stable=True)  # rows of one group are contiguous
     for size in sizes.unique().tolist():
         rows = by_group[sizes[group_of_t[by_group]] == size]
-        scalars[rows] = corrgrpo(rewards[rows].view(-1, size, rewards.shape[-1]), weights, eps=epsilon).flatten()
+        scalars[rows] = corrgrpo(
+            rewards[rows].view(-1, size, rewards.shape[-1]), weights, eps=epsilon
+        ).flatten()
     return scalars
 
 
@@ -130,12 +142,15 @@ def compute_corrgrpo_outcome_advantage(
 
     Groups may differ in size (verl can filter rollouts).
     """
-    advantages = _scalars(token_level_rewards, index, epsilon, config, non_tensor_batch).unsqueeze(-1) * response_mask
+    advantages = (
+        _scalars(token_level_rewards, index, epsilon, config, non_tensor_batch).unsqueeze(-1) * response_mask
+    )
     return advantages, advantages
 
 
 class Sessions(NamedTuple):
-    """A v1 batch's rows as the estimator needs them: their reward_extra_info as columns, and their sessions."""
+    """A v1 batch's rows as the estimator needs them: their reward_extra_info as columns, and their
+    sessions."""
 
     columns: dict[str, np.ndarray]  # reward_extra_info key -> one value per row (None where a row lacks it)
     final: np.ndarray  # the row of each session's final output
@@ -171,11 +186,15 @@ def _v1_advantages(data: Any, config: Any, sessions: Sessions) -> torch.Tensor:
     present |= {key: value[final] for key, value in sessions.columns.items()}
     rewards = data.batch["token_level_rewards"][torch.as_tensor(final)]
     scalars = _scalars(rewards, present["uid"], CORRGRPO_EPS, config, present)
-    return scalars[torch.as_tensor(sessions.session_of, device=scalars.device)].unsqueeze(-1) * data.batch["response_mask"]
+    return (
+        scalars[torch.as_tensor(sessions.session_of, device=scalars.device)].unsqueeze(-1)
+        * data.batch["response_mask"]
+    )
 
 
 def pass_components(module: ModuleType) -> None:
-    """Make `module.compute_advantage` (verl's legacy trainer) give corrgrpo the batch's `non_tensor_batch`."""
+    """Make `module.compute_advantage` (verl's legacy trainer) give corrgrpo the batch's
+    `non_tensor_batch`."""
     original = module.compute_advantage
     if getattr(original, "corrgrpo_passes_components", False):
         return
@@ -216,7 +235,9 @@ def fetch_components(module: ModuleType) -> None:
     def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
         if self.config.algorithm.adv_estimator != NAME:
             return original(self, batch, metrics)
-        fetched = module.tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        fetched = module.tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
+        )
         token = _V1_SESSIONS.set(sessions_of(list(batch.keys), fetched.pop("extra_fields").tolist()))
         try:
             return original(self, batch, metrics)

@@ -1,6 +1,7 @@
 """verl reward function backed by the corrgrpo services: `compute_score` for verl 0.9's reward loop.
 
-    reward.custom_reward_function.path=pkg://corrgrpo_adapters.verl_reward reward.custom_reward_function.name=compute_score
+    reward.custom_reward_function.path=pkg://corrgrpo_adapters.verl_reward \\
+    reward.custom_reward_function.name=compute_score
 
 (a file path to this module works too). Settings are verl's reward kwargs
 (`+reward.custom_reward_function.reward_kwargs.<name>=...`): `corrgrpo_services`, the services and their
@@ -20,12 +21,13 @@ The weights are the service's declared ones (`/v1/components`, `resolve_weights`
 they go with each request, so `score` is the service's `total` under them, and with each result as
 `corrgrpo_weights` (JSON), from which the `corrgrpo` estimator (`verl_estimator`) weighs the components.
 
-Each call returns `{"score": total, <component>: value, ..., "corrgrpo_weights": "{...}", "corrgrpo_error": ""}`
-with the same keys for every item: the components of every configured service (0 where a service lacks one),
-because verl builds its `reward_extra_info` columns from the first item's keys. An item the service could not
-score raises `RuntimeError` naming it (verl has no missing reward; the rule of `corrgrpo_proto.common`); with
-`corrgrpo_on_error=zero` it gets score 0, every component 0, and the reason in `corrgrpo_error`: the
-`corrgrpo` estimator leaves such a rollout out of its group (advantage 0), verl's other estimators do not.
+Each call returns `{"score": total, <component>: value, ..., "corrgrpo_weights": "{...}", "corrgrpo_error":
+""}` with the same keys for every item: the components of every configured service (0 where a service lacks
+one), because verl builds its `reward_extra_info` columns from the first item's keys. An item the service
+could not score raises `RuntimeError` naming it (verl has no missing reward; the rule of
+`corrgrpo_proto.common`); with `corrgrpo_on_error=zero` it gets score 0, every component 0, and the reason in
+`corrgrpo_error`: the `corrgrpo` estimator leaves such a rollout out of its group (advantage 0), verl's other
+estimators do not.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class _Once(Generic[T]):
 
 
 class _Service:
-    """One service on one event loop: its item shape, and a queue that sends what arrives together as one batch."""
+    """One service on one event loop: its item shape, and a queue that sends what arrives together as one
+    batch."""
 
     def __init__(self, name: str, url: str, overrides: Mapping[str, float], window_s: float) -> None:
         self.name, self.overrides, self.window_s = name, overrides, window_s
@@ -75,7 +78,9 @@ class _Service:
         try:
             return resolve_weights((await self.declared.get()).components, self.overrides)
         except KeyError as unknown:
-            raise ValueError(f"corrgrpo_weights.{self.name}: {self.name} has no component {unknown}") from None
+            raise ValueError(
+                f"corrgrpo_weights.{self.name}: {self.name} has no component {unknown}"
+            ) from None
 
     async def score(self, item: dict[str, Any]) -> ItemResult:
         future: asyncio.Future[ItemResult] = asyncio.get_running_loop().create_future()
@@ -107,10 +112,15 @@ _services: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, 
 
 
 def _service(
-    name: str, urls: Mapping[str, str], weights: Mapping[str, Mapping[str, float]] | None = None, window_s: float = 0.02
+    name: str,
+    urls: Mapping[str, str],
+    weights: Mapping[str, Mapping[str, float]] | None = None,
+    window_s: float = 0.02,
 ) -> _Service:
     if name not in urls:
-        raise ValueError(f"no URL for corrgrpo service {name!r} in reward_kwargs.corrgrpo_services ({dict(urls)})")
+        raise ValueError(
+            f"no URL for corrgrpo service {name!r} in reward_kwargs.corrgrpo_services ({dict(urls)})"
+        )
     overrides = dict((weights or {}).get(name) or {})
     key = (name, urls[name], json.dumps(overrides, sort_keys=True))
     services = _services.setdefault(asyncio.get_running_loop(), {})
@@ -136,14 +146,17 @@ async def compute_score(
     corrgrpo_batch_window_s: float = 0.02,
     **_: Any,
 ) -> dict[str, Any]:
-    """verl's `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` for one item."""
+    """verl's `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` for one
+    item."""
     extra, urls = dict(extra_info or {}), dict(corrgrpo_services or {})
     name = str(extra.get("corrgrpo_service") or data_source)
     service = _service(name, urls, corrgrpo_weights, corrgrpo_batch_window_s)
     shape = await service.shape.get()
     label = shape.label_fields(ground_truth) if ground_truth is not None else {}
     item = {**shape.item(solution_str, extra), **label, "completion": solution_str}
-    result, keys, weights = await asyncio.gather(service.score(item), all_component_names(urls), service.weights())
+    result, keys, weights = await asyncio.gather(
+        service.score(item), all_component_names(urls), service.weights()
+    )
     base = {**dict.fromkeys(keys, 0.0), WEIGHTS_KEY: json.dumps(weights)}
     if result.error is None:
         return {"score": float(result.total or 0.0), **base, **(result.components or {}), ERROR_KEY: ""}

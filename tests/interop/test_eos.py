@@ -15,15 +15,23 @@ import pytest
 from corrgrpo_code.efficiency import efficiency
 from corrgrpo_testing.servers import start_service
 
-END_TAILS = ["<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<|im_end|>\n<|endoftext|>", "\n</s></s>"]
+END_TAILS = [
+    "<|im_end|>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|im_end|>\n<|endoftext|>",
+    "\n</s></s>",
+]
 GT = '<think>x</think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1, "b": "x"}}\n</tool_call>'
 HUMANEVAL_0 = (
     "def has_close_elements(numbers, threshold):\n"
     "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n"
 )
 PAY_BILL = (  # banking user_task_0: pay bill-december-2023.txt
-    '<tool_call>\n{"name": "send_money", "arguments": {"recipient": "UK12345678901234567890", "amount": 98.7, '
-    '"subject": "Car Rental", "date": "2022-01-01"}}\n</tool_call>'
+    '<tool_call>\n{"name": "send_money", "arguments": {"recipient": "UK12345678901234567890", '
+    '"amount": 98.7, "subject": "Car Rental", "date": "2022-01-01"}}\n</tool_call>'
 )
 CASES = {
     "toolcall": [
@@ -34,10 +42,17 @@ CASES = {
     "code": [
         {"completion": f"```python\n{HUMANEVAL_0}```", "task_id": "HumanEval/0"},
         {"completion": f"Here it is:\n```python\n{HUMANEVAL_0}```", "task_id": "HumanEval/0"},
-        {"completion": "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```", "task_id": "HumanEval/0"},
+        {
+            "completion": "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```",
+            "task_id": "HumanEval/0",
+        },
     ],
     "agentdojo": [
-        {"suite": "banking", "user_task": "user_task_0", "completion": f"{PAY_BILL}\n<response>Paid.</response>"},
+        {
+            "suite": "banking",
+            "user_task": "user_task_0",
+            "completion": f"{PAY_BILL}\n<response>Paid.</response>",
+        },
         {"suite": "banking", "user_task": "user_task_0", "completion": "<response>I paid it.</response>"},
     ],
 }
@@ -46,12 +61,14 @@ ENV = {"code": {"CORRGRPO_CODE_DATASETS": "humaneval", "CORRGRPO_CODE_EFFICIENCY
 
 
 def exact(result: dict) -> dict[str, float]:
-    """The components that are a function of the text; `efficiency`, of measured times, is replaced by whether it is
-    the formula of the `t` and `t_ref` its item reports (0 when not correct)."""
+    """The components that are a function of the text; `efficiency`, of measured times, is replaced by whether
+    it is the formula of the `t` and `t_ref` its item reports (0 when not correct)."""
     components = dict(result["components"])
     if "efficiency" in components:
         info = result["info"]
-        components["efficiency"] = float(components["efficiency"] == efficiency(info["t"] or 0.0, info.get("t_ref")))
+        components["efficiency"] = float(
+            components["efficiency"] == efficiency(info["t"] or 0.0, info.get("t_ref"))
+        )
     return components
 
 
@@ -63,7 +80,9 @@ def service(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
 
 def test_trailing_end_tokens_do_not_change_the_score(service: tuple[str, str]) -> None:
     name, url = service
-    items = [{**case, "completion": case["completion"] + tail} for case in CASES[name] for tail in ["", *END_TAILS]]
+    items = [
+        {**case, "completion": case["completion"] + tail} for case in CASES[name] for tail in ["", *END_TAILS]
+    ]
     answer = httpx.post(f"{url}/v1/score", json={"items": items}, timeout=300)
     assert answer.status_code == 200, answer.text
     results = answer.json()["results"]

@@ -21,9 +21,14 @@ def test_a_batch_scored_from_the_openapi_document_alone() -> None:
         spec = httpx.get(f"{service.url}/openapi.json").json()
         operation = spec["paths"]["/v1/score"]["post"]
         request_schema = resolved(operation["requestBody"]["content"]["application/json"]["schema"], spec)
-        response_schema = resolved(operation["responses"]["200"]["content"]["application/json"]["schema"], spec)
+        response_schema = resolved(
+            operation["responses"]["200"]["content"]["application/json"]["schema"], spec
+        )
         body = {
-            "items": [{"id": "a", "completion": GT, "ground_truth": GT}, {"id": "b", "completion": "nope", "ground_truth": GT}]
+            "items": [
+                {"id": "a", "completion": GT, "ground_truth": GT},
+                {"id": "b", "completion": "nope", "ground_truth": GT},
+            ]
         }
         jsonschema.validate(body, request_schema)
         answer = httpx.post(f"{service.url}/v1/score", json=body).json()
@@ -42,11 +47,15 @@ def test_code_item_schema_says_exactly_one_of_problem_task_id_and_problem_from()
         spec = httpx.get(f"{service.url}/openapi.json").json()
         operation = spec["paths"]["/v1/score"]["post"]
         request_schema = resolved(operation["requestBody"]["content"]["application/json"]["schema"], spec)
-        for item in ({"completion": "c", "problem": problem}, {"completion": "c", "task_id": "t", "problem": None}):
+        for item in (
+            {"completion": "c", "problem": problem},
+            {"completion": "c", "task_id": "t", "problem": None},
+        ):
             jsonschema.validate({"items": [item]}, request_schema)
             assert httpx.post(f"{service.url}/v1/score", json={"items": [item]}).status_code == 200
         group = {"items": [{"completion": "c", "problem": problem}, {"completion": "d", "problem_from": 0}]}
-        jsonschema.validate(group, request_schema)  # a group's problem once: the second item names the first's
+        # a group's problem once: the second item names the first's
+        jsonschema.validate(group, request_schema)
         assert httpx.post(f"{service.url}/v1/score", json=group).status_code == 200
         for item in ({"completion": "c"}, {"completion": "c", "task_id": "t", "problem": problem}):
             errors = jsonschema.Draft202012Validator(request_schema).iter_errors({"items": [item]})

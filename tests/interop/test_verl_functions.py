@@ -1,7 +1,8 @@
 """verl interop in this venv: `compute_score` against a real service, the estimator on verl's call signature.
 
-verl itself runs in its own venv (its transformers pin clashes with TRL's): `tests/interop/stacks/test_verl_reward_loop.py`
-drives verl 0.9.1's reward loop and `compute_advantage` with these (`make interop`).
+verl itself runs in its own venv (its transformers pin clashes with TRL's):
+`tests/interop/stacks/test_verl_reward_loop.py` drives verl 0.9.1's reward loop and `compute_advantage` with
+these (`make interop`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from corrgrpo_proto import RewardClient, RewardServiceError
 from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer.advantages import CORRGRPO_EPS, corrgrpo
 
-GT = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
-WRONG = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Rome", "unit": "C"}}\n</tool_call>'
+GT = (
+    '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n'
+    "</tool_call>"
+)
+WRONG = GT.replace("Paris", "Rome")
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +38,17 @@ def scores(calls: list[tuple[Any, ...]], **reward_kwargs: Any) -> list[dict[str,
     """Concurrent calls on one event loop, as verl 0.9's reward loop makes them."""
 
     async def run() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(verl_reward.compute_score(*call, **reward_kwargs) for call in calls)))
+        return list(
+            await asyncio.gather(*(verl_reward.compute_score(*call, **reward_kwargs) for call in calls))
+        )
 
     return asyncio.run(run())
 
 
 def test_compute_score_returns_total_and_components(toolcall_url: str) -> None:
     right, wrong = scores(
-        [("toolcall", GT, GT, {"index": 0}), ("toolcall", WRONG, GT)], corrgrpo_services={"toolcall": toolcall_url}
+        [("toolcall", GT, GT, {"index": 0}), ("toolcall", WRONG, GT)],
+        corrgrpo_services={"toolcall": toolcall_url},
     )
     assert right["score"] == pytest.approx(1 + 3)  # format 1 + correctness 3
     keys = {"score", "format", "name", "param_names", "param_values", "corrgrpo_weights", "corrgrpo_error"}
@@ -61,7 +68,8 @@ def test_concurrent_items_share_one_request(toolcall_url: str) -> None:
     verl_reward._Service._flush = counting  # type: ignore[method-assign]
     try:
         out = scores(
-            [("toolcall", GT, GT), ("toolcall", WRONG, GT), ("toolcall", GT, GT)], corrgrpo_services={"toolcall": toolcall_url}
+            [("toolcall", GT, GT), ("toolcall", WRONG, GT), ("toolcall", GT, GT)],
+            corrgrpo_services={"toolcall": toolcall_url},
         )
     finally:
         verl_reward._Service._flush = original  # type: ignore[method-assign]
@@ -74,7 +82,8 @@ def test_service_from_extra_info_and_errors_raise_or_zero(toolcall_url: str) -> 
     assert routed["score"] == pytest.approx(4)
     with pytest.raises(ValueError, match="no URL for corrgrpo service 'gsm8k'"):
         scores([("gsm8k", GT, GT)], corrgrpo_services=services)
-    with pytest.raises(RewardServiceError, match=r"items\.0\.nope"):  # a bad label: the service's 422 with the field
+    # a bad label: the service's 422 with the field
+    with pytest.raises(RewardServiceError, match=r"items\.0\.nope"):
         scores([("toolcall", GT, {"ground_truth": GT, "nope": 1})], corrgrpo_services=services)
 
 
@@ -84,7 +93,10 @@ def test_unscorable_item_raises_or_zeros_with_the_same_keys() -> None:
         with pytest.raises(RuntimeError, match="unknown_task"):
             scores([("code", "```python\nx = 1\n```", "no-such-task")], corrgrpo_services=services)
         scored, zeroed = scores(
-            [("code", "```python\nx = 1\n```", "HumanEval/0"), ("code", "```python\nx = 1\n```", "no-such-task")],
+            [
+                ("code", "```python\nx = 1\n```", "HumanEval/0"),
+                ("code", "```python\nx = 1\n```", "no-such-task"),
+            ],
             corrgrpo_services=services,
             corrgrpo_on_error="zero",
         )
@@ -99,7 +111,12 @@ def verl_inputs(rewards: np.ndarray, uids: list[str]) -> dict:
         "response_mask": torch.ones(n, 5),
         "index": np.array(uids, dtype=object),
         "config": {"corrgrpo_reward_keys": ["a", "b", "c"], "corrgrpo_reward_weights": [1.0, 2.0, 1.0]},
-        "non_tensor_batch": {"a": rewards[:, 0], "b": rewards[:, 1], "c": rewards[:, 2], "uid": np.array(uids)},
+        "non_tensor_batch": {
+            "a": rewards[:, 0],
+            "b": rewards[:, 1],
+            "c": rewards[:, 2],
+            "uid": np.array(uids),
+        },
         "batch": None,
     }
 
@@ -107,7 +124,8 @@ def verl_inputs(rewards: np.ndarray, uids: list[str]) -> dict:
 def test_estimator_matches_corrgrpo_on_components() -> None:
     gen = np.random.default_rng(0)
     rewards = gen.normal(size=(12, 3)).astype(np.float32)
-    uids = ["p1", "p0", "p1", "p0", "p1", "p0", "p1", "p0", "p2", "p2", "p2", "p2"]  # interleaved, as verl can be
+    # interleaved, as verl can be
+    uids = ["p1", "p0", "p1", "p0", "p1", "p0", "p1", "p0", "p2", "p2", "p2", "p2"]
     advantages, returns = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_inputs(rewards, uids))
     assert torch.equal(advantages, returns) and advantages.shape == (12, 5)
     weighted = torch.as_tensor(rewards) * torch.tensor([1.0, 2.0, 1.0])
@@ -139,7 +157,11 @@ def test_anti_correlated_components_divide_by_sqrt_eps_as_the_authors() -> None:
 
 def test_without_components_it_warns_and_centers_the_total() -> None:
     totals = torch.randn(8, 4)
-    inputs = {"token_level_rewards": totals, "response_mask": torch.ones(8, 4), "index": np.array(list("aaaabbbb"))}
+    inputs = {
+        "token_level_rewards": totals,
+        "response_mask": torch.ones(8, 4),
+        "index": np.array(list("aaaabbbb")),
+    }
     with pytest.warns(UserWarning, match="corrgrpo_reward_keys"):
         advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**inputs)
     summed = totals.sum(-1).view(2, 4)
@@ -155,7 +177,8 @@ def test_missing_component_key_is_a_clear_error() -> None:
 
 
 def verl_batch(outputs: list[dict[str, Any]], uids: list[str]) -> dict[str, Any]:
-    """The estimator's inputs from `compute_score`'s outputs, as verl's legacy trainer builds them (one array per key)."""
+    """The estimator's inputs from `compute_score`'s outputs, as verl's legacy trainer builds them (one
+    array per key)."""
     n = len(outputs)
     non_tensor = {key: np.array([output[key] for output in outputs]) for key in outputs[0] if key != "score"}
     totals = torch.zeros(n, 3)
@@ -178,9 +201,11 @@ CODE_ANSWERS = [  # HumanEval/0: correct, wrong, not code, a syntax error
 ]
 
 
-def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(humaneval_code_url: str) -> None:
-    """A verl user who sets no corrgrpo_reward_weights trains on the service's declared weights, not 1 each, and the
-    `score` verl logs is the sum the estimator weighs; `corrgrpo_weights` overrides reach both."""
+def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(
+    humaneval_code_url: str,
+) -> None:
+    """A verl user who sets no corrgrpo_reward_weights trains on the service's declared weights, not 1 each,
+    and the `score` verl logs is the sum the estimator weighs; `corrgrpo_weights` overrides reach both."""
     declared = {spec.name: spec.weight for spec in RewardClient(humaneval_code_url).components().components}
     assert len(set(declared.values())) > 1  # not all equal: all-1 weights would give other advantages
     for overrides, weights in ((None, declared), ({"code": {"efficiency": 0.0, "correct": 2.0}}, None)):
@@ -194,25 +219,36 @@ def test_declared_weights_without_reward_weights_and_score_is_the_weighted_sum(h
             assert json.loads(output["corrgrpo_weights"]) == weights
             assert output["score"] == pytest.approx(sum(weights[k] * output[k] for k in declared))
         components = torch.tensor([[output[k] for k in declared] for output in outputs], dtype=torch.float32)
-        advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
+        advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(
+            **verl_batch(outputs, ["g"] * 4), config={}
+        )
         expected = corrgrpo((components * torch.tensor(list(weights.values()))).unsqueeze(0))[0]
         assert torch.allclose(advantages[:, 0], expected, atol=1e-5)
         assert not torch.allclose(advantages[:, 0], corrgrpo(components.unsqueeze(0))[0], atol=1e-3)
 
 
 def test_an_unscored_rollout_is_missing_not_zero(humaneval_code_url: str) -> None:
-    """`corrgrpo_on_error=zero` gives verl a score of 0, but the estimator leaves the rollout out of its group:
-    advantage 0, and the others' as if it had not been there (the rule of corrgrpo_proto.common)."""
-    samples = [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS[:3]] + [("code", CODE_ANSWERS[0], "NoSuch/1")]
+    """`corrgrpo_on_error=zero` gives verl a score of 0, but the estimator leaves the rollout out of its
+    group: advantage 0, and the others' as if it had not been there (the rule of corrgrpo_proto.common)."""
+    samples = [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS[:3]] + [
+        ("code", CODE_ANSWERS[0], "NoSuch/1")
+    ]
     outputs = scores(samples, corrgrpo_services={"code": humaneval_code_url}, corrgrpo_on_error="zero")
     assert "unknown_task" in outputs[3]["corrgrpo_error"] and outputs[3]["score"] == 0.0
-    advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_batch(outputs, ["g"] * 4), config={})
-    alone, _ = verl_estimator.compute_corrgrpo_outcome_advantage(**verl_batch(outputs[:3], ["g"] * 3), config={})
+    advantages, _ = verl_estimator.compute_corrgrpo_outcome_advantage(
+        **verl_batch(outputs, ["g"] * 4), config={}
+    )
+    alone, _ = verl_estimator.compute_corrgrpo_outcome_advantage(
+        **verl_batch(outputs[:3], ["g"] * 3), config={}
+    )
     assert advantages[3, 0] == 0.0 and torch.allclose(advantages[:3], alone, atol=1e-6)
 
 
 def test_reward_weights_must_agree_with_the_scored_ones_and_exist(humaneval_code_url: str) -> None:
-    outputs = scores([("code", answer, "HumanEval/0") for answer in CODE_ANSWERS], corrgrpo_services={"code": humaneval_code_url})
+    outputs = scores(
+        [("code", answer, "HumanEval/0") for answer in CODE_ANSWERS],
+        corrgrpo_services={"code": humaneval_code_url},
+    )
     batch = verl_batch(outputs, ["g"] * 4)
     keys = ["correct", "format"]
     with pytest.warns(UserWarning, match="weigh in the score but are not in corrgrpo_reward_keys"):
@@ -221,7 +257,8 @@ def test_reward_weights_must_agree_with_the_scored_ones_and_exist(humaneval_code
         verl_estimator.compute_corrgrpo_outcome_advantage(
             **batch, config={"corrgrpo_reward_keys": keys, "corrgrpo_reward_weights": [1.0, 1.0]}
         )
-    del batch["non_tensor_batch"]["corrgrpo_weights"]  # another reward function's batch: no declared weights to use
+    # another reward function's batch: no declared weights to use
+    del batch["non_tensor_batch"]["corrgrpo_weights"]
     with pytest.raises(ValueError, match="no weights for"):
         verl_estimator.compute_corrgrpo_outcome_advantage(**batch, config={"corrgrpo_reward_keys": keys})
 
@@ -238,4 +275,7 @@ def test_v1_sessions_count_once_by_their_final_output() -> None:
     sessions = verl_estimator.sessions_of(keys, extra)
     assert sessions.final.tolist() == [0, 2, 3]  # session p_1_0's final output is index 1, row 0
     assert sessions.session_of.tolist() == [0, 0, 1, 2]
-    assert sessions.columns["a"].tolist() == [1.0, 1.0, 0.0, None] and sessions.columns["b"].tolist()[2:] == [None, None]
+    assert sessions.columns["a"].tolist() == [1.0, 1.0, 0.0, None] and sessions.columns["b"].tolist()[2:] == [
+        None,
+        None,
+    ]

@@ -1,4 +1,5 @@
-"""What the NeMo Gym, verifiers and OpenEnv tests share: samples, and the check that components arrived intact."""
+"""What the NeMo Gym, verifiers and OpenEnv tests share: samples, and the check that components arrived
+intact."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ CODE = (  # a correct HumanEval/0
     "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n```"
 )
 WRONG_CODE = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
-GT = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
+GT = (
+    '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n'
+    "</tool_call>"
+)
 INJECTED = {"suite": "banking", "user_task": "user_task_0", "injection_task": "injection_task_0"}
 BILL = "bill-december-2023.txt"  # banking user_task_0 asks to pay it; under an injection the file carries it
 
@@ -23,10 +27,14 @@ BILL = "bill-december-2023.txt"  # banking user_task_0 asks to pay it; under an 
 def score_requests(url: str) -> float:
     """How many `POST /v1/score` the service has answered (its Prometheus counter)."""
     text = httpx.get(f"{url}/metrics").text
-    return sum(float(n) for n in re.findall(r'corrgrpo_requests_total\{[^}]*route="/v1/score"[^}]*\} (\S+)', text))
+    return sum(
+        float(n) for n in re.findall(r'corrgrpo_requests_total\{[^}]*route="/v1/score"[^}]*\} (\S+)', text)
+    )
 
 
-def check_intact(url: str, item: dict[str, Any], components: dict[str, float] | None, reward: float | None) -> None:
+def check_intact(
+    url: str, item: dict[str, Any], components: dict[str, float] | None, reward: float | None
+) -> None:
     """`components` are what the service gives for `item` asked directly (the timing-based `efficiency` aside:
     it is measured anew), every declared one, and `reward` is their sum with the declared weights."""
     with RewardClient(url) as client:

@@ -82,10 +82,16 @@ class ScriptedPolicy:
             message: dict[str, Any] = {"role": "assistant", "content": reply.text}
             if calls:
                 message["tool_calls"] = [
-                    {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, name, args in calls
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                    for cid, name, args in calls
                 ]
             usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-            choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop", "logprobs": None}
+            choice = {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
+                "logprobs": None,
+            }
             return {
                 "id": f"chat-{n}",
                 "object": "chat.completion",
@@ -97,9 +103,24 @@ class ScriptedPolicy:
         output: list[dict[str, Any]] = []
         if reply.text:
             content = [{"type": "output_text", "text": reply.text, "annotations": []}]
-            output.append({"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed", "content": content})
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{n}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": content,
+                }
+            )
         output += [
-            {"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": name, "arguments": args, "status": "completed"}
+            {
+                "type": "function_call",
+                "id": f"fc_{cid}",
+                "call_id": cid,
+                "name": name,
+                "arguments": args,
+                "status": "completed",
+            }
             for cid, name, args in calls
         ]
         return {

@@ -1,11 +1,11 @@
 """NeMo Gym 0.4's own rollout collection with the corrgrpo services (run in .venv-nemo-gym by `make interop`).
 
-`ng_collect_rollouts` (NeMo Gym's CLI) posts the rows to NeMo Gym's agents (`non_executing_simple_agent` for code
-and tool calls, `gymnasium_agent` for AgentDojo episodes), which call a scripted policy behind `/v1/responses`
-and our resources servers (`corrgrpo_adapters.nemo_gym`), which call the real services. The servers are NeMo
-Gym's own classes and apps, started without Ray (`nemo_gym_servers.py`). Every rollout must carry
-`reward_components` equal to what the service gives for the same completion or trajectory asked directly, each
-component as a top-level field too, and `reward` = the weighted total.
+`ng_collect_rollouts` (NeMo Gym's CLI) posts the rows to NeMo Gym's agents (`non_executing_simple_agent` for
+code and tool calls, `gymnasium_agent` for AgentDojo episodes), which call a scripted policy behind
+`/v1/responses` and our resources servers (`corrgrpo_adapters.nemo_gym`), which call the real services. The
+servers are NeMo Gym's own classes and apps, started without Ray (`nemo_gym_servers.py`). Every rollout must
+carry `reward_components` equal to what the service gives for the same completion or trajectory asked
+directly, each component as a top-level field too, and `reward` = the weighted total.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ CITIES = {"A": "Paris", "B": "Rome"}
 
 
 def script(turn: Turn) -> Reply:
-    """Code by the prompt's variant letter; a native function call for tool calls; AgentDojo: read the bill, answer."""
+    """Code by the prompt's variant letter; a native function call for tool calls; AgentDojo: read the
+    bill, answer."""
     variant = turn.user.rsplit(" ", 1)[-1]
     if "read_file" in turn.tools:
         if not turn.tool_results:
@@ -63,14 +64,20 @@ def gym_config(services: dict[str, ServiceProcess], policy_url: str) -> dict[str
         "head_server": {"host": host, "port": free_port()},
         "policy_model": {"responses_api_models": {"openai_model": server(host, policy_port)}},
         "corrgrpo_code": {
-            "resources_servers": {"corrgrpo": server(host, free_port(), domain="coding", service_url=services["code"].url)}
+            "resources_servers": {
+                "corrgrpo": server(host, free_port(), domain="coding", service_url=services["code"].url)
+            }
         },
         "corrgrpo_toolcall": {
-            "resources_servers": {"corrgrpo": server(host, free_port(), domain="agent", service_url=services["toolcall"].url)}
+            "resources_servers": {
+                "corrgrpo": server(host, free_port(), domain="agent", service_url=services["toolcall"].url)
+            }
         },
         "corrgrpo_agentdojo": {
             "resources_servers": {
-                "corrgrpo_agentdojo": server(host, free_port(), domain="agent", service_url=services["agentdojo"].url)
+                "corrgrpo_agentdojo": server(
+                    host, free_port(), domain="agent", service_url=services["agentdojo"].url
+                )
             }
         },
         "code_agent": agent("non_executing_simple_agent", "corrgrpo_code"),
@@ -94,7 +101,9 @@ def gym(
         (folder / "config.json").write_text(json.dumps(config))
         log = (folder / "servers.log").open("wb")
         process = subprocess.Popen(
-            [sys.executable, str(HERE / "nemo_gym_servers.py"), str(folder / "config.json")], stdout=subprocess.PIPE, stderr=log
+            [sys.executable, str(HERE / "nemo_gym_servers.py"), str(folder / "config.json")],
+            stdout=subprocess.PIPE,
+            stderr=log,
         )
         try:
             assert process.stdout is not None and process.stdout.readline().strip() == b"ready", (
@@ -119,7 +128,12 @@ def collect(gym: dict[str, Any], rows: list[dict[str, Any]], name: str) -> list[
         "+upload_rollouts_to_wandb=false",
     ]
     done = subprocess.run(
-        command, cwd=folder, capture_output=True, text=True, timeout=600, env={**os.environ, "WANDB_MODE": "disabled"}
+        command,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "WANDB_MODE": "disabled"},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = [json.loads(line) for line in (folder / f"{name}-out.jsonl").read_text().splitlines()]
@@ -129,14 +143,21 @@ def collect(gym: dict[str, Any], rows: list[dict[str, Any]], name: str) -> list[
 
 def rollout_text(rollout: dict[str, Any]) -> str:
     return "".join(
-        part["text"] for item in rollout["response"]["output"] if item["type"] == "message" for part in item["content"]
+        part["text"]
+        for item in rollout["response"]["output"]
+        if item["type"] == "message"
+        for part in item["content"]
     )
 
 
-def test_code_rollouts_carry_every_component(gym: dict[str, Any], services: dict[str, ServiceProcess]) -> None:
+def test_code_rollouts_carry_every_component(
+    gym: dict[str, Any], services: dict[str, ServiceProcess]
+) -> None:
     rows = [
         {
-            "responses_create_params": {"input": [{"role": "user", "content": f"Write has_close_elements, variant {v}"}]},
+            "responses_create_params": {
+                "input": [{"role": "user", "content": f"Write has_close_elements, variant {v}"}]
+            },
             "task_id": "HumanEval/0",
             "agent_ref": {"name": "code_agent"},
         }
@@ -145,14 +166,20 @@ def test_code_rollouts_carry_every_component(gym: dict[str, Any], services: dict
     rollouts = collect(gym, rows, "code")
     assert sorted(r["correct"] for r in rollouts) == [0.0, 0.0, 1.0]
     for rollout in rollouts:
-        assert rollout["mask_sample"] is False and rollout["failure_kind"] is None and rollout["failure_reason"] is None
-        assert all(rollout[name] == value for name, value in rollout["reward_components"].items())  # top level too
+        assert (
+            rollout["mask_sample"] is False
+            and rollout["failure_kind"] is None
+            and rollout["failure_reason"] is None
+        )
+        # top level too
+        assert all(rollout[name] == value for name, value in rollout["reward_components"].items())
         item = {"task_id": "HumanEval/0", "completion": rollout_text(rollout)}
         check_intact(services["code"].url, item, rollout["reward_components"], rollout["reward"])
 
 
 def test_an_unscorable_item_is_masked_as_nemo_gym_0_7_names_it(gym: dict[str, Any]) -> None:
-    """The service's fault, not the policy's: masked (left out of scores), never a 0 that reads as a bad answer."""
+    """The service's fault, not the policy's: masked (left out of scores), never a 0 that reads as a bad
+    answer."""
     prompt = {"input": [{"role": "user", "content": "Write has_close_elements, variant A"}]}
     rows = [{"responses_create_params": prompt, "task_id": "NoSuch/1", "agent_ref": {"name": "code_agent"}}]
     (rollout,) = collect(gym, rows, "unscorable")
@@ -163,7 +190,9 @@ def test_an_unscorable_item_is_masked_as_nemo_gym_0_7_names_it(gym: dict[str, An
 def test_toolcall_native_function_calls(gym: dict[str, Any], services: dict[str, ServiceProcess]) -> None:
     rows = [
         {
-            "responses_create_params": {"input": [{"role": "user", "content": f"Weather in Paris? variant {v}"}]},
+            "responses_create_params": {
+                "input": [{"role": "user", "content": f"Weather in Paris? variant {v}"}]
+            },
             "ground_truth": GT,
             "agent_ref": {"name": "toolcall_agent"},
         }
@@ -171,7 +200,9 @@ def test_toolcall_native_function_calls(gym: dict[str, Any], services: dict[str,
     ]
     rollouts = collect(gym, rows, "toolcall")
     by_city = {
-        json.loads(next(i for i in r["response"]["output"] if i["type"] == "function_call")["arguments"])["city"]: r
+        json.loads(next(i for i in r["response"]["output"] if i["type"] == "function_call")["arguments"])[
+            "city"
+        ]: r
         for r in rollouts
     }
     assert by_city["Paris"]["reward"] == pytest.approx(4.0) and by_city["Rome"]["reward"] < 4.0
@@ -184,15 +215,25 @@ def test_toolcall_native_function_calls(gym: dict[str, Any], services: dict[str,
         )
 
 
-def test_agentdojo_episode_multi_turn(gym: dict[str, Any], services: dict[str, ServiceProcess], policy: ScriptedPolicy) -> None:
+def test_agentdojo_episode_multi_turn(
+    gym: dict[str, Any], services: dict[str, ServiceProcess], policy: ScriptedPolicy
+) -> None:
     url = services["agentdojo"].url
-    (row,) = [r for r in episode_rows(url, ["banking"], injections=True) if {k: r.get(k) for k in INJECTED} == INJECTED]
+    (row,) = [
+        r
+        for r in episode_rows(url, ["banking"], injections=True)
+        if {k: r.get(k) for k in INJECTED} == INJECTED
+    ]
     seen = len(policy.seen)
     (rollout,) = collect(gym, [{**row, "agent_ref": {"name": "agentdojo_agent"}}], "agentdojo")
     turns = policy.seen[seen:]
     assert len(turns) == 2 and "bill" in turns[0].user  # the episode's prompt, observed at reset
     assert "<INFORMATION>" in turns[1].tool_results[0]  # the tool result, injection included
-    assert rollout["terminated"] and not rollout["info"]["mask_sample"] and rollout["info"]["failure_kind"] is None
+    assert (
+        rollout["terminated"]
+        and not rollout["info"]["mask_sample"]
+        and rollout["info"]["failure_kind"] is None
+    )
     with RewardClient(url) as client:
         attack = TasksResponse.model_validate(client.request("GET", "/v1/tasks?suite=banking")).default_attack
     trajectory = {

@@ -1,11 +1,11 @@
 """OpenEnv's own server and client with the corrgrpo services (run in .venv-openenv by `make interop`).
 
 The OpenEnv app (`openenv.core.env_server.create_app` around our environments, `openenv` 0.10) runs as its own
-uvicorn process, started as the README says; OpenEnv's `EnvClient` (WebSocket sessions), awaited in async code and
-through `.sync()` in synchronous code, drives it with a scripted policy: an
-AgentDojo episode under an injection (a tool call whose result carries the injection, then the answer), and the
-single-step code and tool-call environments. The components must equal what the service gives for the same
-trajectory or completion asked directly.
+uvicorn process, started as the README says; OpenEnv's `EnvClient` (WebSocket sessions), awaited in async code
+and through `.sync()` in synchronous code, drives it with a scripted policy: an AgentDojo episode under an
+injection (a tool call whose result carries the injection, then the answer), and the single-step code and
+tool-call environments. The components must equal what the service gives for the same trajectory or completion
+asked directly.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ READ_BILL = {"name": "read_file", "arguments": '{"file_path": "bill-december-202
 
 @pytest.fixture(scope="module")
 def openenv_urls(services: dict[str, ServiceProcess]) -> Iterator[dict[str, str]]:
-    """One OpenEnv server per service: `uvicorn --factory corrgrpo_adapters.openenv:app` (the README's command)."""
+    """One OpenEnv server per service: `uvicorn --factory corrgrpo_adapters.openenv:app` (the README's
+    command)."""
     with tempfile.TemporaryDirectory() as logs:
         started = {name: openenv_server(service.url, Path(logs) / name) for name, service in services.items()}
         try:
@@ -52,7 +53,15 @@ def openenv_urls(services: dict[str, ServiceProcess]) -> Iterator[dict[str, str]
 
 def openenv_server(service_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    command = [sys.executable, "-m", "uvicorn", "--factory", "corrgrpo_adapters.openenv:app", "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "corrgrpo_adapters.openenv:app",
+        "--port",
+        str(port),
+    ]
     env = {**os.environ, "CORRGRPO_SERVICE_URL": service_url}
     with log.open("wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -70,14 +79,19 @@ ANSWER = AgentDojoAction(completion="<response>I read the bill.</response>")
 
 
 def check_episode(service_url: str, start: Any, called: Any, state: ServiceState, end: Any) -> None:
-    """The injected episode's observations, then its components against the service's for the same trajectory."""
-    assert start.observation.messages[-1]["role"] == "user" and "bill" in start.observation.messages[-1]["content"]
+    """The injected episode's observations, then its components against the service's for the same
+    trajectory."""
+    assert (
+        start.observation.messages[-1]["role"] == "user"
+        and "bill" in start.observation.messages[-1]["content"]
+    )
     assert "read_file" in {tool["function"]["name"] for tool in start.observation.tools}
     (result,) = called.observation.tool_results
     assert not called.done and called.reward is None
     assert result["tool_call_id"] == "call_1" and result["error"] is None
     assert "<INFORMATION>" in result["content"]  # the injection, in what the policy reads
-    assert isinstance(state, ServiceState) and state.step_count == 1 and state.spec["attack"]  # the default attack
+    # the default attack
+    assert isinstance(state, ServiceState) and state.step_count == 1 and state.spec["attack"]
     assert end.done and end.observation.error is None
     trajectory = {
         **INJECTED,
@@ -99,7 +113,9 @@ async def test_agentdojo_episode_observes_tool_results_and_ends_with_the_compone
     check_episode(services["agentdojo"].url, start, called, state, end)
 
 
-def test_the_sync_client_runs_the_same_episode(openenv_urls: dict[str, str], services: dict[str, ServiceProcess]) -> None:
+def test_the_sync_client_runs_the_same_episode(
+    openenv_urls: dict[str, str], services: dict[str, ServiceProcess]
+) -> None:
     with AgentDojoEnv(base_url=openenv_urls["agentdojo"]).sync() as env:
         start = env.reset(**INJECTED)
         called = env.step(AgentDojoAction(tool_calls=[READ_BILL]))
@@ -138,7 +154,9 @@ async def test_single_step_environments_carry_the_components(
     check_scored(services[service].url, fields, completion, start, end)
 
 
-@pytest.mark.parametrize(("service", "fields"), [("code", {"task_id": "HumanEval/0"}), ("toolcall", {"ground_truth": GT})])
+@pytest.mark.parametrize(
+    ("service", "fields"), [("code", {"task_id": "HumanEval/0"}), ("toolcall", {"ground_truth": GT})]
+)
 def test_the_sync_client_scores_the_same(
     service: str, fields: dict[str, Any], openenv_urls: dict[str, str], services: dict[str, ServiceProcess]
 ) -> None:
@@ -156,7 +174,9 @@ def check_scored(service_url: str, fields: dict[str, Any], completion: str, star
 
 
 @pytest.mark.parametrize(("service", "client"), [("code", ScoreEnv), ("agentdojo", AgentDojoEnv)])
-async def test_unknown_fields_are_refused_at_reset(service: str, client: type, openenv_urls: dict[str, str]) -> None:
+async def test_unknown_fields_are_refused_at_reset(
+    service: str, client: type, openenv_urls: dict[str, str]
+) -> None:
     async with client(base_url=openenv_urls[service]) as env:
         with pytest.raises(Exception, match=f"not item fields of {service}"):
             await env.reset(task_idd="HumanEval/0", suite="banking", user_task="user_task_0")

@@ -47,7 +47,11 @@ def openrlhf(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
 
 @pytest.fixture(scope="module")
 def toolcall_urls() -> Iterator[list[str]]:
-    with start_service("toolcall") as first, start_service("toolcall") as second, start_service("toolcall") as third:
+    with (
+        start_service("toolcall") as first,
+        start_service("toolcall") as second,
+        start_service("toolcall") as third,
+    ):
         yield [f"{s.url}/v1/openrlhf" for s in (first, second, third)]
 
 
@@ -64,13 +68,17 @@ class Engine:
 
 async def execute(openrlhf: ModuleType, urls: list[str], response: str, label: str) -> dict[str, Any]:
     tokenizer = build_tiny_tokenizer()
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "call f"}], tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "call f"}], tokenize=False, add_generation_prompt=True
+    )
     executor = openrlhf.SingleTurnAgentExecutor(urls)
     params = SimpleNamespace(max_tokens=256, logprobs=None)
     return await executor.execute(prompt, label, params, 1024, tokenizer, Engine(tokenizer, response))
 
 
-async def test_one_sample_over_several_urls_gets_its_reward(openrlhf: ModuleType, toolcall_urls: list[str]) -> None:
+async def test_one_sample_over_several_urls_gets_its_reward(
+    openrlhf: ModuleType, toolcall_urls: list[str]
+) -> None:
     exact = await execute(openrlhf, toolcall_urls, GT, GT)
     half = await execute(openrlhf, toolcall_urls, HALF, GT)
     assert exact["reward"] == [pytest.approx(4.0)], "OpenRLHF got no reward (its log says why)"
@@ -82,7 +90,8 @@ async def test_empty_shards_are_answered(openrlhf: ModuleType, toolcall_urls: li
     executor = openrlhf.SingleTurnAgentExecutor(toolcall_urls)
     answers = await executor._fetch_rewards_via_http([GT], [""], [GT])
     assert answers[0]["rewards"] == [pytest.approx(4.0)]
-    assert all(answer["rewards"] == [] for answer in answers[1:])  # 0.11.0 sends two empty shards; 0.11.2 none
+    # 0.11.0 sends two empty shards; 0.11.2 none
+    assert all(answer["rewards"] == [] for answer in answers[1:])
 
 
 async def test_an_unscored_sample_gets_no_reward_rather_than_0(openrlhf: ModuleType) -> None:

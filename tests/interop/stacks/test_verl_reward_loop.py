@@ -44,7 +44,10 @@ from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer.advantages import corrgrpo
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
-GT = '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n</tool_call>'
+GT = (
+    '<think>x</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}\n'
+    "</tool_call>"
+)
 WRONG = GT.replace("Paris", "Rome")
 CODE = (  # a correct HumanEval/0
     "```python\ndef has_close_elements(numbers, threshold):\n"
@@ -54,8 +57,11 @@ AGENTDOJO = json.dumps({"suite": "banking", "user_task": "user_task_0"})
 KEYS = ["format", "syntax", "compile", "runtime", "correct", "name", "param_names", "param_values"]
 
 
-def overrides(urls: dict[str, str], reward_path: str = "pkg://corrgrpo_adapters.verl_reward", legacy: bool = True) -> list[str]:
-    """The documented command line (README), as Hydra overrides: the legacy trainer's, or the default's (v1)."""
+def overrides(
+    urls: dict[str, str], reward_path: str = "pkg://corrgrpo_adapters.verl_reward", legacy: bool = True
+) -> list[str]:
+    """The documented command line (README), as Hydra overrides: the legacy trainer's, or the default's
+    (v1)."""
     services = ",".join(f"{name}:'{url}'" for name, url in sorted(urls.items()))
     return [
         *(["trainer.use_v1=false"] if legacy else []),
@@ -68,7 +74,9 @@ def overrides(urls: dict[str, str], reward_path: str = "pkg://corrgrpo_adapters.
 
 
 def verl_config(extra: list[str]) -> Any:
-    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+    with initialize_config_dir(
+        config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None
+    ):
         return compose("ppo_trainer", overrides=extra)
 
 
@@ -117,13 +125,18 @@ def score(config: Any, samples: list[tuple[str, str, Any, dict[str, Any]]]) -> l
 
     async def run() -> list[dict[str, Any]]:
         worker = RewardLoopWorker(config)
-        return list(await asyncio.gather(*(worker.compute_score(item) for item in reward_batch(worker.input_tokenizer, samples))))
+        return list(
+            await asyncio.gather(
+                *(worker.compute_score(item) for item in reward_batch(worker.input_tokenizer, samples))
+            )
+        )
 
     return asyncio.run(run())
 
 
 def assembled(outputs: list[dict[str, Any]], uids: list[str]) -> DataProto:
-    """verl's batch assembly of the scored samples (`AgentLoopWorker._postprocess`), then the legacy trainer's glue."""
+    """verl's batch assembly of the scored samples (`AgentLoopWorker._postprocess`), then the legacy
+    trainer's glue."""
     inputs = [
         _InternalAgentLoopOutput(
             prompt_ids=torch.zeros(1, 2, dtype=torch.long),
@@ -140,7 +153,8 @@ def assembled(outputs: list[dict[str, Any]], uids: list[str]) -> DataProto:
     ]
     batch = AgentLoopWorker._postprocess(SimpleNamespace(reward_loop_worker_handles=None), inputs)
     reward_tensor, extra_infos = extract_reward(batch)
-    # RayPPOTrainer.fit, "adv" section (verl/trainer/ppo/ray_trainer.py): what it does before compute_advantage
+    # RayPPOTrainer.fit, "adv" section (verl/trainer/ppo/ray_trainer.py): what it does before
+    # compute_advantage
     batch.batch["token_level_scores"] = reward_tensor
     batch.non_tensor_batch.update({k: np.array(v) for k, v in extra_infos.items()})
     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
@@ -160,12 +174,16 @@ def test_the_command_line_passes_verls_config_validation() -> None:
     parts = ("actor.ppo", "rollout.log_prob", "ref.log_prob")
     batch_sizes = [f"actor_rollout_ref.{part}_micro_batch_size_per_gpu=4" for part in parts]
     config = verl_config([*overrides({"code": "http://127.0.0.1:8101"}), *batch_sizes])
-    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(
+        config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
     assert not need_critic(config) and config.algorithm.corrgrpo_reward_keys == KEYS
 
 
 @pytest.mark.parametrize("form", ["pkg", "file"])
-def test_reward_function_loads_by_package_or_file_path(form: str, urls: dict[str, str], tokenizer_dir: str) -> None:
+def test_reward_function_loads_by_package_or_file_path(
+    form: str, urls: dict[str, str], tokenizer_dir: str
+) -> None:
     path = "pkg://corrgrpo_adapters.verl_reward" if form == "pkg" else verl_reward.__file__
     config = verl_config([*overrides(urls, path), f"actor_rollout_ref.model.path={tokenizer_dir}"])
     (output,) = score(config, [("toolcall", GT, GT, {})])
@@ -176,7 +194,12 @@ def test_mixed_batch_one_key_set_and_corrgrpo_advantages(urls: dict[str, str], t
     config = verl_config([*overrides(urls), f"actor_rollout_ref.model.path={tokenizer_dir}"])
     samples = [
         ("code", CODE, "HumanEval/0", {"index": 0}),  # first item: verl takes the extra keys from it
-        ("code", "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```", "HumanEval/0", {}),
+        (
+            "code",
+            "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```",
+            "HumanEval/0",
+            {},
+        ),
         ("code", "no code at all", "HumanEval/0", {}),
         ("toolcall", GT, GT, {}),
         ("toolcall", WRONG, GT, {}),
@@ -186,8 +209,13 @@ def test_mixed_batch_one_key_set_and_corrgrpo_advantages(urls: dict[str, str], t
     ]
     outputs = score(config, samples)
     keys = {frozenset(output["reward_extra_info"]) for output in outputs}
-    assert len(keys) == 1 and set(KEYS) | {"utility", "security", "score", "corrgrpo_error"} <= next(iter(keys))
-    assert outputs[0]["reward_extra_info"]["correct"] == 1.0 and outputs[1]["reward_extra_info"]["correct"] == 0.0
+    assert len(keys) == 1 and set(KEYS) | {"utility", "security", "score", "corrgrpo_error"} <= next(
+        iter(keys)
+    )
+    assert (
+        outputs[0]["reward_extra_info"]["correct"] == 1.0
+        and outputs[1]["reward_extra_info"]["correct"] == 0.0
+    )
     assert outputs[3]["reward_score"] == pytest.approx(4.0) and outputs[4]["reward_score"] < 4.0
 
     uids = ["c"] * 3 + ["t"] * 3 + ["a"] * 2
@@ -198,18 +226,23 @@ def test_mixed_batch_one_key_set_and_corrgrpo_advantages(urls: dict[str, str], t
         config=config.algorithm,
     )
     components = torch.tensor([[output["reward_extra_info"][key] for key in KEYS] for output in outputs])
-    scored_with = [json.loads(output["reward_extra_info"]["corrgrpo_weights"]) for output in outputs]  # declared weights
+    # declared weights
+    scored_with = [json.loads(output["reward_extra_info"]["corrgrpo_weights"]) for output in outputs]
     components *= torch.tensor([[weights.get(key, 0.0) for key in KEYS] for weights in scored_with])
     for rows in (slice(0, 3), slice(3, 6), slice(6, 8)):
         expected = corrgrpo(components[rows].unsqueeze(0))[0]
         assert torch.allclose(batch.batch["advantages"][rows, 0], expected, atol=1e-6)
-    assert not torch.allclose(batch.batch["advantages"][0:3, 0], core_grpo(components[0:3].sum(-1)), atol=1e-3)
+    assert not torch.allclose(
+        batch.batch["advantages"][0:3, 0], core_grpo(components[0:3].sum(-1)), atol=1e-3
+    )
 
 
 def core_grpo(totals: torch.Tensor) -> torch.Tensor:
     """verl's own GRPO advantage of one group's totals, for contrast."""
     advantages, _ = core_algos.compute_grpo_outcome_advantage(
-        token_level_rewards=totals.unsqueeze(-1), response_mask=torch.ones(len(totals), 1), index=np.array(["g"] * len(totals))
+        token_level_rewards=totals.unsqueeze(-1),
+        response_mask=torch.ones(len(totals), 1),
+        index=np.array(["g"] * len(totals)),
     )
     return advantages[:, 0]
 
@@ -217,7 +250,9 @@ def core_grpo(totals: torch.Tensor) -> torch.Tensor:
 def test_without_components_it_is_a_clear_error(urls: dict[str, str]) -> None:
     config = verl_config(overrides(urls))
     data = DataProto(
-        batch=TensorDict({"token_level_rewards": torch.randn(4, 3), "response_mask": torch.ones(4, 3)}, batch_size=4),
+        batch=TensorDict(
+            {"token_level_rewards": torch.randn(4, 3), "response_mask": torch.ones(4, 3)}, batch_size=4
+        ),
         non_tensor_batch={"uid": np.array(list("aabb"), dtype=object)},  # another reward function's batch
     )
     with pytest.raises(KeyError, match="reward_extra_info"):
@@ -226,7 +261,9 @@ def test_without_components_it_is_a_clear_error(urls: dict[str, str]) -> None:
 
 def test_other_estimators_are_untouched() -> None:
     data = DataProto(
-        batch=TensorDict({"token_level_rewards": torch.randn(4, 3), "response_mask": torch.ones(4, 3)}, batch_size=4),
+        batch=TensorDict(
+            {"token_level_rewards": torch.randn(4, 3), "response_mask": torch.ones(4, 3)}, batch_size=4
+        ),
         non_tensor_batch={"uid": np.array(list("aabb"), dtype=object)},
     )
     out = ray_trainer.compute_advantage(data, adv_estimator="grpo")
@@ -238,40 +275,54 @@ def test_other_estimators_are_untouched() -> None:
     assert torch.equal(out.batch["advantages"], expected)
 
 
-def test_default_v1_trainer_brings_the_components_to_corrgrpo(urls: dict[str, str], tokenizer_dir: str) -> None:
+def test_default_v1_trainer_brings_the_components_to_corrgrpo(
+    urls: dict[str, str], tokenizer_dir: str
+) -> None:
     """verl's v1 path end to end from the agent loop's output to the advantages in the TransferQueue.
 
-    Group "t" holds a two-turn session (two outputs, the final one scored) and two single-turn ones: the session
-    counts once, by its final output, and both its outputs get that advantage (verl's GRPO rule).
+    Group "t" holds a two-turn session (two outputs, the final one scored) and two single-turn ones: the
+    session counts once, by its final output, and both its outputs get that advantage (verl's GRPO rule).
     """
     config = verl_config([*overrides(urls, legacy=False), f"actor_rollout_ref.model.path={tokenizer_dir}"])
     assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "sync"  # verl's defaults
     sessions = {  # (uid, session): the outputs of one agent loop run, the last one scored
         ("c", 0): [("code", CODE, "HumanEval/0")],
         ("c", 1): [("code", "no code at all", "HumanEval/0")],
-        ("c", 2): [("code", "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```", "HumanEval/0")],
+        ("c", 2): [
+            (
+                "code",
+                "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```",
+                "HumanEval/0",
+            )
+        ],
         ("t", 0): [("toolcall", "<think>x</think> let me look", GT), ("toolcall", GT, GT)],
         ("t", 1): [("toolcall", WRONG, GT)],
         ("t", 2): [("toolcall", "<think>x</think> no call", GT)],
     }
-    # Logical CPUs: the TransferQueue's controller and each of its 8 storage units reserve one (hangs below 9).
+    # Logical CPUs: the TransferQueue's controller and each of its 8 storage units reserve one (hangs below
+    # 9).
     ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
     try:
         tq.init(config.transfer_queue)
         try:
             keys, extras = put_sessions(config, sessions)
-            trainer = object.__new__(PPOTrainerSync)  # verl's own method, without the workers it does not use here
+            # verl's own method, without the workers it does not use here
+            trainer = object.__new__(PPOTrainerSync)
             trainer.config = config
             tags = [{"status": "success"} for _ in keys]
             trainer._compute_advantage(tq.KVBatchMeta(keys=keys, tags=tags, partition_id="train"), metrics={})
-            stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])["advantages"]
+            stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])[
+                "advantages"
+            ]
             advantages = torch.stack([row[0] for row in stored.unbind(0)])
         finally:
             tq.close()
     finally:
         ray.shutdown()
     weights = [json.loads(info["corrgrpo_weights"]) for info in extras]
-    components = torch.tensor([[info[key] * w.get(key, 0.0) for key in KEYS] for info, w in zip(extras, weights, strict=True)])
+    components = torch.tensor(
+        [[info[key] * w.get(key, 0.0) for key in KEYS] for info, w in zip(extras, weights, strict=True)]
+    )
     final = {key.rsplit("_", 1)[0]: row for row, key in enumerate(keys)}  # the later output of a session wins
     for uid in ("c", "t"):
         rows = [row for session, row in final.items() if session.startswith(f"{uid}_")]
@@ -281,16 +332,22 @@ def test_default_v1_trainer_brings_the_components_to_corrgrpo(urls: dict[str, st
     assert len(two_turn) == 2 and advantages[two_turn[0]] == advantages[two_turn[1]] != 0
 
 
-def put_sessions(config: Any, sessions: dict[tuple[str, int], list[tuple[str, str, str]]]) -> tuple[list[str], list[Any]]:
-    """Each session through verl's `AgentLoopWorkerTQ._agent_loop_postprocess`: scored, then put in the queue."""
+def put_sessions(
+    config: Any, sessions: dict[tuple[str, int], list[tuple[str, str, str]]]
+) -> tuple[list[str], list[Any]]:
+    """Each session through verl's `AgentLoopWorkerTQ._agent_loop_postprocess`: scored, then put in the
+    queue."""
 
     async def run() -> None:
         reward_worker = RewardLoopWorker(config)
         tokenizer = reward_worker.input_tokenizer
-        # verl's agent loop worker class (a Ray actor class around it) as a rollout leaves it, without an engine
+        # verl's agent loop worker class (a Ray actor class around it) as a rollout leaves it, without an
+        # engine
         worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)
         worker.__dict__.update(
-            reward_loop_worker_handles=[SimpleNamespace(compute_score=SimpleNamespace(remote=reward_worker.compute_score))],
+            reward_loop_worker_handles=[
+                SimpleNamespace(compute_score=SimpleNamespace(remote=reward_worker.compute_score))
+            ],
             processor=None,
             tokenizer=tokenizer,
             mm_processor_kwargs=None,
@@ -300,7 +357,9 @@ def put_sessions(config: Any, sessions: dict[tuple[str, int], list[tuple[str, st
         for (uid, session), turns in sessions.items():
             outputs = []
             for _, response, _ in turns:
-                response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [
+                    tokenizer.eos_token_id
+                ]
                 outputs.append(
                     AgentLoopOutput(
                         prompt_ids=prompt,
@@ -323,6 +382,14 @@ def put_sessions(config: Any, sessions: dict[tuple[str, int], list[tuple[str, st
             )
 
     asyncio.run(run())
-    keys = [f"{uid}_{session}_{index}" for (uid, session), turns in sessions.items() for index in range(len(turns))]
-    extra = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"]).pop("extra_fields").tolist()
+    keys = [
+        f"{uid}_{session}_{index}"
+        for (uid, session), turns in sessions.items()
+        for index in range(len(turns))
+    ]
+    extra = (
+        tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"])
+        .pop("extra_fields")
+        .tolist()
+    )
     return keys, [(getattr(fields, "data", fields))["reward_extra_info"] for fields in extra]
