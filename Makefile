@@ -65,7 +65,7 @@ manifests: install
 compose-test: install
 	bash deploy/compose-test.sh
 
-# verl 0.9.1, OpenRLHF 0.11, verifiers 0.4, OpenEnv 0.3 and NeMo Gym 0.4: their own code against the services;
+# verl 0.9.1, OpenRLHF 0.11, verifiers 0.4, OpenEnv 0.10 and NeMo Gym 0.4: their own code against the services;
 # side venvs from tests/interop/venvs.sh: their third-party part cached per machine in ~/.cache/corrgrpo/venvs
 # (CORRGRPO_VENV_CACHE; rm -rf it to rebuild), our parts editable from this clone. .venv has the adapters without
 # their stacks (the verl modules' own tests run there).

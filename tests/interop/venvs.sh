@@ -6,7 +6,7 @@
 #                   Each venv also gets corrgrpo-testing (the tests' service launcher; httpx only).
 #   .venv-openrlhf  OpenRLHF 0.11.0 and 0.11.2 side by side (`pip --target`, no dependencies) plus the two
 #                   modules `openrlhf.utils` imports that .venv lacks; the tests import them from .venv.
-#   .venv-verifiers, .venv-openenv, .venv-nemo-gym   verifiers 0.4.0, openenv-core 0.3.0, nemo-gym 0.4.0
+#   .venv-verifiers, .venv-openenv, .venv-nemo-gym   verifiers 0.4.0, openenv 0.10, nemo-gym 0.4.0
 #                   (Python >= 3.12), each with corrgrpo-proto and corrgrpo-adapters: their pins clash with each
 #                   other (mcp 2 for verifiers, mcp < 2 for openenv) and with .venv's.
 # The third-party part of each is built once per machine into a cache, keyed by its build command, the pins,
