@@ -6,19 +6,27 @@
   alone, as on a cgroup v2 host: no v1 counter to find.
 
 `shape_argv` runs a command in a shape; making the last two needs root (a mount namespace, another uid).
-tests/sandbox runs sandboxes in them, tests/security/test_shapes.py the code service.
+`code_service` starts the code service in one of them or in `docker` (`CORRGRPO_CODE_ISOLATION=docker`).
+tests/sandbox runs sandboxes in them; tests/security/test_shapes.py and tests/reliability the code service, in
+the shapes `CORRGRPO_TEST_SHAPES` names (`chosen_shapes`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
+from .servers import SERVICE_PYTHON, ServiceProcess, free_port, start_service
+
 SHAPES = ("bwrap-root", "bwrap-uid10001", "bwrap-cgroup2")
+LOCAL_SHAPES = (*SHAPES, "docker")  # the code service as a process of this machine
 IMAGE_UID = 10001  # deploy/docker/service.Dockerfile's USER
 # pyenv keeps the interpreter under /root, which other uids cannot enter: the private mount namespace shows
 # that directory as an empty tmpfs holding only the interpreter's prefix, where an image's uid can read it
@@ -59,3 +67,48 @@ def shape_argv(shape: str, argv: list[str]) -> list[str]:
         return as_image_user
     opened = ["sh", "-c", OPEN_PREFIX, "sh", str(prefix), str(closed)]
     return ["unshare", "--mount", "--", *opened, *as_image_user]
+
+
+def chosen_shapes() -> list[str]:
+    """The shapes `CORRGRPO_TEST_SHAPES` (comma-separated) names; by default SHAPES, which need no engine."""
+    chosen = os.environ.get("CORRGRPO_TEST_SHAPES", ",".join(SHAPES))
+    return [name.strip() for name in chosen.split(",") if name.strip()]
+
+
+@contextmanager
+def code_service(shape: str, env: dict[str, str], port: int | None = None) -> Iterator[ServiceProcess]:
+    """`python -m corrgrpo_code` in `shape` (one of LOCAL_SHAPES), `env` over this process's, on `port` (a
+    free one by default) until the `with` ends; a shape that cannot start skips locally, fails under CI."""
+    if shape == "docker":
+        with ExitStack() as stack:
+            try:
+                service = stack.enter_context(
+                    start_service("code", env={**env, "CORRGRPO_CODE_ISOLATION": "docker"}, port=port)
+                )
+            except RuntimeError as error:  # it refused to start (no engine, no image)
+                fail_or_skip(f"the code service did not start in shape docker: {error}")
+            yield service
+        return
+    port = port or free_port()
+    log_path = f"/tmp/corrgrpo-code-{port}.log"
+    argv = [SERVICE_PYTHON, "-m", "corrgrpo_code", "--host", "127.0.0.1", "--port", str(port)]
+    full_env = {**os.environ, "CORRGRPO_LOG_JSON": "true", **env, "CORRGRPO_CODE_ISOLATION": "bwrap"}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            shape_argv(shape, argv),
+            env={**full_env, "HOME": "/nonexistent"},
+            cwd="/",
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    service = ServiceProcess("code", f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        service.wait_healthy(60)
+        yield service
+    except BaseException:
+        sys.stderr.write(service.log()[-4000:])
+        raise
+    finally:
+        service.stop()
+        Path(log_path).unlink(missing_ok=True)

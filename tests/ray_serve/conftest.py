@@ -1,7 +1,7 @@
 """A real two-node Ray cluster on this machine, and deploy/ray/serve.yaml deployed on it with `serve deploy`.
 
-The tests need the `ray` extra: `make ray-test` runs them from .venv-ray (CORRGRPO_RAY_TEST=1); `make test` skips
-this folder, as it does the interop stacks.
+The tests need the `ray` extra: `make ray-test` runs them from .venv-ray (CORRGRPO_RAY_TEST=1); `make test`
+skips this folder, as it does the interop stacks. The nodes run the shipped settings (efficiency measured).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from corrgrpo_devtools.ray_config import SERVE_CONFIG
+from corrgrpo_testing.bad_input import BODY_LIMIT
 from corrgrpo_testing.environment import REDIS_URL
 from corrgrpo_testing.servers import free_port
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ray.cluster_utils import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
-RAY_TESTS = ["test_auth.py", "test_replica.py", "test_serve.py"]
+RAY_TESTS = ["test_auth.py", "test_hostile.py", "test_reliability.py", "test_replica.py", "test_serve.py"]
 collect_ignore = [] if os.environ.get("CORRGRPO_RAY_TEST") == "1" else RAY_TESTS
 DEPLOY_TIMEOUT_S = 420  # three applications' imports (AgentDojo's take seconds) on a loaded two-core machine
 
@@ -37,15 +38,17 @@ DEPLOY_TIMEOUT_S = 420  # three applications' imports (AgentDojo's take seconds)
 def cluster() -> Iterator[Cluster]:
     """A head and a worker node, the store's settings and the bearer token in their environment as
     `ray start`'s would be."""
-    from ray.cluster_utils import Cluster  # imported here: the conftest is also read where Ray is not installed
+    from ray.cluster_utils import (
+        Cluster,
+    )  # imported here: the conftest is also read where Ray is not installed
 
     node_env = {
         **RAY_ENV,
         "CORRGRPO_REDIS_URL": REDIS_URL,
         "CORRGRPO_STORE_SECRET": os.environ["CORRGRPO_STORE_SECRET"],  # tests/conftest.py's
         "CORRGRPO_API_TOKEN": TOKEN,
+        "CORRGRPO_MAX_BODY_BYTES": str(BODY_LIMIT),  # test_reliability.py: a 4 MiB limit, not 64
         "CORRGRPO_CODE_CACHE_PREFIX": f"corrgrpo-ray-test:{uuid.uuid4().hex}:",
-        "CORRGRPO_CODE_EFFICIENCY": "false",  # one run per item, no timing runs: these tests are about the replicas
     }
     saved = {name: os.environ.get(name) for name in node_env}
     os.environ.update(node_env)  # the nodes' processes inherit it, and so the replicas
@@ -73,7 +76,8 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="package")
 def deployed(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
-    """Every declared service deployed with the documented command: `serve deploy <config> --address <dashboard>`."""
+    """Every declared service deployed with the documented command:
+    `serve deploy <config> --address <dashboard>`."""
     dashboard = f"http://{cluster.webui_url}"
     config = sized_config((REPO / SERVE_CONFIG).read_text(), free_port())
     path = tmp_path_factory.mktemp("serve") / "serve.yaml"

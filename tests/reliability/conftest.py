@@ -10,10 +10,9 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
+from corrgrpo_testing.bad_input import BODY_LIMIT
 from corrgrpo_testing.redis_server import ThrowawayRedis
 from corrgrpo_testing.servers import ServiceProcess, free_port, start_service
-
-from .helpers import BODY_LIMIT
 
 
 @pytest.fixture(scope="session")

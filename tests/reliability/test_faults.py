@@ -1,4 +1,5 @@
-"""Faults during scoring: Redis killed and restarted, a replica SIGKILLed mid-batch."""
+"""Faults during scoring: Redis killed and restarted, a code replica SIGKILLed mid-batch (in each of
+SANDBOX_SHAPES: the store is the service's, the same in every shape)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import redis
 from corrgrpo_proto.client import AsyncRewardClient
 from corrgrpo_testing.redis_server import ThrowawayRedis
 from corrgrpo_testing.servers import free_port, start_service
+from corrgrpo_testing.shapes import code_service
 
-from .helpers import PROBLEM, valid_item
+from .helpers import PROBLEM, SANDBOX_SHAPES, valid_item
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30) -> None:
@@ -43,7 +45,9 @@ def deterministic(result: dict[str, Any]) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("name", ["toolcall", "code"])
-def test_redis_killed_and_restarted_during_scoring(name: str, throwaway_redis: ThrowawayRedis, http: httpx.Client) -> None:
+def test_redis_killed_and_restarted_during_scoring(
+    name: str, throwaway_redis: ThrowawayRedis, http: httpx.Client
+) -> None:
     with start_service(name, env={"CORRGRPO_REDIS_URL": throwaway_redis.url}) as service:
 
         def score(tag: str) -> list[dict[str, Any]]:
@@ -71,31 +75,43 @@ def test_redis_killed_and_restarted_during_scoring(name: str, throwaway_redis: T
 SLOW_ADD = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(0.2)\n    return a + b\n```"
 
 
-async def test_code_replica_sigkilled_mid_batch_client_retries_same_url(http: httpx.Client) -> None:
+@pytest.mark.parametrize("shape", SANDBOX_SHAPES)
+async def test_code_replica_sigkilled_mid_batch_client_retries_same_url(
+    shape: str, http: httpx.Client
+) -> None:
     port = free_port()
     env = {"CORRGRPO_CODE_WORKERS": "2"}
-    items = [{"completion": SLOW_ADD, "problem": PROBLEM, "id": f"item-{i}-{uuid.uuid4().hex[:6]}"} for i in range(12)]
+    items = [
+        {"completion": SLOW_ADD, "problem": PROBLEM, "id": f"item-{i}-{uuid.uuid4().hex[:6]}"}
+        for i in range(12)
+    ]
     with ExitStack() as stack:
-        first = stack.enter_context(start_service("code", env=env, port=port))
+        first = stack.enter_context(code_service(shape, env, port))
         async with AsyncRewardClient(
             first.url, chunk_size=2, max_concurrency=2, retries=20, backoff=0.2, max_backoff=1
         ) as client:
             batch = asyncio.create_task(client.score(items))
             while (
-                'corrgrpo_inflight_items{service="code"} 0.0' in (await asyncio.to_thread(http.get, f"{first.url}/metrics")).text
+                'corrgrpo_inflight_items{service="code"} 0.0'
+                in (await asyncio.to_thread(http.get, f"{first.url}/metrics")).text
             ):
                 await asyncio.sleep(0.02)  # wait until the replica is scoring
             os.killpg(first.process.pid, signal.SIGKILL)
             first.process.wait(10)
             assert not batch.done()
-            await asyncio.to_thread(stack.enter_context, start_service("code", env=env, port=port))
+            await asyncio.to_thread(stack.enter_context, code_service(shape, env, port))
             results = await asyncio.wait_for(batch, 120)
     assert [r.id for r in results] == [i["id"] for i in items]  # every item once, in order
-    assert all(r.error is None and r.components is not None and r.components["correct"] == 1.0 for r in results), results
+    assert all(
+        r.error is None and r.components is not None and r.components["correct"] == 1.0 for r in results
+    ), results
 
 
-def test_agentdojo_episode_after_redis_restart_is_a_clear_error(throwaway_redis: ThrowawayRedis, http: httpx.Client) -> None:
-    """Episode state lives only in Redis: down → 503, restarted empty → 404, never a reward from lost state."""
+def test_agentdojo_episode_after_redis_restart_is_a_clear_error(
+    throwaway_redis: ThrowawayRedis, http: httpx.Client
+) -> None:
+    """Episode state lives only in Redis: down → 503, restarted empty → 404, never a reward from lost
+    state."""
     with start_service("agentdojo", env={"CORRGRPO_REDIS_URL": throwaway_redis.url}) as service:
         spec = {"suite": "banking", "user_task": "user_task_0", "injection_task": "injection_task_0"}
         created = http.post(f"{service.url}/v1/episodes", json=spec)

@@ -1,5 +1,5 @@
 """The in-flight budget against real service processes: a disconnected client's work is cancelled,
-one request holds only its share of the budget, SIGTERM ends in bounded time.
+one request holds only its share of the budget, SIGTERM ends in bounded time; in each of SANDBOX_SHAPES.
 
 Regression for: 4,097 `time.sleep(60)` items from a client that left after 5 s locked everyone
 out with 429 for hours, and SIGTERM did not stop the service.
@@ -11,10 +11,11 @@ import signal
 import time
 
 import httpx
+import pytest
 
-from corrgrpo_testing.servers import start_service
+from corrgrpo_testing.shapes import code_service
 
-from .helpers import PROBLEM, inflight, post_and_leave, sleepers, wait_for
+from .helpers import PROBLEM, SANDBOX_SHAPES, inflight, post_and_leave, sleepers, wait_for
 
 CODE_ENV = {
     "CORRGRPO_CODE_WORKERS": "2",
@@ -24,9 +25,10 @@ CODE_ENV = {
 }
 
 
-def test_disconnect_cancels_the_work_and_frees_the_budget() -> None:
+@pytest.mark.parametrize("shape", SANDBOX_SHAPES)
+def test_disconnect_cancels_the_work_and_frees_the_budget(shape: str) -> None:
     env = {**CODE_ENV, "CORRGRPO_MAX_INFLIGHT_ITEMS": "64", "CORRGRPO_MAX_REQUEST_INFLIGHT_ITEMS": "32"}
-    with start_service("code", env=env) as service:
+    with code_service(shape, env) as service:
         first = post_and_leave(service, sleepers(200))
         wait_for(lambda: inflight(service) == 32, 60, "the first request holding its share (32 of 64)")
         second = post_and_leave(service, sleepers(32))  # the rest of the budget is still open to others
@@ -40,14 +42,17 @@ def test_disconnect_cancels_the_work_and_frees_the_budget() -> None:
         response = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, timeout=120)
         assert response.status_code == 200 and response.json()["results"][0]["components"]["correct"] == 1.0
         waited = time.monotonic() - started
-        assert waited < 60, f"a fresh item waited {waited:.1f}s: the abandoned 232 runs (4 s each, 2 workers) were not cancelled"
+        assert waited < 60, (
+            f"a fresh item waited {waited:.1f}s: the abandoned 232 runs (4 s each, 2 workers) went on"
+        )
         metrics = httpx.get(f"{service.url}/metrics").text
         assert 'corrgrpo_rejections_total{reason="disconnected",service="code"} 2.0' in metrics
         print(f"budget released {released:.1f}s after disconnect; fresh item scored in {waited:.1f}s")
 
 
-def test_sigterm_ends_in_bounded_time_with_work_in_flight() -> None:
-    with start_service("code", env=CODE_ENV) as service:
+@pytest.mark.parametrize("shape", SANDBOX_SHAPES)
+def test_sigterm_ends_in_bounded_time_with_work_in_flight(shape: str) -> None:
+    with code_service(shape, CODE_ENV) as service:
         client = post_and_leave(service, sleepers(200))  # 200 runs of 4 s on 2 workers: 400 s if drained
         try:
             wait_for(lambda: inflight(service) > 0, 60, "the batch in flight")
@@ -61,10 +66,11 @@ def test_sigterm_ends_in_bounded_time_with_work_in_flight() -> None:
     print(f"SIGTERM with 200 sleeping items in flight: exited in {took:.1f}s")
 
 
-def test_disconnect_ends_the_runs_already_going() -> None:
-    """A run that started is ended by the disconnect (its worker killed), not left to run out its 60 s wall limit."""
+@pytest.mark.parametrize("shape", SANDBOX_SHAPES)
+def test_disconnect_ends_the_runs_already_going(shape: str) -> None:
+    """A run that started is ended by the disconnect (its worker killed), not left to its 60 s wall limit."""
     env = {**CODE_ENV, "CORRGRPO_CODE_WALL_S": "60"}
-    with start_service("code", env=env) as service:
+    with code_service(shape, env) as service:
         client = post_and_leave(service, sleepers(2))  # one run per worker, each sleeping 60 s
         wait_for(lambda: inflight(service) == 2, 60, "both runs in flight")
         time.sleep(1.0)  # both are in their sandbox runs now
@@ -75,5 +81,7 @@ def test_disconnect_ends_the_runs_already_going() -> None:
         response = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, timeout=120)
         waited = time.monotonic() - started
         assert response.status_code == 200 and response.json()["results"][0]["components"]["correct"] == 1.0
-        assert waited < 40, f"a fresh item waited {waited:.1f}s: the abandoned runs kept both workers for their wall limit"
+        assert waited < 40, (
+            f"a fresh item waited {waited:.1f}s: the abandoned runs kept both workers for their wall limit"
+        )
         print(f"runs of a disconnected client ended; fresh item scored in {waited:.1f}s")
