@@ -19,6 +19,7 @@ import torch
 
 from corrgrpo_testing.servers import start_service  # starts a service as its container does
 from corrgrpo_testing.steered import agentdojo_config, steered_policy  # the fast test's steered policy
+from corrgrpo_trainer.config import parse_config
 from corrgrpo_trainer.train import train
 
 
@@ -46,7 +47,7 @@ def main() -> None:
             trl["max_completion_length"] = 64
         config = agentdojo_config(service, Path(scratch) / "out", model, **trl)
         config["trl"]["max_steps"] = args.steps
-        trainer = train(config, progress=False)
+        trainer = train(parse_config(config), progress=False)
     clock = next(iter(trainer.environment_factories.values())).clock
     runtime = trainer.state.log_history[-1]["train_runtime"]
     episodes = args.steps * args.rollouts

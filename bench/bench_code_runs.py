@@ -48,14 +48,14 @@ def main() -> int:
     if (ROOT.parent / "shared" / "data").is_dir():
         os.environ.setdefault(DATA_DIR_ENV, str(ROOT.parent / "shared" / "data"))
     config = read_config(args.config)
-    rows = load_rows(config)[: args.prompts]
-    trl = config["trl"]
+    rows = load_rows(config.dataset)[: args.prompts]
+    trl = config.trl
     group, batch = trl["num_generations"], trl["per_device_train_batch_size"]
     problems = {row["problem"]["task_id"]: row["problem"] for row in rows}
     prompts = [{"task_id": row["problem"]["task_id"], "prompt": row["prompt"]} for row in rows]
     sampled = generate(
         prompts,
-        config["model"],
+        config.model,
         group,
         trl["max_completion_length"],
         args.seed,

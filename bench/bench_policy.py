@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from corrgrpo_testing.servers import launch
-from corrgrpo_testing.tasks import humaneval_rows, rlla_rows
+from corrgrpo_testing.tasks import HUMANEVAL, humaneval_rows, rlla_rows
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ESTIMATORS = ("grpo", "corrgrpo", "gdpo")
@@ -116,6 +116,7 @@ def config_for(
         "domain": task,
         "model": args.policy_dir,
         "torch_threads": args.threads,
+        "dataset": {"path": str(args.rlla) if task == "toolcall" else HUMANEVAL},  # rows go to train()
         "services": {task: {"url": url, "client": {"retries": 4, "timeout": 300}}},
         "estimator": estimator,
         "trl": {
@@ -141,6 +142,7 @@ def config_for(
 def run_task(task: str, args: argparse.Namespace) -> None:
     import torch
 
+    from corrgrpo_trainer.config import parse_config
     from corrgrpo_trainer.models import load_pretrained
     from corrgrpo_trainer.train import train
 
@@ -176,7 +178,8 @@ def run_task(task: str, args: argparse.Namespace) -> None:
                 started = time.monotonic()
                 print(f"[bench] {task} {estimator} seed {seed}: {args.steps} steps", flush=True)
                 torch.manual_seed(seed)
-                trainer = train(config_for(task, service.url, estimator, seed, out, args), rows=train_rows)
+                config = parse_config(config_for(task, service.url, estimator, seed, out, args))
+                trainer = train(config, rows=train_rows)
                 trained = time.monotonic() - started
                 completions = generate(trainer.model, trainer.processing_class, eval_rows, args.max_tokens)
                 metrics = evaluate(task, eval_rows, completions, out, args) | {"train_s": trained}

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import torch
 
 from corrgrpo_proto import AsyncRewardClient, RewardServiceError, RewardServiceUnavailable
 from corrgrpo_testing.servers import ServiceProcess, launch
-from corrgrpo_testing.tasks import humaneval_problems, humaneval_rows
+from corrgrpo_testing.tasks import HUMANEVAL, humaneval_problems, humaneval_rows
 from corrgrpo_trainer.advantages import corrgrpo, gdpo, grpo
 from corrgrpo_trainer.models import EMBEDDED, PolicyLoadError, resolve_model
 
@@ -228,6 +229,8 @@ def train_policy(url: str, model: str) -> list[dict[str, Any]]:
     """A few CorrGRPO steps of the real policy on HumanEval prompts against the code service; TRL's log
     history. The run directory is a run's like any other (config.resolved.yaml too): `report` and `rescore`
     read it."""
+    from corrgrpo_trainer.config import parse_config
+    from corrgrpo_trainer.config_shape import RLConfig
     from corrgrpo_trainer.pipeline import write_resolved
     from corrgrpo_trainer.train import train
 
@@ -235,6 +238,7 @@ def train_policy(url: str, model: str) -> list[dict[str, Any]]:
         "domain": "code",
         "model": model,
         "torch_threads": 1,  # fastest on loaded cores (2 threads were 2x slower here)
+        "dataset": {"path": HUMANEVAL},  # its rows are given to train() below
         "services": {"code": {"url": url, "client": {"retries": 2, "timeout": 300}}},
         "estimator": "corrgrpo",
         "trl": {
@@ -254,8 +258,9 @@ def train_policy(url: str, model: str) -> list[dict[str, Any]]:
             "gradient_checkpointing": False,
         },
     }
-    write_resolved(config | {"run_dir": config["trl"]["output_dir"]})
-    return train(config, rows=humaneval_rows(10, 10 + 2 * TRAIN_STEPS)).state.log_history
+    typed = typing.cast(RLConfig, parse_config(config))
+    write_resolved(typed, typed.run_path)
+    return train(typed, rows=humaneval_rows(10, 10 + 2 * TRAIN_STEPS)).state.log_history
 
 
 def plot(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+HUMANEVAL = "openai/openai_humaneval"  # where humaneval_problems' rows come from, as a config's dataset.path
 CODE_INSTRUCTION = "Complete the following Python function. Reply with the whole function in one ```python code block.\n\n"
 
 
@@ -41,6 +42,7 @@ def humaneval_rows(start: int, stop: int) -> list[dict[str, Any]]:
 
 def rlla_rows(path: str, start: int, stop: int | None) -> list[dict[str, Any]]:
     """RLLA-4K rows start..stop (None: to the end): the chat prompt as given and `ground_truth`."""
-    from corrgrpo_trainer.data import toolcall_rows
+    from corrgrpo_trainer.config_shape import ToolcallRows
+    from corrgrpo_trainer.data import load_rows
 
-    return toolcall_rows({"path": path, "limit": stop})[start:stop]
+    return load_rows(ToolcallRows(path=path, limit=stop))[start:stop]

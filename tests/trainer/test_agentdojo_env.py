@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from corrgrpo_trainer.agentdojo.episode_metrics import evaluate, paper_metrics, 
 from corrgrpo_trainer.agentdojo.tools import tool_method
 from corrgrpo_trainer.agentdojo.trl_environment import ToolError
 from corrgrpo_trainer.agentdojo.trl_inputs import agentdojo_episodes, task_rows
+from corrgrpo_trainer.config import parse_config
+from corrgrpo_trainer.config_shape import AgentDojoRL, Episodes
 from corrgrpo_trainer.train import train
 
 
@@ -62,9 +65,8 @@ def test_tool_methods_render_the_service_schemas(tasks: TasksResponse) -> None:
 
 
 def test_failed_calls_are_tool_errors_and_an_unscorable_episode_has_missing_rewards(service: ServiceProcess) -> None:
-    config = {"domain": "agentdojo", "services": {"agentdojo": {"url": service.url}}, "dataset": PAIR}
-    episodes = agentdojo_episodes(config)
-    assert episodes is not None
+    services = {"agentdojo": {"url": service.url}}
+    episodes = agentdojo_episodes(typed({"domain": "agentdojo", "services": services, "dataset": PAIR}))
     env = episodes.factories["banking"]()
     assert "bill-december-2023.txt" in env.reset(**episodes.rows[0])
     with pytest.raises(ToolError, match="ValidationError"):
@@ -77,8 +79,8 @@ def test_failed_calls_are_tool_errors_and_an_unscorable_episode_has_missing_rewa
 
 
 def test_rows_leave_out_tasks_flagged_as_earning_utility_without_work(tasks: TasksResponse) -> None:
-    kept = {row["user_task"] for row in task_rows(tasks, {"suites": ["banking"]})}
-    everything = {row["user_task"] for row in task_rows(tasks, {"suites": ["banking"], "exclude_unearned": False})}
+    kept = {row["user_task"] for row in task_rows(tasks, Episodes(suites=["banking"]))}
+    everything = {row["user_task"] for row in task_rows(tasks, Episodes(suites=["banking"], exclude_unearned=False))}
     assert everything - kept >= {f"user_task_{n}" for n in (5, 6, 7, 8, 9, 10)} and "user_task_0" in kept
 
 
@@ -104,7 +106,7 @@ def steered_step(service: ServiceProcess, tmp_path_factory: pytest.TempPathFacto
     torch.set_num_threads(1)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Qwen2ForCausalLM, "generate", recording_generate)
-        trainer = train(config, progress=False)
+        trainer = train(typed(config), progress=False)
     return {"trainer": trainer, "given": given, "model": model, "bias": bias}
 
 
@@ -127,6 +129,10 @@ def test_the_attacks_injection_reaches_what_the_policy_is_given(steered_step: di
     assert all("<INFORMATION>" in text and goal in text for text in after_tool)
 
 
+def typed(raw: dict[str, Any]) -> AgentDojoRL:
+    return typing.cast(AgentDojoRL, parse_config(raw))
+
+
 def steered_config(service: ServiceProcess, steered_step: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     """The config of the steered tiny policy of `steered_step` (it calls read_file, then answers)."""
     generation = {"sequence_bias": steered_step["bias"]}
@@ -139,7 +145,7 @@ def test_evaluation_prints_and_writes_the_papers_metrics(
     service: ServiceProcess, steered_step: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The same pair with and without its attack, through TRL's multi-turn loop (the steered policy reads the bill)."""
-    metrics = evaluate(steered_config(service, steered_step, tmp_path / "eval"), str(tmp_path / "metrics.json"))
+    metrics = evaluate(typed(steered_config(service, steered_step, tmp_path / "eval")), str(tmp_path / "metrics.json"))
     assert metrics["episodes"] == {"without_attack": 1, "under_attack": 1, "unscored": 0}
     assert metrics["utility_without_attack"] == metrics["utility_under_attack"] == metrics["attack_success_rate"] == 0.0
     assert "| attack success rate | 0.0% | 1 |" in capsys.readouterr().out
@@ -156,7 +162,7 @@ def test_rollout_prints_each_of_the_first_episodes(
     """`rollout`: the config's first episodes through the same loop, a line each (the steered policy reads the bill)."""
     config = steered_config(service, steered_step, tmp_path / "rollout")
     config["dataset"] = {**PAIR, "user_tasks": ["user_task_0", "user_task_1"]}
-    [episode] = rollout(config, 1)
+    [episode] = rollout(typed(config), 1)
     assert (episode["user_task"], episode["components"]) == ("user_task_0", {"utility": 0.0, "security": 1.0})
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[rollout]")]
     assert lines == ["[rollout] banking/user_task_0/injection_task_0  utility=0  security=1"]
@@ -182,7 +188,7 @@ def test_a_training_step_of_the_real_pretrained_policy(service: ServiceProcess, 
     """The embedded SmolLM2-135M-Instruct, unsteered: one step; both reward columns are scored by the service."""
     config = agentdojo_config(service, tmp_path / "out", "smollm2-135m-instruct", max_completion_length=48)
     config["trl"]["max_tool_calling_iterations"] = 1
-    trainer = train(config, progress=False)
+    trainer = train(typed(config), progress=False)
     logs = trainer.state.log_history[0]
     assert not math.isnan(logs["rewards/utility/mean"]) and not math.isnan(logs["rewards/security/mean"])
     assert "tools/call_frequency" in logs

@@ -13,6 +13,7 @@ import yaml
 
 from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer.cli import main
+from corrgrpo_trainer.config_shape import Service
 from corrgrpo_trainer.rewards import REFUSED
 from corrgrpo_trainer.row_check import checked_rows
 from corrgrpo_trainer.rundir import read_jsonl
@@ -34,8 +35,7 @@ def test_rows_the_service_model_refuses_are_dropped_in_one_line(capsys: pytest.C
         {"prompt": chat("d"), "ground_truth": GOOD},
     ]
     with start_service("toolcall") as service:
-        config = {"services": {"toolcall": {"url": service.url}}, "dataset": {"offset": 10}}
-        kept = checked_rows(rows, config)
+        kept = checked_rows(rows, {"toolcall": Service(url=service.url)}, first=10)
     assert [row["prompt"] for row in kept] == [chat("a"), chat("d")]
     [line] = [line for line in capsys.readouterr().out.splitlines() if "dropped" in line]
     assert line == (

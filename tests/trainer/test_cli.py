@@ -21,6 +21,7 @@ from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
 from corrgrpo_trainer.cli import COMMANDS, build_parser, main
 from corrgrpo_trainer.config import InputError, ServicesDown, check_services
+from corrgrpo_trainer.config_shape import Service
 from corrgrpo_trainer.data import DATA_DIR_ENV
 from corrgrpo_trainer.progress import component_table
 from corrgrpo_trainer.reward_json import advantages_report
@@ -295,7 +296,7 @@ def test_rollout_checks_its_service_and_every_down_service_is_named(tmp_path: Pa
     assert exit_.value.code == 2 and capsys.readouterr().err == down_line("python -m corrgrpo_trainer rollout", "agentdojo", url)
     urls = {name: f"http://127.0.0.1:{free_port()}" for name in ("code", "toolcall")}
     with pytest.raises(ServicesDown) as down:
-        check_services({"services": {name: {"url": url} for name, url in urls.items()}})
+        check_services({name: Service(url=url) for name, url in urls.items()})
     assert str(down.value).startswith(
         f"no answer from the code service at {urls['code']} (ConnectError: [Errno 111] Connection refused), "
         f"the toolcall service at {urls['toolcall']} (ConnectError: [Errno 111] Connection refused); start the services"
@@ -304,9 +305,9 @@ def test_rollout_checks_its_service_and_every_down_service_is_named(tmp_path: Pa
 
 def test_the_check_passes_a_live_service_and_names_a_url_that_is_not_one() -> None:
     with start_service("toolcall") as service:
-        check_services({"services": {"toolcall": {"url": service.url}}})
+        check_services({"toolcall": Service(url=service.url)})
         with pytest.raises(ServicesDown, match=r"the toolcall service at .*/v1 \(/healthz: HTTP 404, not a corrgrpo service\?\)"):
-            check_services({"services": {"toolcall": {"url": f"{service.url}/v1"}}})
+            check_services({"toolcall": Service(url=f"{service.url}/v1")})
 
 
 HOSTILE = {
@@ -426,4 +427,5 @@ def test_the_code_evaluator_on_unreadable_input_is_one_line_and_exit_2(tmp_path:
             timeout=120,
         )
         assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr
-        assert run.stderr.startswith(f"python -m corrgrpo_devtools.execution_metrics: error: {message}"), run.stderr
+        prog = "python -m corrgrpo_devtools.execution_metrics"
+        assert run.stderr.startswith(f"{prog}: error: {message}"), run.stderr

@@ -110,13 +110,13 @@ def test_inputs_in_the_file_are_relative_to_it_outputs_and_set_paths_to_the_work
     (folder / "rl.yaml").write_text(yaml.safe_dump(raw))
     monkeypatch.chdir(elsewhere)
     config = read_config(Path("..") / "experiment" / "rl.yaml")
-    assert config["dataset"]["path"] == str(folder / "data" / "rows.parquet")
-    assert config["warmup"] == str(tmp_path / "warm.yaml")
-    assert config["trl"]["output_dir"] == config["run_dir"] == str(elsewhere / "out")  # never beside the config
-    assert config["model"] == "smollm2-135m-instruct"  # a name, not a path
+    assert config.dataset.path == str(folder / "data" / "rows.parquet")
+    assert config.warmup == str(tmp_path / "warm.yaml")
+    assert config.output_dir == config.run_dir == str(elsewhere / "out")  # never beside the config
+    assert config.model == "smollm2-135m-instruct"  # a name, not a path
     again = read_config(folder / "rl.yaml", overrides=["trl.output_dir=out", "dataset.path=owner/name"])
-    assert again["trl"]["output_dir"] == again["run_dir"] == str(elsewhere / "out")
-    assert again["dataset"]["path"] == "owner/name"  # a hub id stays one
+    assert again.output_dir == again.run_dir == str(elsewhere / "out")
+    assert again.dataset.path == "owner/name"  # a hub id stays one
 
 
 def test_set_reads_its_value_as_yaml_and_fills_in_defaults(tmp_path: Path) -> None:
@@ -129,20 +129,21 @@ def test_set_reads_its_value_as_yaml_and_fills_in_defaults(tmp_path: Path) -> No
             "trl.logging_steps=1",
         ],
     )
-    assert "logging_steps: 1\n" in yaml.safe_dump(config["trl"])  # as given, not the field type's 1.0
-    assert config["services"]["toolcall"]["components"] == ["format", "name"] and config["advantage_floor"] == 0.5
-    assert config["trl"]["learning_rate"] == 1e-5  # YAML 1.1 reads 1e-5 as a string; TRL's float type converts it
-    assert config["dataset"]["split"] == "train" and config["services"]["toolcall"]["prefix"] == ""
+    assert "logging_steps: 1\n" in yaml.safe_dump(config.trl)  # as given, not the field type's 1.0
+    assert config.services["toolcall"].components == ["format", "name"] and config.advantage_floor == 0.5
+    assert config.trl["learning_rate"] == 1e-5  # YAML 1.1 reads 1e-5 as a string; TRL's float type converts it
+    assert config.dataset.split == "train" and config.services["toolcall"].prefix == ""
+    assert config.estimator == "corrgrpo" and config.domain.episodes is False  # the defaults, from the model
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.rglob("*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_shipped_config_is_valid_and_names_public_datasets(path: Path) -> None:
     config = read_config(path, "warmup" if path.stem.endswith("_sft") else "rl")
     assert "shared/data" not in path.read_text()
-    sources = [config.get("dataset", {}).get("path"), *config.get("dataset", {}).get("exclude_prompts_of", [])]
-    assert all(s is None or s.startswith("https://") or s.count("/") == 1 for s in sources), sources
-    if "warmup" in config:
-        assert read_config(config["warmup"], "warmup")["domain"] == config["domain"]
+    sources = [path for paths in config.dataset.sources.values() for path in paths]
+    assert all(s.startswith("https://") or s.count("/") == 1 for s in sources), sources
+    if getattr(config, "warmup", None):
+        assert read_config(config.warmup, "warmup").domain == config.domain
 
 
 def test_checked_in_schemas_match_the_config_models() -> None:

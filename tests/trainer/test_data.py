@@ -15,7 +15,8 @@ import yaml
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import free_port
 from corrgrpo_trainer.config import InputError
-from corrgrpo_trainer.data import DATA_DIR_ENV, LOCAL_COPIES, TOOLRL, code_rows, load_source, toolcall_rows
+from corrgrpo_trainer.config_shape import CodeRows, ToolcallRows
+from corrgrpo_trainer.data import DATA_DIR_ENV, LOCAL_COPIES, TOOLRL, load_rows, load_source
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 HINT = f"; without a hub, set ${DATA_DIR_ENV} to a folder of local copies (trainer/README.md) or dataset.path to a local file"
@@ -32,11 +33,11 @@ def write_rlla(path: Path, rows: int) -> None:
 
 def test_rows_run_from_offset_for_limit(tmp_path: Path) -> None:
     write_rlla(tmp_path / "t.parquet", 10)
-    rows = toolcall_rows({"path": str(tmp_path / "t.parquet"), "offset": 3, "limit": 4})
+    rows = load_rows(ToolcallRows(path=str(tmp_path / "t.parquet"), offset=3, limit=4))
     assert [r["prompt"][0]["content"] for r in rows] == [f"request {i}" for i in range(3, 7)]
     assert rows[0]["ground_truth"] == "<tool_call>3</tool_call>"
-    assert len(toolcall_rows({"path": str(tmp_path / "t.parquet"), "offset": 8})) == 2
-    assert len(toolcall_rows({"path": str(tmp_path / "t.parquet")})) == 10
+    assert len(load_rows(ToolcallRows(path=str(tmp_path / "t.parquet"), offset=8))) == 2
+    assert len(load_rows(ToolcallRows(path=str(tmp_path / "t.parquet")))) == 10
 
 
 def test_the_toolcall_config_trains_after_the_held_out_rows(tmp_path: Path) -> None:
@@ -45,11 +46,11 @@ def test_the_toolcall_config_trains_after_the_held_out_rows(tmp_path: Path) -> N
     write_rlla(tmp_path / "t.parquet", 80)
     trained = {
         int(r["prompt"][0]["content"].split()[1])
-        for r in toolcall_rows(config["dataset"] | {"path": str(tmp_path / "t.parquet")})
+        for r in load_rows(ToolcallRows(**config["dataset"] | {"path": str(tmp_path / "t.parquet")}))
     }
     evaluated = {
         int(r["prompt"][0]["content"].split()[1])
-        for r in toolcall_rows(config["evaluation"] | {"path": str(tmp_path / "t.parquet")})
+        for r in load_rows(ToolcallRows(**config["evaluation"] | {"path": str(tmp_path / "t.parquet")}))
     }
     assert trained and evaluated == set(range(32)) and min(trained) >= 32
 
@@ -57,9 +58,9 @@ def test_the_toolcall_config_trains_after_the_held_out_rows(tmp_path: Path) -> N
 def test_the_shipped_sources_read_their_local_copies_under_the_data_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     data_dir = require_shared_data("rlla_4k/test.parquet").parents[1]
     monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))
-    shipped = toolcall_rows({"path": f"{TOOLRL}/rlla_4k/test.parquet", "offset": 30, "limit": 3})
-    assert shipped == toolcall_rows({"path": str(data_dir / "rlla_4k/test.parquet"), "offset": 30, "limit": 3})
-    [problem] = code_rows({"path": "newfacade/LeetCodeDataset", "split": "test", "limit": 1})
+    shipped = load_rows(ToolcallRows(path=f"{TOOLRL}/rlla_4k/test.parquet", offset=30, limit=3))
+    assert shipped == load_rows(ToolcallRows(path=str(data_dir / "rlla_4k/test.parquet"), offset=30, limit=3))
+    [problem] = load_rows(CodeRows(path="newfacade/LeetCodeDataset", split="test", limit=1))
     assert problem["problem"]["task_id"] and problem["prompt"][0]["role"] == "user"
     assert all((data_dir / copy).is_file() for copy in LOCAL_COPIES.values())
     monkeypatch.setenv(DATA_DIR_ENV, str(data_dir / "rlla_4k"))

@@ -20,6 +20,7 @@ from corrgrpo_proto.agentdojo import TasksResponse
 from corrgrpo_testing.servers import ServiceProcess, start_service
 from corrgrpo_trainer.agentdojo.demonstrations import Demonstration, build, is_held_out, split
 from corrgrpo_trainer.agentdojo.tools import tool_calling_template
+from corrgrpo_trainer.config import parse_config
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
 TRAIN = ["user_task_0", "user_task_1", "user_task_3", "user_task_4"]  # user_task_0 is held out
@@ -34,7 +35,8 @@ def service() -> Iterator[ServiceProcess]:
 @pytest.fixture(scope="module")
 def demonstrations(service: ServiceProcess) -> list[Demonstration]:
     dataset = {"suites": ["banking"], "user_tasks": TRAIN, "injection_tasks": ["injection_task_0"]}
-    return build({"domain": "agentdojo", "services": {"agentdojo": {"url": service.url}}, "dataset": dataset})
+    raw = {"domain": "agentdojo", "services": {"agentdojo": {"url": service.url}}, "dataset": dataset}
+    return build(parse_config(raw, "warmup"))
 
 
 def test_the_split_is_the_authors_by_user_task(service: ServiceProcess) -> None:
@@ -122,7 +124,7 @@ def test_sft_on_demonstrations_trains_the_assistant_turns_only(
             "report_to": "none",
         },
     }
-    trainer = sft(config)
+    trainer = sft(parse_config(config, "warmup"))
     row = trainer.train_dataset[0]
     trained = trainer.processing_class.decode([label for label in row["labels"] if label != -100])
     assert "<tool_call>" in trained and "<|im_end|>" in trained

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import start_service
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import read_config
+from corrgrpo_trainer.config_shape import AgentDojoRL, RLConfig
 from corrgrpo_trainer.trl_trainer import CorrGRPOConfig
 
 PAPER = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "paper"
@@ -57,16 +59,16 @@ LAUNCHERS: dict[str, dict[str, Any]] = {
 CODE_WEIGHTS = {c.name: c.weight for c in CODE_COMPONENTS if c.name != "pass_rate"}
 
 
-def load(domain: str) -> dict[str, Any]:
-    return read_config(PAPER / f"{domain}.yaml")
+def load(domain: str) -> RLConfig:
+    return typing.cast(RLConfig, read_config(PAPER / f"{domain}.yaml"))
 
 
 @pytest.mark.parametrize("domain", list(LAUNCHERS))
 def test_a_recipe_carries_its_launchers_settings(domain: str) -> None:
     config, launcher = load(domain), LAUNCHERS[domain]
-    assert config["domain"] == domain and list(config["services"]) == [domain]
-    assert config["model"] == launcher["model"] and config["estimator"] == "corrgrpo"  # grpo_covariance_coefficient
-    trl = CorrGRPOConfig(**config["trl"], use_cpu=True, advantage_estimator=config["estimator"])
+    assert config.domain == domain and list(config.services) == [domain]
+    assert config.model == launcher["model"] and config.estimator == "corrgrpo"  # grpo_covariance_coefficient
+    trl = CorrGRPOConfig(**config.trl, use_cpu=True, advantage_estimator=config.estimator)
     assert (trl.learning_rate, trl.beta, trl.num_train_epochs) == (1e-6, launcher["kl"], launcher["epochs"])
     assert trl.num_generations == launcher["n"] and trl.max_completion_length == launcher["response"]
     assert trl.generation_batch_size == launcher["prompts"] * launcher["n"]
@@ -75,7 +77,7 @@ def test_a_recipe_carries_its_launchers_settings(domain: str) -> None:
 
 
 def test_code_weights_are_the_authors() -> None:
-    assert load("code")["services"]["code"]["weights"] == CODE_WEIGHTS
+    assert load("code").services["code"].weights == CODE_WEIGHTS
 
 
 def test_agentdojo_recipe_names_the_authors_held_out_user_tasks() -> None:
@@ -94,8 +96,8 @@ def test_agentdojo_recipe_names_the_authors_held_out_user_tasks() -> None:
         for name, suite in get_suites("v1.2.2").items()
     }
     assert listed == {name: sorted(tasks, key=int) for name, tasks in held_out.items()}
-    config = load("agentdojo")["dataset"]
-    assert config["suites"] == sorted(held_out) and config["injection_tasks"] == "all" and config["exclude_unearned"] is False
+    episodes = typing.cast(AgentDojoRL, load("agentdojo")).dataset
+    assert episodes.suites == sorted(held_out) and episodes.injection_tasks == "all" and not episodes.exclude_unearned
 
 
 def tiny_step(domain: str, tmp_path: Path, url: str, dataset: dict[str, Any] | None) -> dict[str, Any]:

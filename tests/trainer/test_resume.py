@@ -10,7 +10,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,6 +20,8 @@ import yaml
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import ServiceProcess
 from corrgrpo_trainer.cli import main
+from corrgrpo_trainer.config import parse_config
+from corrgrpo_trainer.config_shape import RLConfig, WarmupConfig
 from corrgrpo_trainer.pipeline import warmup_checkpoint
 from corrgrpo_trainer.rundir import METRICS, ROLLOUTS, RUN, read_jsonl
 
@@ -123,13 +127,23 @@ def test_a_warm_up_is_keyed_by_what_made_it_and_the_run_records_its_start(
 def test_the_warm_up_key_changes_with_the_model_the_data_and_the_settings(tmp_path: Path) -> None:
     data = tmp_path / "demonstrations.json"
     data.write_text("[]")
-    warmup = {"domain": "toolcall", "model": "tiny", "dataset": {"path": str(data)}, "trl": {"learning_rate": 1e-4}}
-    config = {"run_dir": str(tmp_path / "runs" / "a")}
+    raw = {"domain": "toolcall", "model": "tiny", "dataset": {"path": str(data)}, "trl": {"learning_rate": 1e-4}}
+    warmup = typing.cast(WarmupConfig, parse_config(raw, "warmup"))
+
+    def rl(run: str) -> RLConfig:
+        services = {"toolcall": {"url": "http://127.0.0.1:1"}}
+        rl = {"domain": "toolcall", "dataset": {"path": str(data)}, "services": services, "run_dir": run}
+        return typing.cast(RLConfig, parse_config(rl))
+
+    def changed(**update: Any) -> WarmupConfig:
+        return warmup.model_copy(update=update)
+
+    config = rl(str(tmp_path / "runs" / "a"))
     key = warmup_checkpoint(config, warmup)
     assert key.parent == tmp_path / "runs" / "warmups" and key.name.startswith("toolcall-")
-    assert warmup_checkpoint({"run_dir": str(tmp_path / "runs" / "b")}, warmup) == key  # another run, same warm-up
-    assert warmup_checkpoint(config, warmup | {"trl": {"learning_rate": 1e-4, "report_to": "none"}}) == key
-    assert warmup_checkpoint(config, warmup | {"model": "smollm2-135m-instruct"}) != key
-    assert warmup_checkpoint(config, warmup | {"trl": {"learning_rate": 2e-4}}) != key
+    assert warmup_checkpoint(rl(str(tmp_path / "runs" / "b")), warmup) == key  # another run, same warm-up
+    assert warmup_checkpoint(config, changed(trl={"learning_rate": 1e-4, "report_to": "none"})) == key
+    assert warmup_checkpoint(config, changed(model="smollm2-135m-instruct")) != key
+    assert warmup_checkpoint(config, changed(trl={"learning_rate": 2e-4})) != key
     data.write_text('[{"instruction": "", "input": "", "output": ""}]')  # the same file name, other rows
     assert warmup_checkpoint(config, warmup) != key

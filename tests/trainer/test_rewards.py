@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import typing
 from typing import Any
 
 import httpx
@@ -17,6 +18,8 @@ from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_testing.steered import PAIR
 from corrgrpo_trainer.advantages import corrgrpo
 from corrgrpo_trainer.agentdojo.trl_inputs import agentdojo_episodes
+from corrgrpo_trainer.config import parse_config
+from corrgrpo_trainer.config_shape import AgentDojoRL
 from corrgrpo_trainer.rewards import ServiceRewards, reward_columns, trl_rewards
 
 GROUND_TRUTH = (
@@ -202,9 +205,10 @@ def test_agentdojo_episodes_weigh_as_declared_and_send_their_weights_with_each_f
     is closed."""
     with start_service("agentdojo") as service:
         declared = RewardClient(service.url).components().components
-        config = {"domain": "agentdojo", "services": {"agentdojo": {"url": service.url, "weights": {"security": 0.5}}}}
-        episodes = agentdojo_episodes({**config, "dataset": PAIR})
-        assert episodes is not None and [c.__name__ for c in episodes.columns] == [spec.name for spec in declared]
+        services = {"agentdojo": {"url": service.url, "weights": {"security": 0.5}}}
+        config = parse_config({"domain": "agentdojo", "services": services, "dataset": PAIR})
+        episodes = agentdojo_episodes(typing.cast(AgentDojoRL, config))
+        assert [c.__name__ for c in episodes.columns] == [spec.name for spec in declared]
         assert episodes.weights == [0.5 if spec.name == "security" else spec.weight for spec in declared]
         env = episodes.factories["banking"]()
         env.reset(**episodes.rows[0])

@@ -24,6 +24,7 @@ from corrgrpo_testing.servers import start_service
 from corrgrpo_testing.tasks import humaneval_rows
 from corrgrpo_trainer.advantages import corrgrpo
 from corrgrpo_trainer.cli import main
+from corrgrpo_trainer.config_shape import Service
 from corrgrpo_trainer.report import steps_of
 from corrgrpo_trainer.rewards import completion_text, service_rewards
 from corrgrpo_trainer.rundir import PROMPTS, ROLLOUTS, read_jsonl, read_run
@@ -55,7 +56,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyRun]:
     path = tmp_path_factory.mktemp("run")
     model, tokenizer = build_tiny_policy(path / "tiny-policy")
     with start_service("code") as service:
-        columns, weights = service_rewards({"services": {"code": {"url": service.url, "components": ["format", "syntax"]}}})
+        columns, weights = service_rewards({"code": Service(url=service.url, components=["format", "syntax"])})
         args = CorrGRPOConfig(
             output_dir=str(path),
             use_cpu=True,

@@ -24,6 +24,6 @@ from .test_config import write_config
 def test_an_unknown_key_is_refused_naming_it(
     tmp_path: Path, edit: tuple[str, str] | None, overrides: list[str], key: str
 ) -> None:
-    assert read_config(write_config(tmp_path))["estimator"] == "corrgrpo"  # the control: the shipped config reads
+    assert read_config(write_config(tmp_path)).estimator == "corrgrpo"  # the control: the shipped config reads
     with pytest.raises(InputError, match=f"unknown key '{key}'"):
         read_config(write_config(tmp_path, edit=edit), overrides=overrides)

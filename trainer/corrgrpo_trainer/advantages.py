@@ -54,17 +54,19 @@ import torch
 Estimator = Callable[..., torch.Tensor]
 
 ZERO_VAR_TOL = 1e-6
-"""A component is zero-variance in a group when std <= ZERO_VAR_TOL · max(1, |mean|): float32 std of a constant 0.3 is ~3e-8."""
+"""A component is zero-variance in a group when std <= ZERO_VAR_TOL · max(1, |mean|).
+
+Relative, because the float32 std of a constant 0.3 is ~3e-8, not 0."""
 
 CORRGRPO_EPS = 1e-6
 """ε under CorrGRPO's square root, the authors' (verl's default epsilon): |A| <= 1000 · |R − mean R|."""
 
 LOW_SUM_RHO = 0.1
-"""Σρ below this (with at least one varying component) counts as the anti-correlation hazard in `diagnostics`."""
+"""Σρ below this, with a varying component, counts as the anti-correlation hazard in `diagnostics`."""
 
 
 def nanstd(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
-    """Unbiased std ignoring NaNs, computed as TRL's `trl.trainer.utils.nanstd` (NaN when fewer than 2 values)."""
+    """Unbiased std ignoring NaNs, as TRL's `trl.trainer.utils.nanstd` (NaN when fewer than 2 values)."""
     mean = torch.nanmean(x, dim=dim, keepdim=True)
     variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
     count = (~torch.isnan(x)).sum(dim=dim, keepdim=True).to(x.dtype)
@@ -84,7 +86,9 @@ def _check(r: torch.Tensor, weights: Weights = None) -> torch.Tensor | None:
         return None
     w = torch.as_tensor(weights, dtype=r.dtype, device=r.device)
     if w.shape != (r.shape[-1],):
-        raise ValueError(f"weights must have one value per component (K = {r.shape[-1]}), got shape {tuple(w.shape)}")
+        raise ValueError(
+            f"weights must have one value per component (K = {r.shape[-1]}), got shape {tuple(w.shape)}"
+        )
     return w
 
 
@@ -107,7 +111,9 @@ class GroupMoments(NamedTuple):
     sum_rho: torch.Tensor  # [B] Σ_k Σ_l ρ_kl
 
 
-def group_moments(r: torch.Tensor, weights: Weights = None, zero_var_tol: float = ZERO_VAR_TOL) -> GroupMoments:
+def group_moments(
+    r: torch.Tensor, weights: Weights = None, zero_var_tol: float = ZERO_VAR_TOL
+) -> GroupMoments:
     """Means, stds and standardised components of the weighted rewards of each group in one O(B·G·K) pass."""
     r = _fold(r, weights)
     scorable = ~torch.isnan(r).all(dim=-1, keepdim=True)  # [B, G, 1]
@@ -121,7 +127,9 @@ def group_moments(r: torch.Tensor, weights: Weights = None, zero_var_tol: float 
     z = torch.where(varying, (filled - mean_k) / std_k, 0.0).nan_to_num(nan=0.0)
     dof = (scorable.sum(dim=1).squeeze(-1) - 1).clamp(min=1).to(r.dtype)
     sum_rho = z.sum(dim=-1).square().sum(dim=1) / dof
-    return GroupMoments(centered, mean_total, nanstd(totals, dim=1), filled, z, varying.squeeze(1), dof, sum_rho)
+    return GroupMoments(
+        centered, mean_total, nanstd(totals, dim=1), filled, z, varying.squeeze(1), dof, sum_rho
+    )
 
 
 def _normalised(moments: GroupMoments, denominator: torch.Tensor, eps: float) -> torch.Tensor:
@@ -179,11 +187,15 @@ def gdpo(r: torch.Tensor, weights: Weights = None, eps: float = 1e-4) -> torch.T
     if w is not None:
         scores = scores * w
     summed = scores.nansum(dim=-1).masked_fill(torch.isnan(r).all(dim=-1), float("nan"))
-    std = nanstd(summed.flatten(), dim=0) if summed.numel() > 1 else torch.zeros((), dtype=r.dtype, device=r.device)
+    std = (
+        nanstd(summed.flatten(), dim=0)
+        if summed.numel() > 1
+        else torch.zeros((), dtype=r.dtype, device=r.device)
+    )
     return ((summed - torch.nanmean(summed)) / (std + eps)).nan_to_num(nan=0.0)
 
 
-ESTIMATORS: dict[str, Estimator] = {"grpo": grpo, "corrgrpo": corrgrpo, "gdpo": gdpo}
+ESTIMATORS: dict[str, Estimator] = {estimator.__name__: estimator for estimator in (grpo, corrgrpo, gdpo)}
 
 
 def _mean_where(values: torch.Tensor, keep: torch.Tensor) -> float:
@@ -207,8 +219,10 @@ def diagnostics(
     - ``corrgrpo/scale_mean``: mean 1 / sqrt(Σρ + `corrgrpo_eps`), over groups with a varying component.
       A constant group's scale is about 1/ε, a number about ε and nothing about the rewards: such groups are
       left out of both means and counted in ``constant_group_frac`` (both means are NaN when every group is).
-    - ``corrgrpo/offdiag_corr_mean``: mean ρ_kl over k ≠ l among varying components, (Σρ − m) / (m(m − 1)) for m of them.
-    - ``grpo/var_share/<k>``: Σ_l Cov(r_k, r_l) / Var R = Cov(r_k, R) / Var R, component k's share of GRPO's variance.
+    - ``corrgrpo/offdiag_corr_mean``: mean ρ_kl over k ≠ l among the m varying components,
+      (Σρ − m) / (m(m − 1)).
+    - ``grpo/var_share/<k>``: Σ_l Cov(r_k, r_l) / Var R = Cov(r_k, R) / Var R, component k's share of GRPO's
+      variance.
     - ``corrgrpo/share/<k>``: Σ_l ρ_kl / Σρ, its share of CorrGRPO's Σρ (both sets of shares sum to 1).
     - ``corrgrpo/zero_var_frac``: fraction of (group, component) pairs with zero within-group variance.
     - ``corrgrpo/low_sum_rho_frac``: fraction of groups with a varying component and Σρ < `low_sum_rho`.
@@ -219,18 +233,30 @@ def diagnostics(
     has_pair = ~torch.isnan(moments.std_total)  # at least 2 scorable rollouts
     var_total = moments.std_total.square()
     centered_k = moments.filled - torch.nanmean(moments.filled, dim=1, keepdim=True)
-    cov_with_total = (centered_k * moments.centered.unsqueeze(-1)).nansum(dim=1) / moments.dof.unsqueeze(-1)  # [B, K]
-    rho_with_total = (moments.z * moments.z.sum(dim=-1, keepdim=True)).sum(dim=1) / moments.dof.unsqueeze(-1)  # [B, K]
+    cov_with_total = (centered_k * moments.centered.unsqueeze(-1)).nansum(dim=1) / moments.dof.unsqueeze(
+        -1
+    )  # [B, K]
+    rho_with_total = (moments.z * moments.z.sum(dim=-1, keepdim=True)).sum(dim=1) / moments.dof.unsqueeze(
+        -1
+    )  # [B, K]
     varying = moments.varying.sum(dim=-1).to(r.dtype)
-    has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(min=1.0)  # False where NaN
+    has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(
+        min=1.0
+    )  # False where NaN
     stats = {
         "grpo/scale_mean": _mean_where(1 / (moments.std_total + eps), has_variance),
-        "corrgrpo/scale_mean": _mean_where(1 / corrgrpo_scale(moments.sum_rho, corrgrpo_eps), has_pair & (varying > 0)),
+        "corrgrpo/scale_mean": _mean_where(
+            1 / corrgrpo_scale(moments.sum_rho, corrgrpo_eps), has_pair & (varying > 0)
+        ),
         "corrgrpo/offdiag_corr_mean": _mean_where(
             (moments.sum_rho - varying) / (varying * (varying - 1)).clamp(min=1), varying >= 2
         ),
-        "corrgrpo/zero_var_frac": _mean_where((~moments.varying).to(r.dtype), has_pair.unsqueeze(-1).expand_as(moments.varying)),
-        "corrgrpo/low_sum_rho_frac": _mean_where(((moments.sum_rho < low_sum_rho) & (varying > 0)).to(r.dtype), has_pair),
+        "corrgrpo/zero_var_frac": _mean_where(
+            (~moments.varying).to(r.dtype), has_pair.unsqueeze(-1).expand_as(moments.varying)
+        ),
+        "corrgrpo/low_sum_rho_frac": _mean_where(
+            ((moments.sum_rho < low_sum_rho) & (varying > 0)).to(r.dtype), has_pair
+        ),
         "constant_group_frac": _mean_where((~has_variance).to(r.dtype), has_pair),
     }
     has_rho = moments.sum_rho > zero_var_tol

@@ -1,13 +1,15 @@
-"""A run's config: the YAML file, the command line's `--set key.path=value` overrides, typed and checked first.
+"""A run's config: the YAML file, the command line's `--set key.path=value` overrides, typed and checked
+first.
 
-A config is an RL config (`train`, `run`) or a warm-up config (`sft`); its `domain` picks the shape of `dataset`.
-Every problem is one line naming the key, where it came from (the file or the `--set`) and the closest valid
-name; `trl` is checked against the installed TRL's `GRPOConfig` / `SFTConfig` fields. Input paths in the file are
-resolved against the file's folder, output paths (`trl.output_dir`, `run_dir`) and paths given with `--set` against
-the working directory.
+A config is an RL config (`train`, `run`) or a warm-up config (`sft`); its `domain` picks the shape of
+`dataset`. Every problem is one line naming the key, where it came from (the file or the `--set`) and the
+closest valid name; `trl` is checked against the installed TRL's `GRPOConfig` / `SFTConfig` fields. Input
+paths in the file are resolved against the file's folder, output paths (`trl.output_dir`, `run_dir`) and paths
+given with `--set` against the working directory.
 
 Every command-line error is one of two exceptions that `cli.main` prints as one line (exit status 2):
-`InputError` (a file or value the user gave is wrong) and `ServicesDown` (a configured service does not answer).
+`InputError` (a file or value the user gave is wrong) and `ServicesDown` (a configured service does not
+answer).
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from corrgrpo_proto import RewardClient, RewardServiceError, RewardServiceUnavailable
 
-from .config_shape import SHAPES, Kind
+from .config_shape import SHAPES, Config, Domain, Kind, Service
 from .models import EMBEDDED, TINY
 
-START_SERVICES = "start the services with `python -m corrgrpo_devtools up` (local processes) or `docker compose up -d`"
+START_SERVICES = (
+    "start the services with `python -m corrgrpo_devtools up` (local processes) or `docker compose up -d`"
+)
 
 
 class InputError(ValueError):
@@ -44,22 +48,29 @@ class ServicesDown(RuntimeError):
 # trl keys set elsewhere in the config
 TRL_RESERVED = {"rl": {"reward_weights": "services.<name>.weights"}, "warmup": {}}
 # Keys holding paths. Outputs go under the working folder, wherever the config file is (a copied config writes
-# where it is run); inputs are read beside the file, `warmup` always a path, the others when they name something
-# on disk or start like a path.
+# where it is run); inputs are read beside the file, `warmup` always a path, the others when they name
+# something on disk or start like a path.
 OUTPUT_PATHS = {("trl", "output_dir"), ("run_dir",)}
-INPUT_PATHS = {("warmup",), ("model",), ("dataset", "path"), ("dataset", "exclude_prompts_of"), ("evaluation", "path")}
+INPUT_PATHS = {
+    ("warmup",),
+    ("model",),
+    ("dataset", "path"),
+    ("dataset", "exclude_prompts_of"),
+    ("evaluation", "path"),
+}
 ALWAYS_PATHS = OUTPUT_PATHS | {("warmup",)}
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".gz")  # a file, never a hub id
 TOKEN_ENV = "CORRGRPO_API_TOKEN"  # the services' own variable: one shell runs both with the same token
 TOKEN_FILE = ("client", "token_file")  # under each service
+Sets = dict[tuple[str, ...], str]  # a key set with --set -> the --set
 
 
 # ---------------------------------------------------------------- reading
 
 
-def read_config(path: str | Path, kind: Kind = "rl", overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The config at `path` with `overrides` (`key.path=value`, the value read as YAML) applied, checked and with
-    its defaults filled in, as a plain dict; an InputError naming the first problem otherwise."""
+def read_config(path: str | Path, kind: Kind = "rl", overrides: Sequence[str] = ()) -> Config:
+    """The config at `path` with `overrides` (`key.path=value`, the value read as YAML) applied, checked, with
+    its defaults filled in; an InputError naming the first problem otherwise."""
     source = Path(path)
     try:
         raw = yaml.safe_load(source.read_text())
@@ -69,15 +80,28 @@ def read_config(path: str | Path, kind: Kind = "rl", overrides: Sequence[str] = 
         raise InputError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: expected a mapping of keys (see trainer/configs/)")
-    if isinstance(raw.setdefault("trl", {}), dict):
-        raw["trl"].setdefault("output_dir", f"trainer_out/{raw.get('domain')}{'_sft' if kind == 'warmup' else ''}")
+    default_output_dir(raw, kind)  # before the paths resolve: it lands under the working folder
     resolve_paths(raw, source.resolve().parent, Path.cwd())
     sets = {}
     for override in overrides:
         key, value = parse_override(override)
         assign(raw, key, value, override)
         sets[key] = override
-    return check(raw, kind, str(path), sets)
+    return parse_config(raw, kind, str(path), sets)
+
+
+def parse_config(
+    raw: dict[str, Any], kind: Kind = "rl", source: str = "the config", sets: Sets | None = None
+) -> Config:
+    """`raw` (a config as YAML reads it, paths resolved) checked and typed; `read_config` without the file."""
+    default_output_dir(raw, kind)
+    return check(raw, kind, source, sets or {})
+
+
+def default_output_dir(raw: dict[str, Any], kind: Kind) -> None:
+    if isinstance(raw.setdefault("trl", {}), dict):
+        suffix = "_sft" if kind == "warmup" else ""
+        raw["trl"].setdefault("output_dir", f"trainer_out/{raw.get('domain')}{suffix}")
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
@@ -106,8 +130,8 @@ def assign(raw: dict[str, Any], key: tuple[str, ...], value: Any, origin: str) -
 
 
 def resolve_paths(raw: dict[str, Any], base: Path, outputs: Path) -> None:
-    """Make the path keys of `raw` absolute, in place: inputs against `base`, outputs against `outputs` (hub ids, URLs
-    and model names stay)."""
+    """Make the path keys of `raw` absolute, in place: inputs against `base`, outputs against `outputs` (hub
+    ids, URLs and model names stay)."""
     for key in OUTPUT_PATHS | INPUT_PATHS:
         parent = raw
         for part in key[:-1]:
@@ -128,10 +152,17 @@ def resolve_paths(raw: dict[str, Any], base: Path, outputs: Path) -> None:
 
 
 def resolve_path(value: str, base: Path, always: bool) -> str:
-    if "://" in value or value in (EMBEDDED, TINY):  # a URL or a model name, even beside a folder of that name
+    if "://" in value or value in (
+        EMBEDDED,
+        TINY,
+    ):  # a URL or a model name, even beside a folder of that name
         return value
     path = Path(value).expanduser()
-    local = value.startswith(("/", "./", "../", "~")) or value.endswith(DATA_FILE_SUFFIXES) or (base / path).exists()
+    local = (
+        value.startswith(("/", "./", "../", "~"))
+        or value.endswith(DATA_FILE_SUFFIXES)
+        or (base / path).exists()
+    )
     if always or local:
         return str((base / path).resolve())
     return value
@@ -140,36 +171,33 @@ def resolve_path(value: str, base: Path, always: bool) -> str:
 # ---------------------------------------------------------------- checking
 
 
-def check(raw: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[str, ...], str]) -> dict[str, Any]:
-    """`raw` validated against its domain's shape and TRL's config class, defaults filled in, as a plain dict."""
+def check(raw: dict[str, Any], kind: Kind, source: str, sets: Sets) -> Config:
+    """`raw` validated against its domain's shape and TRL's config class, defaults filled in."""
     shapes = SHAPES[kind]
     domain = raw.get("domain")
     if not isinstance(domain, str) or domain not in shapes:
         where = origin(("domain",), source, sets)
         got = "missing" if domain is None else f"{domain!r} is not one of {', '.join(shapes)}"
         raise InputError(f"{where}: domain: {got}{suggestion(domain, list(shapes))}")
-    shape = shapes[domain]
+    shape = shapes[Domain(domain)]
     try:
         config = shape.model_validate(raw)
     except ValidationError as error:
         first = error.errors()[0]
         raise InputError(problem(first, shape, source, sets)) from None
-    plain = config.model_dump(exclude_none=True)
-    check_local_sources(plain, source, sets)
-    plain["trl"] = check_trl(config.trl, kind, source, sets)
-    if kind == "rl":
-        plain.setdefault("run_dir", plain["trl"]["output_dir"])
-    return plain
+    check_local_sources(config, source, sets)
+    config.trl = check_trl(config.trl, kind, source, sets)
+    return typing.cast(Config, config)
 
 
-def check_local_sources(config: dict[str, Any], source: str, sets: dict[tuple[str, ...], str]) -> None:
+def check_local_sources(config: Config, source: str, sets: Sets) -> None:
     """Every dataset given as a local path exists (hub ids and URLs are read later, by data.py)."""
-    for key in sorted(key for key in INPUT_PATHS if len(key) == 2):  # the dataset sections
-        section = config.get(key[0]) or {}
-        values = section.get(key[1]) or []
-        for value in [values] if isinstance(values, str) else values:
-            if value.startswith("/") and not Path(value).exists():
-                raise InputError(f"{origin(key, source, sets)}: {'.'.join(key)}: no such file or folder: {value}")
+    for name, section in config.sections.items():
+        for key, values in section.sources.items():
+            for value in values:
+                if value.startswith("/") and not Path(value).exists():
+                    where = origin((name, key), source, sets)
+                    raise InputError(f"{where}: {name}.{key}: no such file or folder: {value}")
 
 
 def trl_class(kind: Kind) -> type:
@@ -182,7 +210,7 @@ def trl_class(kind: Kind) -> type:
     return SFTConfig
 
 
-def check_trl(values: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[str, ...], str]) -> dict[str, Any]:
+def check_trl(values: dict[str, Any], kind: Kind, source: str, sets: Sets) -> dict[str, Any]:
     """The `trl` section with every key a field of TRL's config class and every value of the field's type."""
     config_class = trl_class(kind)
     hints = typing.get_type_hints(config_class)
@@ -194,18 +222,21 @@ def check_trl(values: dict[str, Any], kind: Kind, source: str, sets: dict[tuple[
             raise InputError(f"{where}: trl.{key} is set by {TRL_RESERVED[kind][key]}")
         if key not in fields:
             hint = suggestion(key, fields, prefix="trl.")
-            raise InputError(f"{where}: unknown key 'trl.{key}' (not a trl.{config_class.__name__} field){hint}")
+            raise InputError(
+                f"{where}: unknown key 'trl.{key}' (not a trl.{config_class.__name__} field){hint}"
+            )
         adapter = TypeAdapter(hints[key])
         try:
-            dumped = adapter.dump_python(adapter.validate_python(value), mode="json")
-            checked[key] = value if dumped == value else dumped  # `logging_steps: 1` stays 1, not the field's 1.0
+            validated = adapter.validate_python(value)
+            # `logging_steps: 1` stays 1, not the field's 1.0; YAML's string "1e-5" becomes a float
+            checked[key] = value if validated == value else adapter.dump_python(validated, mode="json")
         except ValidationError as error:
             first = error.errors()[0]
             raise InputError(f"{where}: trl.{key}: {first['msg']} (got {value!r})") from None
     return checked
 
 
-def problem(error: Any, shape: type[BaseModel], source: str, sets: dict[tuple[str, ...], str]) -> str:
+def problem(error: Any, shape: type[BaseModel], source: str, sets: Sets) -> str:
     """One pydantic error as the line the user reads."""
     loc = tuple(str(part) for part in error["loc"])
     where, key = origin(loc, source, sets), ".".join(loc)
@@ -217,12 +248,15 @@ def problem(error: Any, shape: type[BaseModel], source: str, sets: dict[tuple[st
     if error["type"] == "extra_forbidden":
         valid = keys_at(shape, loc[:-1])
         parent = ".".join(loc[:-1])
-        return f"{where}: unknown key '{key}'{suggestion(loc[-1], valid, prefix=f'{parent}.' if parent else '')}"
+        return (
+            f"{where}: unknown key '{key}'{suggestion(loc[-1], valid, prefix=f'{parent}.' if parent else '')}"
+        )
     if error["type"] == "missing":
         return f"{where}: {key}: missing (required)"
     if error["type"] == "literal_error":
         expected = [value.strip("'") for value in error["ctx"]["expected"].replace(" or ", ", ").split(", ")]
-        return f"{where}: {key}: {error['input']!r} is not one of {', '.join(expected)}{suggestion(error['input'], expected)}"
+        hint = suggestion(error["input"], expected)
+        return f"{where}: {key}: {error['input']!r} is not one of {', '.join(expected)}{hint}"
     return f"{where}: {key}: {error['msg']} (got {error['input']!r})"
 
 
@@ -249,7 +283,7 @@ def model_or_container(annotation: Any) -> Any:
     return annotation
 
 
-def origin(loc: tuple[str, ...], source: str, sets: dict[tuple[str, ...], str]) -> str:
+def origin(loc: tuple[str, ...], source: str, sets: Sets) -> str:
     """Where the value at `loc` came from: the `--set` that wrote it (or a key above it), else the file."""
     for key, text in sets.items():
         if loc[: len(key)] == key or key[: len(loc)] == loc:
@@ -261,7 +295,9 @@ def suggestion(word: Any, valid: Sequence[str], prefix: str = "") -> str:
     """'; did you mean ...?' with the closest valid names (two when they are about as close), or ''."""
     if not isinstance(word, str):
         return ""
-    ratios = sorted(((difflib.SequenceMatcher(None, word, name).ratio(), name) for name in valid), reverse=True)
+    ratios = sorted(
+        ((difflib.SequenceMatcher(None, word, name).ratio(), name) for name in valid), reverse=True
+    )
     close = [name for ratio, name in ratios[:2] if ratio >= max(0.6, ratios[0][0] - 0.05)]
     return f"; did you mean {' or '.join(repr(prefix + name) for name in close)}?" if close else ""
 
@@ -269,15 +305,14 @@ def suggestion(word: Any, valid: Sequence[str], prefix: str = "") -> str:
 # ---------------------------------------------------------------- the services
 
 
-def client_options(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The client options of a configured service with its bearer token: from the file `client.token_file` names,
-    else $CORRGRPO_API_TOKEN (none when neither is set); an empty one is an InputError (a service would admit an
-    empty credential, or refuse every request). A `client.token` is taken as resolved already (a config file
-    cannot hold one: `check` refuses it), None for no token."""
-    options = dict(spec.get("client") or {})
-    if "token" in options:
-        return options if options["token"] else {key: value for key, value in options.items() if key != "token"}
+def client_options(service: Service) -> dict[str, Any]:
+    """The client options of a configured service with its bearer token: the one `Service.with_token` gave,
+    else the file `client.token_file` names, else $CORRGRPO_API_TOKEN (none when neither is set). An empty one
+    is an InputError: a service would admit an empty credential, or refuse every request."""
+    options = service.client.model_dump(exclude_none=True)
     path = options.pop("token_file", None)
+    if service.token_given:
+        return options | ({"token": service.token} if service.token else {})
     if path is not None:
         try:
             token, where = Path(path).read_text().strip(), f"the token file {path}"
@@ -288,17 +323,19 @@ def client_options(spec: Mapping[str, Any]) -> dict[str, Any]:
     else:
         return options
     if not token:
-        raise InputError(f"{where} is empty: give the services' bearer token, or unset it for services without one")
+        raise InputError(
+            f"{where} is empty: give the services' bearer token, or unset it for services without one"
+        )
     return options | {"token": token}
 
 
-def check_services(config: dict[str, Any]) -> None:
-    """Every configured service answers at once and serves the configured components, or one line: ServicesDown
-    naming each URL that did not answer (before a model is loaded, not after retries as a traceback), InputError
-    naming a component or weight it does not serve."""
+def check_services(services: Mapping[str, Service]) -> None:
+    """Every configured service answers at once and serves the configured components, or one line:
+    ServicesDown naming each URL that did not answer (before a model is loaded, not after retries as a
+    traceback), InputError naming a component or weight it does not serve."""
     down = []
-    for name, spec in config["services"].items():
-        url = spec["url"]
+    for name, spec in services.items():
+        url = spec.url
         token = {key: value for key, value in client_options(spec).items() if key == "token"}
         with RewardClient(url, retries=0, timeout=10, **token) as client:
             try:
@@ -310,13 +347,16 @@ def check_services(config: dict[str, Any]) -> None:
             except RewardServiceError as error:
                 if error.status == 401:
                     raise InputError(
-                        f"the {name} service at {url} refused the {'token' if token else 'request without a token'} "
+                        f"the {name} service at {url} refused the "
+                        f"{'token' if token else 'request without a token'} "
                         f"(HTTP 401): set ${TOKEN_ENV} or services.{name}.client.token_file to its token"
                     ) from None
                 path = error.url.removeprefix(url.rstrip("/"))
-                down.append(f"the {name} service at {url} ({path}: HTTP {error.status}, not a corrgrpo service?)")
+                down.append(
+                    f"the {name} service at {url} ({path}: HTTP {error.status}, not a corrgrpo service?)"
+                )
                 continue
-        for key, asked in (("components", spec.get("components") or []), ("weights", spec.get("weights") or {})):
+        for key, asked in (("components", spec.components or []), ("weights", spec.weights)):
             if unknown := [component for component in asked if component not in declared]:
                 raise InputError(
                     f"services.{name}.{key}: {unknown[0]!r} is not a component of the {name} service at {url}"

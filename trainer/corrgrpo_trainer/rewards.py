@@ -1,16 +1,17 @@
-"""TRL reward functions backed by the reward services: one column per component, one request per service per batch.
+"""TRL reward functions backed by the reward services: one column per component, one request per service per
+batch.
 
-TRL calls every reward function with the whole batch (`prompts`, `completions` and each dataset
-column as a list) and logs `rewards/<function name>/mean`. A service returns a vector per item, so
-`ServiceRewards.columns()` gives one async function per component, named after it; they share one
-cached call: the first column to run scores the batch, the others await the same task. TRL runs
-async reward functions concurrently with `asyncio.gather` on its daemon loop, so the services of a
-step are called at the same time, one request each (the client splits very large batches into
-chunks). Every request carries the training weights, so a response's `total` is the sum TRL optimises.
-A per-item error becomes None in every column (the rule of `corrgrpo_proto.common`: TRL 1.16 leaves a
-rollout whose every reward is None out of its group's statistics, advantage 0). An item the service refuses (413,
-422: malformed or over a limit) is such an error, with a warning, never the whole batch's failure; a service that
-cannot be reached through the client's retries fails the step with `RewardServiceUnavailable`.
+TRL calls every reward function with the whole batch (`prompts`, `completions` and each dataset column as a
+list) and logs `rewards/<function name>/mean`. A service returns a vector per item, so
+`ServiceRewards.columns()` gives one async function per component, named after it; they share one cached call:
+the first column to run scores the batch, the others await the same task. TRL runs async reward functions
+concurrently with `asyncio.gather` on its daemon loop, so the services of a step are called at the same time,
+one request each (the client splits very large batches into chunks). Every request carries the training
+weights, so a response's `total` is the sum TRL optimises. A per-item error becomes None in every column (the
+rule of `corrgrpo_proto.common`: TRL 1.16 leaves a rollout whose every reward is None out of its group's
+statistics, advantage 0). An item the service refuses (413, 422: malformed or over a limit) is such an error,
+with a warning, never the whole batch's failure; a service that cannot be reached through the client's retries
+fails the step with `RewardServiceUnavailable`.
 
 Plain TRL, one line per service: `reward_funcs, reward_weights = trl_rewards(url)`, then
 `GRPOTrainer(reward_funcs=reward_funcs, args=GRPOConfig(reward_weights=reward_weights, ...))`.
@@ -37,14 +38,22 @@ from corrgrpo_proto import (
 )
 
 from .config import client_options
+from .config_shape import Service
 
 Row = dict[str, Any]
 RewardColumn = Callable[..., Awaitable[list[float | None]]]
 T = TypeVar("T")
-SYNC_CLIENT_OPTIONS = ("timeout", "retries", "backoff", "max_backoff", "token")  # of the async ones, what a GET needs
+SYNC_CLIENT_OPTIONS = (
+    "timeout",
+    "retries",
+    "backoff",
+    "max_backoff",
+    "token",
+)  # of the async ones, what a GET needs
 STAGE_COLUMN = "stage/"  # TRL's extra completion column `stage/<service>`: each result's info.stage
 TRL_EXTRA_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
-# What a service answers a request with an item it cannot take (malformed, over a limit): that item's fault alone.
+# What a service answers a request with an item it cannot take (malformed, over a limit): that item's fault
+# alone.
 ITEM_REFUSALS = frozenset({413, 422})
 REFUSED = "refused"  # the ItemError code of an item its service refused
 
@@ -58,19 +67,25 @@ def completion_text(completion: str | list[dict[str, Any]]) -> str:
     """The text of a TRL completion: a string, or (conversational) the assistant messages' contents joined."""
     if isinstance(completion, str):
         return completion
-    return "".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+    return "".join(
+        str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant"
+    )
 
 
 def batch_rows(count: int, columns: dict[str, Any]) -> list[Row]:
     """Per-completion rows from TRL's column lists (TRL's own extra kwargs left out)."""
-    lists = {k: v for k, v in columns.items() if k not in TRL_EXTRA_KWARGS and isinstance(v, list) and len(v) == count}
+    lists = {
+        k: v
+        for k, v in columns.items()
+        if k not in TRL_EXTRA_KWARGS and isinstance(v, list) and len(v) == count
+    }
     return [{k: v[i] for k, v in lists.items()} for i in range(count)]
 
 
 class SharedCall(Generic[T]):
-    """The latest call's result by key, shared by concurrent callers (TRL starts a step's columns together): the first
-    caller with a new key starts the call, the others await the same task; a failure lets the next caller try again;
-    a success is kept as a plain value, readable from any later event loop."""
+    """The latest call's result by key, shared by concurrent callers (TRL starts a step's columns together):
+    the first caller with a new key starts the call, the others await the same task; a failure lets the next
+    caller try again; a success is kept as a plain value, readable from any later event loop."""
 
     def __init__(self) -> None:
         self._entry: tuple[str, asyncio.Future[T] | T] | None = None
@@ -96,12 +111,12 @@ class SharedCall(Generic[T]):
 class ServiceRewards:
     """The reward components of one service as TRL reward functions sharing one request per batch.
 
-    An item is generic (`corrgrpo_proto.items`): the row's columns that are fields of the service's item
-    (read once from its `/openapi.json`), and the completion; the service validates it. `components` are
-    the columns to expose (a subset of the service's, in the order wanted); `prefix` is put before each
-    column's name (use it when two services share a component name, e.g. `format`). `client_options` go to
-    `AsyncRewardClient` (timeout, retries, backoff, chunk_size, chunk_bytes, max_concurrency, token). `weights`
-    (every component's, `resolve_weights`) go with each request; `of_service` reads them from the service.
+    An item is generic (`corrgrpo_proto.items`): the row's columns that are fields of the service's item (read
+    once from its `/openapi.json`), and the completion; the service validates it. `components` are the columns
+    to expose (a subset of the service's, in the order wanted); `prefix` is put before each column's name (use
+    it when two services share a component name, e.g. `format`). `client_options` go to `AsyncRewardClient`
+    (timeout, retries, backoff, chunk_size, chunk_bytes, max_concurrency, token). `weights` (every
+    component's, `resolve_weights`) go with each request; `of_service` reads them from the service.
     """
 
     def __init__(
@@ -132,22 +147,28 @@ class ServiceRewards:
                 return await request(client)
         except RewardServiceUnavailable as error:
             raise RewardServiceUnavailable(
-                f"the {self.service} reward service at {self.url} is unavailable, so this step cannot be scored "
-                f"(start it with `python -m corrgrpo_{self.service} --port <port>` or fix its url in the config): {error}"
+                f"the {self.service} reward service at {self.url} is unavailable, so this step cannot be "
+                f"scored "
+                f"(start it with `python -m corrgrpo_{self.service} --port <port>` or fix its url in the "
+                f"config): {error}"
             ) from error
         except RewardServiceError as error:
-            raise RewardServiceError(error.url, error.status, f"{self.service} refused the batch: {error.message}") from error
+            raise RewardServiceError(
+                error.url, error.status, f"{self.service} refused the batch: {error.message}"
+            ) from error
 
     async def results(self, items: list[dict[str, Any]]) -> list[ItemResult]:
         """Scored results of `items`; concurrent callers with the same batch share one request."""
-        encoded = [encode_item(item) for item in items]  # once: the cache key is the hash of what goes on the wire
+        encoded = [
+            encode_item(item) for item in items
+        ]  # once: the cache key is the hash of what goes on the wire
         key = hashlib.sha256(b"\n".join(encoded)).hexdigest()  # an item's JSON has no raw newline
         return await self._results.get(key, lambda: self._call(lambda client: self._score(client, encoded)))
 
     async def _score(self, client: AsyncRewardClient, encoded: list[bytes]) -> list[ItemResult]:
-        """The results of `encoded`; a request refused for an item it holds is halved until the refused items stand
-        alone, each then an error result (missing in every column) with a warning. A service validates a request
-        before it scores any item, so every item that can be scored is scored once."""
+        """The results of `encoded`; a request refused for an item it holds is halved until the refused items
+        stand alone, each then an error result (missing in every column) with a warning. A service validates a
+        request before it scores any item, so every item that can be scored is scored once."""
         try:
             return await client.score(encoded, self.weights)
         except RewardServiceError as error:
@@ -155,7 +176,9 @@ class ServiceRewards:
                 raise
             if len(encoded) > 1:
                 half = len(encoded) // 2
-                first, second = await asyncio.gather(self._score(client, encoded[:half]), self._score(client, encoded[half:]))
+                first, second = await asyncio.gather(
+                    self._score(client, encoded[:half]), self._score(client, encoded[half:])
+                )
                 return first + second
             message = f"HTTP {error.status}: {error.message}"
             print(
@@ -175,8 +198,9 @@ class ServiceRewards:
         prefix: str = "",
         client_options: dict[str, Any] | None = None,
     ) -> ServiceRewards:
-        """The service at `url` as it declares itself in `/v1/components`: its components (default: all) weighted as it
-        declares (`weights` overrides some); the others go out at weight 0, so a result's `total` is the trained sum."""
+        """The service at `url` as it declares itself in `/v1/components`: its components (default: all)
+        weighted as it declares (`weights` overrides some); the others go out at weight 0, so a result's
+        `total` is the trained sum."""
         options = client_options or {}
         with RewardClient(url, **sync_options(options)) as client:
             service, components, weights = trained_weights(client, components, weights)
@@ -186,7 +210,9 @@ class ServiceRewards:
     def column_weights(self) -> list[float]:
         """TRL's `reward_weights` of `columns()`: the weights sent with each request."""
         if self.weights is None:
-            raise ValueError(f"{self.service}: no weights given (ServiceRewards.of_service reads the declared ones)")
+            raise ValueError(
+                f"{self.service}: no weights given (ServiceRewards.of_service reads the declared ones)"
+            )
         return [self.weights[name] for name in self.components]
 
     def columns(self) -> list[RewardColumn]:
@@ -197,13 +223,20 @@ class ServiceRewards:
         async def column(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
             results = await self.results(await self.items(completions, batch_rows(len(completions), kwargs)))
             if component == self.components[0] and callable(log_metric := kwargs.get("log_metric")):
-                log_metric(f"rewards/{self.service}/failed_items", float(sum(r.error is not None for r in results)))
-            if component == self.components[0] and callable(log_extra := kwargs.get("log_extra")):  # kept per rollout
-                log_extra(f"{STAGE_COLUMN}{self.prefix}{self.service}", [result_stage(result) for result in results])
+                log_metric(
+                    f"rewards/{self.service}/failed_items", float(sum(r.error is not None for r in results))
+                )
+            if component == self.components[0] and callable(
+                log_extra := kwargs.get("log_extra")
+            ):  # kept per rollout
+                log_extra(
+                    f"{STAGE_COLUMN}{self.prefix}{self.service}", [result_stage(result) for result in results]
+                )
             return [column_value(result, component) for result in results]
 
         column.__name__ = column.__qualname__ = f"{self.prefix}{component}"
-        column.service = f"{self.prefix}{self.service}"  # type: ignore[attr-defined]  # the step's phase line groups by it
+        # the step's phase line groups by it
+        column.service = f"{self.prefix}{self.service}"  # type: ignore[attr-defined]
         return column
 
 
@@ -222,19 +255,23 @@ def column_value(result: ItemResult, component: str) -> float | None:
 def trained_weights(
     client: RewardClient, components: Sequence[str] | None, overrides: Mapping[str, float] | None
 ) -> tuple[str, list[str], dict[str, float]]:
-    """The service's name, the components trained on (default: all it declares) and the weights of all its components
-    to send with each request (`resolve_weights`: declared, `overrides` applied, the components not trained at 0)."""
+    """The service's name, the components trained on (default: all it declares) and the weights of all its
+    components to send with each request (`resolve_weights`: declared, `overrides` applied, the components not
+    trained at 0)."""
     declared = client.components()
     names = [spec.name for spec in declared.components]
     components = list(components or names)
     try:
         return declared.service, components, resolve_weights(declared.components, overrides, only=components)
     except KeyError as unknown:
-        raise ValueError(f"{declared.service}: component {unknown} is not served at {client.base_url} (it has {names})") from None
+        raise ValueError(
+            f"{declared.service}: component {unknown} is not served at {client.base_url} (it has {names})"
+        ) from None
 
 
 def reward_columns(services: Sequence[ServiceRewards]) -> list[RewardColumn]:
-    """All services' columns for `GRPOTrainer(reward_funcs=...)`; names must be unique (TRL keys its metrics by them)."""
+    """All services' columns for `GRPOTrainer(reward_funcs=...)`; names must be unique (TRL keys its metrics
+    by them)."""
     columns = [column for service in services for column in service.columns()]
     names = [column.__name__ for column in columns]
     if duplicates := sorted({n for n in names if names.count(n) > 1}):
@@ -255,10 +292,11 @@ def trl_rewards(
     return rewards.columns(), rewards.column_weights
 
 
-def service_rewards(config: dict[str, Any]) -> tuple[list[RewardColumn], list[float]]:
-    """The reward columns of every configured service and their TRL reward weights (`ServiceRewards.of_service`)."""
-    services = [
-        ServiceRewards.of_service(s["url"], s.get("components"), s.get("weights"), s.get("prefix", ""), client_options(s))
-        for s in config["services"].values()
+def service_rewards(services: Mapping[str, Service]) -> tuple[list[RewardColumn], list[float]]:
+    """The reward columns of every configured service and their TRL reward weights
+    (`ServiceRewards.of_service`)."""
+    rewards = [
+        ServiceRewards.of_service(s.url, s.components, s.weights, s.prefix, client_options(s))
+        for s in services.values()
     ]
-    return reward_columns(services), [weight for service in services for weight in service.column_weights]
+    return reward_columns(rewards), [weight for service in rewards for weight in service.column_weights]

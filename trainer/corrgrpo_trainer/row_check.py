@@ -2,11 +2,11 @@
 a step.
 
 A row goes to every configured service as an item (its item fields and the completion). Each service's
-`/openapi.json` names the request model of `POST /v1/score`; that model is a wire model of `corrgrpo_proto`, the
-one the service validates requests with, so the check here is the service's own validation run on a one-item
-request with an empty completion, not a copy of it. What the model does not decide (a service's size limits, a
-`task_id` it did not load) is refused at scoring; rewards.py then leaves that rollout missing rather than failing
-the step.
+`/openapi.json` names the request model of `POST /v1/score`; that model is a wire model of `corrgrpo_proto`,
+the one the service validates requests with, so the check here is the service's own validation run on a
+one-item request with an empty completion, not a copy of it. What the model does not decide (a service's size
+limits, a `task_id` it did not load) is refused at scoring; rewards.py then leaves that rollout missing rather
+than failing the step.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ from corrgrpo_proto.client import SCORE_PATH
 from corrgrpo_proto.schemas import MODELS
 
 from .config import client_options
+from .config_shape import Service
 from .rewards import sync_options
 
 SHOWN = 5  # rows named in the line; the rest are counted
 
 
 def request_model(document: Mapping[str, Any]) -> type[BaseModel] | None:
-    """The `corrgrpo_proto` model of a service's score request, by the name its OpenAPI document gives it (None
-    for a service whose request is no proto model: its rows are checked at scoring only)."""
+    """The `corrgrpo_proto` model of a service's score request, by the name its OpenAPI document gives it
+    (None for a service whose request is no proto model: its rows are checked at scoring only)."""
     body = document["paths"][SCORE_PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
     # "-Input": pydantic's name for the input side of a model
     name = body.get("$ref", "").rsplit("/", 1)[-1].removesuffix("-Input")
@@ -46,11 +47,11 @@ def refusal(model: type[BaseModel], item: dict[str, Any]) -> str | None:
     return None
 
 
-def refused_rows(rows: Sequence[Mapping[str, Any]], services: Mapping[str, Mapping[str, Any]]) -> dict[int, str]:
+def refused_rows(rows: Sequence[Mapping[str, Any]], services: Mapping[str, Service]) -> dict[int, str]:
     """Index → why, for each row some configured service's request model refuses (the first that does)."""
     refused: dict[int, str] = {}
     for name, spec in services.items():
-        with RewardClient(spec["url"], **sync_options(client_options(spec))) as client:
+        with RewardClient(spec.url, **sync_options(client_options(spec))) as client:
             document = client.request("GET", "/openapi.json")
         model = request_model(document)
         if model is None:
@@ -62,13 +63,14 @@ def refused_rows(rows: Sequence[Mapping[str, Any]], services: Mapping[str, Mappi
     return refused
 
 
-def checked_rows(rows: list[dict[str, Any]], config: Mapping[str, Any], label: str = "dataset") -> list[dict[str, Any]]:
-    """`rows` (of the config's `dataset`) without those a configured service cannot take; one line says how
-    many, which (row numbers of the source) and why."""
-    refused = refused_rows(rows, config["services"])
+def checked_rows(
+    rows: list[dict[str, Any]], services: Mapping[str, Service], first: int = 0, label: str = "dataset"
+) -> list[dict[str, Any]]:
+    """`rows` (from row `first` of their source) without those a configured service cannot take; one line says
+    how many, which (row numbers of the source) and why."""
+    refused = refused_rows(rows, services)
     if not refused:
         return rows
-    first = (config.get("dataset") or {}).get("offset", 0)  # row numbers as the source counts them
     named = ", ".join(f"row {first + index} ({why})" for index, why in list(refused.items())[:SHOWN])
     more = f" and {len(refused) - SHOWN} more" if len(refused) > SHOWN else ""
     dropped = f"dropped {len(refused)} of {len(rows)} rows the services cannot take"

@@ -1,4 +1,5 @@
-"""`python -m corrgrpo_trainer train`: one RL run, read top-down as it happens: config → data → policy → trainer.
+"""`python -m corrgrpo_trainer train`: one RL run, read top-down as it happens: config → data → policy →
+trainer.
 
 1. config (config.py): the YAML with the command line's overrides; every configured service must answer first.
 2. data and rewards: single-turn domains read their dataset (data.py) and score it with one reward column per
@@ -14,86 +15,108 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from .agentdojo.trl_inputs import agentdojo_episodes
 from .config import check_services
+from .config_shape import RLConfig
 from .data import load_rows
-from .policy import bf16, config_policy, starting_weights
+from .policy import bf16, load_policy, starting_weights
 from .progress import component_table, metrics_callback, progress_line
 from .rewards import service_rewards
 from .row_check import checked_rows
 from .rundir import METRICS, ROLLOUTS, Interrupted, checkpoint_step, keep_steps, last_checkpoint
 
 
-def train(config: dict[str, Any], rows: list[dict[str, Any]] | None = None, progress: bool = True, resume: bool = False) -> Any:
-    """Build the policy, the reward columns and a CorrGRPOTrainer from `config`, train, and return the trainer.
+def build_trainer(
+    config: RLConfig,
+    rows: list[dict[str, Any]] | None = None,
+    progress: bool = True,
+    resume: bool = False,
+    **settings: Any,
+) -> Any:
+    """The CorrGRPOTrainer of `config`: its rows (or `rows`), reward columns, policy and TRL arguments, with
+    `settings` over the config's `trl` section (CorrGRPOConfig fields). `train` and `preflight` both build
+    here.
 
-    `rows` (prompt plus the columns the item builder reads) replace the config's dataset when given; rows a
-    service cannot take are dropped with one line (row_check.py).
-    Every logged step is appended to `<output_dir>/metrics.jsonl` (TRL's metrics, the estimator's
-    diagnostics, `model/params`). Every configured service is checked first (ServicesDown), before the heavy imports.
-    `resume` continues from the last checkpoint of the output directory (from the start when there is none). The first
-    Ctrl-C ends the run after the current step, saved as a resume needs it (Interrupted); a second one stops at once.
+    Rows a service cannot take are dropped with one line (row_check.py). Every configured service is checked
+    first (ServicesDown), before the heavy imports.
     """
     # 1. config
-    check_services(config)
+    check_services(config.services)
     from datasets import Dataset
-    from transformers import PrinterCallback
 
     from .trl_trainer import CorrGRPOConfig, CorrGRPOTrainer
 
-    trl_args = dict(config.get("trl", {}))
-    trl_args.setdefault("output_dir", f"trainer_out/{config['domain']}")
+    trl_args = config.trl | settings
 
     # 2. data and rewards
-    episodes = agentdojo_episodes(config)  # None unless the domain is agentdojo (multi-turn)
+    episodes = agentdojo_episodes(config) if config.domain.episodes else None
     if episodes is not None:
-        columns, weights, default_rows = episodes.columns, episodes.weights, episodes.rows
+        columns, weights, rows = episodes.columns, episodes.weights, episodes.rows if rows is None else rows
     else:
-        (columns, weights), default_rows = service_rewards(config), None
-    if rows is None:
-        rows = default_rows if default_rows is not None else load_rows(config)
-    if episodes is None:
-        rows = checked_rows(rows, config)
+        columns, weights = service_rewards(config.services)
+        rows = checked_rows(
+            load_rows(config.dataset) if rows is None else rows, config.services, config.dataset.offset
+        )
 
     # 3. policy
-    name, model, tokenizer = config_policy(config, trl_args["output_dir"])
-    start = starting_weights(name, model)
+    name = config.model
+    model, tokenizer = load_policy(name, trl_args["output_dir"], config.threads)
 
     # 4. trainer
     args = CorrGRPOConfig(
-        advantage_estimator=config.get("estimator", "corrgrpo"),
-        advantage_floor=config.get("advantage_floor"),
+        advantage_estimator=config.estimator,
+        advantage_floor=config.advantage_floor,
         reward_weights=weights,
-        run_dir=config.get("run_dir"),  # rollouts.jsonl beside config.resolved.yaml (default: output_dir)
+        run_dir=config.run_dir,  # rollouts.jsonl beside config.resolved.yaml
         show_phases=progress,
         **{"bf16": bf16(name), **trl_args},
     )
-    names = [c.__name__ for c in columns]
-    params = {"model/params": sum(p.numel() for p in model.parameters())}
-    line = (lambda state, logs: step_lines(state.global_step, state.max_steps, logs, names)) if progress else None
-    run_dir = Path(args.run_dir or args.output_dir)
-    checkpoint = last_checkpoint(args.output_dir) if resume else None
-    if resume:  # the steps after the checkpoint are trained again
-        for name in (METRICS, ROLLOUTS):
-            keep_steps(run_dir / name, checkpoint_step(checkpoint))
-        print(f"[train] resuming {run_dir} from {checkpoint or 'its start (no checkpoint)'}", flush=True)
-    metrics = run_dir / METRICS
-    step_log = metrics_callback(metrics, "reward", line, params, append=resume)
-    stop = StopAfterStep()
-    trainer = CorrGRPOTrainer(
+    return CorrGRPOTrainer(
         model=model,
         processing_class=tokenizer,
         reward_funcs=columns,
         args=args,
         train_dataset=Dataset.from_list(rows),
         **(episodes.trainer_kwargs(tokenizer) if episodes else {}),
-        callbacks=[step_log, stop.callback],
-        start=start,
+        start=starting_weights(name, model) if args.keep_rollouts else None,  # for run.json
         resume=resume,
     )
+
+
+def train(
+    config: RLConfig, rows: list[dict[str, Any]] | None = None, progress: bool = True, resume: bool = False
+) -> Any:
+    """Train the CorrGRPOTrainer of `config` (`build_trainer`; `rows` replace the config's dataset) and return
+    it.
+
+    Every logged step is appended to `<run_dir>/metrics.jsonl` (TRL's metrics, the estimator's diagnostics,
+    `model/params`). `resume` continues from the last checkpoint of the output directory (from the start when
+    there is none). The first Ctrl-C ends the run after the current step, saved as a resume needs it
+    (Interrupted); a second one stops at once.
+    """
+    from transformers import PrinterCallback
+
+    trainer = build_trainer(config, rows, progress, resume)
+    args, names = trainer.args, list(trainer.reward_func_names)
+    params = {"model/params": sum(p.numel() for p in trainer.model.parameters())}
+    line = (
+        (lambda state, logs: step_lines(state.global_step, state.max_steps, logs, names))
+        if progress
+        else None
+    )
+    checkpoint = last_checkpoint(args.output_dir) if resume else None
+    if resume:  # the steps after the checkpoint are trained again
+        for name in (METRICS, ROLLOUTS):
+            keep_steps(config.run_path / name, checkpoint_step(checkpoint))
+        print(
+            f"[train] resuming {config.run_path} from {checkpoint or 'its start (no checkpoint)'}", flush=True
+        )
+    metrics = config.run_path / METRICS
+    stop = StopAfterStep()
+    trainer.add_callback(metrics_callback(metrics, "reward", line, params, append=resume))
+    trainer.add_callback(stop.callback)
     if progress:
         trainer.remove_callback(PrinterCallback)  # its raw log dicts would drown the progress lines
     with stop.on_interrupt():
@@ -117,8 +140,10 @@ def step_lines(step: int, max_steps: int, logs: dict[str, float], names: list[st
 
 def nothing_learned(step: int) -> str:
     return (
-        f"[train] step {step}: every group had the same reward (zero variance): nothing is learned; warm up first "
-        "(`warmup:` in the config, run by `python -m corrgrpo_trainer run`) or raise trl.temperature / trl.num_generations"
+        f"[train] step {step}: every group had the same reward (zero variance): nothing is learned; warm up "
+        f"first "
+        "(`warmup:` in the config, run by `python -m corrgrpo_trainer run`) or raise trl.temperature / "
+        "trl.num_generations"
     )
 
 
@@ -149,7 +174,10 @@ class StopAfterStep:
         def handle(_signum: int, _frame: Any) -> None:
             self.requested = True
             signal.signal(signal.SIGINT, previous)
-            print("\n[train] Ctrl-C: stopping after this step and saving it for --resume (Ctrl-C again: now, unsaved)")
+            print(
+                "\n[train] Ctrl-C: stopping after this step and saving it for --resume (Ctrl-C again: now, "
+                "unsaved)"
+            )
 
         signal.signal(signal.SIGINT, handle)
         try:

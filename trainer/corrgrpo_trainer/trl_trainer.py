@@ -3,15 +3,17 @@
 TRL computes advantages inline in `_generate_and_score_completions`; there is no hook. So:
 1. `_calculate_rewards` is wrapped to keep the [N, K] reward tensor TRL gathers from all processes;
 2. after `super()._generate_and_score_completions` the advantages of all N rollouts are recomputed
-   (groups of `num_generations` consecutive rows, as TRL groups them) and this process's slice
-   replaces `out["advantages"]` — the slice TRL takes: process_index · n_local … (process_index + 1) · n_local.
+   (groups of `num_generations` consecutive rows, as TRL groups them) and this process's slice replaces
+   `out["advantages"]` — the slice TRL takes: process_index · n_local … (process_index + 1) · n_local.
 TRL's own reward metrics (`rewards/<name>/mean`, `reward`, `reward_std`) are left as TRL logs them: they
 describe the rewards, not the advantages. The estimator's diagnostics go to `self._metrics[mode]`.
 
-The main process also keeps every training rollout in the run directory (rundir.py: rollouts with their components,
-total, advantage and `info.stage`) and shows each step's phases in place of TRL's progress bar (progress.StepPhases).
+The main process also keeps every training rollout in the run directory (rundir.py: rollouts with their
+components, total, advantage and `info.stage`) and shows each step's phases in place of TRL's progress bar
+(progress.StepPhases).
 
-At exit the trainer ends what still runs on TRL's reward loop on that loop (`finish_event_loop`), before TRL stops it.
+At exit the trainer ends what still runs on TRL's reward loop on that loop (`finish_event_loop`), before TRL
+stops it.
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ try:
     from trl.kernels import chunked_logprob
     from trl.trainer import utils as trl_utils
     from trl.trainer.utils import is_async_callable
-except ImportError as error:  # TRL is an extra: advantages.py (and verl's estimator, which imports it) needs torch only
-    raise ImportError(f"corrgrpo_trainer.trl_trainer needs TRL: pip install 'corrgrpo-trainer[trl]' ({error})") from error
+except (
+    ImportError
+) as error:  # TRL is an extra: advantages.py (and verl's estimator, which imports it) needs torch only
+    raise ImportError(
+        f"corrgrpo_trainer.trl_trainer needs TRL: pip install 'corrgrpo-trainer[trl]' ({error})"
+    ) from error
 
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics
 from corrgrpo_trainer.progress import ABS_ADVANTAGE, StepPhases
@@ -61,61 +67,83 @@ def check_trl_version(version: str = trl.__version__) -> None:
     low, high = SUPPORTED_TRL
     if not low <= Version(version) < high:
         raise ImportError(
-            f"corrgrpo_trainer supports trl>={low},<{high} (found {version}): its advantage hook is private TRL API"
+            f"corrgrpo_trainer supports trl>={low},<{high} (found {version}): its advantage hook is private "
+            f"TRL API"
         )
     for name, parameters in _HOOKS.items():
         method = getattr(GRPOTrainer, name, None)
         if method is None or list(inspect.signature(method).parameters) != parameters:
-            raise ImportError(f"trl {version}: GRPOTrainer.{name}({', '.join(parameters[1:])}) is missing or changed")
+            raise ImportError(
+                f"trl {version}: GRPOTrainer.{name}({', '.join(parameters[1:])}) is missing or changed"
+            )
 
 
 check_trl_version()
-# TRL 1.16 calls transformers 5's deprecated checkpointing names (`model.is_gradient_checkpointing` at every generation).
+# TRL 1.16 calls transformers 5's deprecated checkpointing names (`model.is_gradient_checkpointing` at every
+# generation).
 CHECKPOINTING_WARNING = r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
 warnings.filterwarnings("ignore", message=CHECKPOINTING_WARNING, category=FutureWarning)
 if not torch.cuda.is_available():
-    # Without Triton, TRL's fused LM head folds whole [4096 x 32768] fp32 tiles in torch: one tile of SmolLM2's head
-    # peaked at 4.3 GB (forward and backward); [1024 x 8192] tiles at 0.5 GB, no slower.
+    # Without Triton, TRL's fused LM head folds whole [4096 x 32768] fp32 tiles in torch: one tile of
+    # SmolLM2's head peaked at 4.3 GB (forward and backward); [1024 x 8192] tiles at 0.5 GB, no slower.
     chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = 1024, 8192
 
 
 @dataclass
 class CorrGRPOConfig(GRPOConfig):
-    """GRPOConfig plus the advantage estimator; TRL's `scale_rewards` / `multi_objective_aggregation` must stay default."""
+    """GRPOConfig plus the advantage estimator; TRL's `scale_rewards` / `multi_objective_aggregation` must
+    stay default."""
 
-    advantage_estimator: str = field(default="corrgrpo", metadata={"help": "corrgrpo | grpo | gdpo"})
+    advantage_estimator: str = field(default=corrgrpo.__name__, metadata={"help": " | ".join(ESTIMATORS)})
     advantage_floor: float | None = field(
-        default=None, metadata={"help": "CorrGRPO only: lower bound on sqrt(Σρ) (off by default, as in the paper)"}
+        default=None,
+        metadata={"help": "CorrGRPO only: lower bound on sqrt(Σρ) (off by default, as in the paper)"},
     )
-    keep_rollouts: bool = field(default=True, metadata={"help": "write every training rollout to the run directory"})
-    run_dir: str | None = field(default=None, metadata={"help": "where rollouts.jsonl goes (default: output_dir)"})
-    show_phases: bool = field(default=True, metadata={"help": "print each step's phases and times instead of TRL's progress bar"})
+    keep_rollouts: bool = field(
+        default=True, metadata={"help": "write every training rollout to the run directory"}
+    )
+    run_dir: str | None = field(
+        default=None, metadata={"help": "where rollouts.jsonl goes (default: output_dir)"}
+    )
+    show_phases: bool = field(
+        default=True, metadata={"help": "print each step's phases and times instead of TRL's progress bar"}
+    )
 
     def __post_init__(self) -> None:
-        if self.activation_checkpointing is None:  # TRL sets the deprecated alias; pass it on under its new name (no warning)
+        if (
+            self.activation_checkpointing is None
+        ):  # TRL sets the deprecated alias; pass it on under its new name (no warning)
             self.activation_checkpointing = self.gradient_checkpointing
         super().__post_init__()
         if self.advantage_estimator not in ESTIMATORS:
-            raise ValueError(f"advantage_estimator must be one of {sorted(ESTIMATORS)}, got {self.advantage_estimator!r}")
-        if self.advantage_floor is not None and self.advantage_estimator != "corrgrpo":
-            raise ValueError("advantage_floor applies to advantage_estimator='corrgrpo' only")
+            raise ValueError(
+                f"advantage_estimator must be one of {sorted(ESTIMATORS)}, got {self.advantage_estimator!r}"
+            )
+        if self.advantage_floor is not None and self.advantage_estimator != corrgrpo.__name__:
+            raise ValueError(f"advantage_floor applies to advantage_estimator={corrgrpo.__name__!r} only")
         if self.scale_rewards != "group" or self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 "advantage_estimator replaces TRL's advantages: leave scale_rewards='group' and "
-                "multi_objective_aggregation='sum_then_normalize' (use advantage_estimator='gdpo' for normalize_then_sum)"
+                "multi_objective_aggregation='sum_then_normalize' (use advantage_estimator='gdpo' for "
+                "normalize_then_sum)"
             )
 
 
 class CorrGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose advantages come from `args.advantage_estimator`; logs `corrgrpo/*` and `grpo/*` diagnostics."""
+    """GRPOTrainer whose advantages come from `args.advantage_estimator`; logs `corrgrpo/*` and `grpo/*`
+    diagnostics."""
 
     args: CorrGRPOConfig
 
-    def __init__(self, *args: Any, start: dict[str, Any] | None = None, resume: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, start: dict[str, Any] | None = None, resume: bool = False, **kwargs: Any
+    ) -> None:
         """`start` (the starting weights) goes to run.json; `resume` appends to the run directory's files."""
         super().__init__(*args, **kwargs)
         if getattr(self, "async_loop", None) is not None:  # TRL's daemon loop of async reward functions
-            atexit.register(finish_event_loop, self.async_loop_thread, self.async_loop)  # runs before TRL's stop
+            atexit.register(
+                finish_event_loop, self.async_loop_thread, self.async_loop
+            )  # runs before TRL's stop
         main = self.accelerator.is_main_process
         self.phases = StepPhases() if self.args.show_phases and main else None
         if self.phases is not None:
@@ -138,7 +166,11 @@ class CorrGRPOTrainer(GRPOTrainer):
         return out
 
     def _calculate_rewards(
-        self, inputs: list[dict[str, Any]], prompts: list[Any], completions: list[Any], completion_ids_list: list[Any]
+        self,
+        inputs: list[dict[str, Any]],
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids_list: list[Any],
     ) -> torch.Tensor:
         if self.phases is not None:
             self.phases.begin("scoring")
@@ -146,12 +178,14 @@ class CorrGRPOTrainer(GRPOTrainer):
         return self._gathered_rewards
 
     def advantages_of(self, rewards_per_func: torch.Tensor, num_generations: int) -> torch.Tensor:
-        """Advantages [N] of the gathered rewards [N, K] (unweighted, NaN = missing), grouped as TRL groups them."""
+        """Advantages [N] of the gathered rewards [N, K] (unweighted, NaN = missing), grouped as TRL groups
+        them."""
         grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
         weights = self.reward_weights.to(rewards_per_func.device)
-        if self.args.advantage_estimator == "corrgrpo":
-            return corrgrpo(grouped, weights, floor=self.args.advantage_floor).flatten()
-        return ESTIMATORS[self.args.advantage_estimator](grouped, weights).flatten()
+        floor = (
+            {} if self.args.advantage_floor is None else {"floor": self.args.advantage_floor}
+        )  # CorrGRPO's
+        return ESTIMATORS[self.args.advantage_estimator](grouped, weights, **floor).flatten()
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
@@ -169,7 +203,9 @@ class CorrGRPOTrainer(GRPOTrainer):
         logged.extend(advantages.tolist())
         self._metrics[mode][ABS_ADVANTAGE].append(advantages.abs().mean().item())
         grouped = rewards.view(-1, num_generations, rewards.shape[1])
-        for name, value in diagnostics(grouped, self.reward_weights.to(rewards.device), names=self.reward_func_names).items():
+        for name, value in diagnostics(
+            grouped, self.reward_weights.to(rewards.device), names=self.reward_func_names
+        ).items():
             self._metrics[mode][name].append(value)
         if mode == "train" and self.args.keep_rollouts:
             self._keep_rollouts(gather_object(inputs), rewards, advantages)
@@ -178,20 +214,25 @@ class CorrGRPOTrainer(GRPOTrainer):
         return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """A diagnostic undefined at every step since the last log (no group varied: a scale of nothing) is left out,
-        not logged as None: TensorBoard warned about each such key, a dozen lines burying "nothing is learned"."""
+        """A diagnostic undefined at every step since the last log (no group varied: a scale of nothing) is
+        left out, not logged as None: TensorBoard warned about each such key, a dozen lines burying "nothing
+        is learned"."""
         metrics = self._metrics["train" if self.model.training else "eval"]
         for name in [name for name, values in metrics.items() if values and all(map(math.isnan, values))]:
             del metrics[name]
         super().log(logs, start_time)
 
-    def _keep_rollouts(self, rows: list[dict[str, Any]], rewards: torch.Tensor, advantages: torch.Tensor) -> None:
-        """The generation's rollouts into the run directory; completions and extra columns as TRL logged them."""
+    def _keep_rollouts(
+        self, rows: list[dict[str, Any]], rewards: torch.Tensor, advantages: torch.Tensor
+    ) -> None:
+        """The generation's rollouts into the run directory; completions and extra columns as TRL logged
+        them."""
         if self.rollouts is None:  # not the main process: it only took part in the gather
             return
         count = len(rows)
         self.rollouts.write(
-            self.state.global_step + 1,  # the step these rollouts are trained in, as metrics.jsonl counts steps
+            self.state.global_step
+            + 1,  # the step these rollouts are trained in, as metrics.jsonl counts steps
             rows,
             list(self._logs["completion"])[-count:],
             rewards.tolist(),
@@ -200,13 +241,16 @@ class CorrGRPOTrainer(GRPOTrainer):
         )
 
 
-def finish_event_loop(thread: threading.Thread, loop: asyncio.AbstractEventLoop, timeout_s: float = 30.0) -> None:
+def finish_event_loop(
+    thread: threading.Thread, loop: asyncio.AbstractEventLoop, timeout_s: float = 30.0
+) -> None:
     """Cancel what still runs on TRL's reward loop, on that loop, wait for it to end, then stop the loop.
 
-    TRL's exit hook only stops the loop: a reward request still in flight (a step cut short, the sibling of a failed
-    column) stayed frozen where it was, and the garbage collector closed it outside any loop. Caught between its socket
-    connecting and its next step, anyio's connect cleanup then raised `NoEventLoopError` (the race a loaded machine hit);
-    cancelled on its loop, a request closes its connection there. A loop already stopped is finished in this thread.
+    TRL's exit hook only stops the loop: a reward request still in flight (a step cut short, the sibling of a
+    failed column) stayed frozen where it was, and the garbage collector closed it outside any loop. Caught
+    between its socket connecting and its next step, anyio's connect cleanup then raised `NoEventLoopError`
+    (the race a loaded machine hit); cancelled on its loop, a request closes its connection there. A loop
+    already stopped is finished in this thread.
     """
     if loop.is_closed():
         return
@@ -219,7 +263,8 @@ def finish_event_loop(thread: threading.Thread, loop: asyncio.AbstractEventLoop,
 
 
 async def cancel_pending() -> None:
-    """Cancel every other task of the running loop and wait until each has ended (their cleanup runs on the loop)."""
+    """Cancel every other task of the running loop and wait until each has ended (their cleanup runs on the
+    loop)."""
     tasks = asyncio.all_tasks() - {asyncio.current_task()}
     for task in tasks:
         task.cancel()
@@ -245,7 +290,8 @@ class PhaseCallback(TrainerCallback):
 
 def timed(func: Callable[..., Any], phases: StepPhases) -> Callable[..., Any]:
     """A reward function that tells `phases` how long it took for how many items, under its service's name (a
-    column's `service` attribute, rewards.py) or its own; other reward models (nn.Module) are left as they are."""
+    column's `service` attribute, rewards.py) or its own; other reward models (nn.Module) are left as they
+    are."""
     if isinstance(func, torch.nn.Module):
         return func
     service = getattr(func, "service", getattr(func, "__name__", type(func).__name__))

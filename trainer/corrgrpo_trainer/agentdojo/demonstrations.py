@@ -1,17 +1,19 @@
-"""AgentDojo demonstrations for the SFT warm-up: training user tasks solved by their ground truth, run by the service.
+"""AgentDojo demonstrations for the SFT warm-up: training user tasks solved by their ground truth, run by the
+service.
 
 Every AgentDojo user task has `ground_truth(pre_environment)`, the function calls that solve it, and most a
-`GROUND_TRUTH_OUTPUT`, the answer; both are read with the `agentdojo` package on the suite's default environment, at
-the benchmark version the service reports. The calls then run through the environment class the RL loop uses
-(trl_environment.py: `reset` creates the episode, one tool method and one `/step` per call), so the tool results,
-injections included, are what the policy reads in training, and `/finish` with the answer scores the episode.
-A demonstration is the conversation TRL's environment loop would produce (one assistant tool call per turn, its
-tool result, the answer last), kept only when it scores utility 1 (and security 1 under attack). Each user task is
-demonstrated without attack and under each configured injection task: there the answer ignores the injection.
+`GROUND_TRUTH_OUTPUT`, the answer; both are read with the `agentdojo` package on the suite's default
+environment, at the benchmark version the service reports. The calls then run through the environment class
+the RL loop uses (trl_environment.py: `reset` creates the episode, one tool method and one `/step` per call),
+so the tool results, injections included, are what the policy reads in training, and `/finish` with the answer
+scores the episode. A demonstration is the conversation TRL's environment loop would produce (one assistant
+tool call per turn, its tool result, the answer last), kept only when it scores utility 1 (and security 1
+under attack). Each user task is demonstrated without attack and under each configured injection task: there
+the answer ignores the injection.
 
-Split by user task, the authors' way (their agent_security_rl manifest): a user task is held out, never demonstrated
-and evaluated on, when the first 8 hex digits of sha256("<suite>:<user_task>") / 2^32 < 0.2 (banking: 0 and 14);
-`python -m corrgrpo_trainer.agentdojo.demonstrations split` lists both halves.
+Split by user task, the authors' way (their agent_security_rl manifest): a user task is held out, never
+demonstrated and evaluated on, when the first 8 hex digits of sha256("<suite>:<user_task>") / 2^32 < 0.2
+(banking: 0 and 14); `python -m corrgrpo_trainer.agentdojo.demonstrations split` lists both halves.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ from typing import Any
 
 from corrgrpo_proto.agentdojo import TasksResponse
 
+from ..config_shape import AgentDojoWarmup
 from .trl_environment import AgentDojoEnvironment, ToolError
 from .trl_inputs import agentdojo_episodes, task_rows
 
 HELD_OUT_SHARE = 0.2
-DONE = "Done."  # the answer of a task whose ground truth has none (the service reads an empty answer the same)
+DONE = (
+    "Done."  # the answer of a task whose ground truth has none (the service reads an empty answer the same)
+)
 
 
 def is_held_out(suite: str, user_task: str) -> bool:
@@ -52,7 +57,8 @@ def split(tasks: TasksResponse) -> dict[str, dict[str, list[str]]]:
 
 @functools.cache
 def ground_truth(version: str, suite: str, user_task: str) -> tuple[list[dict[str, Any]], str]:
-    """The user task's ground-truth calls ({"function", "args"}, JSON values) and its answer, from agentdojo."""
+    """The user task's ground-truth calls ({"function", "args"}, JSON values) and its answer, from
+    agentdojo."""
     from agentdojo.task_suite.load_suites import get_suite
 
     task_suite = get_suite(version, suite)
@@ -73,13 +79,16 @@ def tool_schemas(env: AgentDojoEnvironment) -> list[dict[str, Any]]:
     """The tool schemas TRL renders for this environment: its public methods in TRL's order (by name)."""
     from transformers.utils import get_json_schema
 
-    names = [n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction) if not n.startswith("_")]
+    names = [
+        n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction) if not n.startswith("_")
+    ]
     return [get_json_schema(getattr(env, n)) for n in names if n not in ("reset", "get_reward")]
 
 
 @dataclass
 class Demonstration:
-    """One solved episode: the chat (system, user, assistant/tool turns, answer), the tools, and its scores."""
+    """One solved episode: the chat (system, user, assistant/tool turns, answer), the tools, and its
+    scores."""
 
     row: dict[str, Any]
     messages: list[dict[str, Any]]
@@ -105,19 +114,19 @@ def demonstrate(
     result = env._finish(answer)
     if result is None:
         return "the service could not score it"
-    if result.components["utility"] != 1.0 or (row["injection_task"] and result.components["security"] != 1.0):
+    if result.components["utility"] != 1.0 or (
+        row["injection_task"] and result.components["security"] != 1.0
+    ):
         return f"scored {result.components}"
     return Demonstration(row, messages, tool_schemas(env), result.components)
 
 
-def build(config: dict[str, Any]) -> list[Demonstration]:
+def build(config: AgentDojoWarmup) -> list[Demonstration]:
     """Demonstrations of the training user tasks the config's `dataset` selects (held-out ones left out), each
     without attack and under each configured injection task."""
     episodes = agentdojo_episodes(config)
-    if episodes is None:
-        raise ValueError("demonstrations come from an agentdojo config (domain: agentdojo)")
     version = episodes.tasks.benchmark_version
-    benign = task_rows(episodes.tasks, {**(config.get("dataset") or {}), "injection_tasks": None})
+    benign = task_rows(episodes.tasks, config.dataset.model_copy(update={"injection_tasks": None}))
     demonstrations, rejected = [], []
     for row in benign + [row for row in episodes.rows if row["injection_task"] is not None]:
         if is_held_out(row["suite"], row["user_task"]):
@@ -134,7 +143,7 @@ def build(config: dict[str, Any]) -> list[Demonstration]:
     return demonstrations
 
 
-def demonstration_rows(config: dict[str, Any]) -> list[dict[str, Any]]:
+def demonstration_rows(config: AgentDojoWarmup) -> list[dict[str, Any]]:
     """SFT rows `{"messages", "tools" (JSON text)}` of the config's training episodes."""
     return [{"messages": d.messages, "tools": json.dumps(d.tools)} for d in build(config)]
 
@@ -143,9 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`split --url U`: each suite's training and held-out user tasks, as JSON."""
     from corrgrpo_proto import RewardClient
 
-    parser = argparse.ArgumentParser(prog="python -m corrgrpo_trainer.agentdojo.demonstrations", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m corrgrpo_trainer.agentdojo.demonstrations", description=main.__doc__
+    )
     parser.add_argument("command", choices=["split"])
-    parser.add_argument("--url", default="http://127.0.0.1:8103", help="the AgentDojo service (default: %(default)s)")
+    parser.add_argument(
+        "--url", default="http://127.0.0.1:8103", help="the AgentDojo service (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     tasks = TasksResponse.model_validate(RewardClient(args.url).request("GET", "/v1/tasks"))
     print(json.dumps(split(tasks), indent=1))

@@ -1,9 +1,9 @@
 """AgentDojo's paper metrics: `python -m corrgrpo_trainer eval` (and `rollout`, a look at a few episodes).
 
-Code and tool-call completions are scored offline by their services' evaluators (`corrgrpo_code.execution_metrics`,
-`corrgrpo_toolcall.match_metrics`); an AgentDojo episode needs the policy in the loop, so its evaluator lives here.
-Episodes run through TRL's multi-turn loop as in training (the trainer's `evaluate`, no update), so the
-policy sees the same prompts, tools and tool results.
+Code and tool-call completions are scored offline by their services' evaluators
+(`corrgrpo_code.execution_metrics`, `corrgrpo_toolcall.match_metrics`); an AgentDojo episode needs the policy
+in the loop, so its evaluator lives here. Episodes run through TRL's multi-turn loop as in training (the
+trainer's `evaluate`, no update), so the policy sees the same prompts, tools and tool results.
 """
 
 from __future__ import annotations
@@ -13,21 +13,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..policy import bf16, config_policy
+from ..config_shape import AgentDojoRL, RLConfig
+from ..policy import bf16, load_policy
 from .trl_inputs import AgentDojoEpisodes, agentdojo_episodes, task_rows
 
 
-def run_episodes(config: dict[str, Any], episodes: AgentDojoEpisodes, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_episodes(
+    config: AgentDojoRL, episodes: AgentDojoEpisodes, rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Run each row's episode once with the config's policy; the finished episodes (`EpisodeLog` rows)."""
     from datasets import Dataset
 
     from ..trl_trainer import CorrGRPOConfig, CorrGRPOTrainer
 
-    trl_args = {k: v for k, v in (config.get("trl") or {}).items() if k != "max_steps"}
-    trl_args.setdefault("output_dir", "trainer_out/agentdojo-eval")
-    name, model, tokenizer = config_policy(config, trl_args["output_dir"])
+    trl_args = {k: v for k, v in config.trl.items() if k != "max_steps"}
+    name = config.model
+    model, tokenizer = load_policy(name, trl_args["output_dir"], config.threads)
     # one generation per episode; the train-side sizes only have to be valid
-    trl_args |= {"num_generations": 2, "per_device_train_batch_size": 2, "num_generations_eval": 1, "report_to": "none"}
+    trl_args |= {
+        "num_generations": 2,
+        "per_device_train_batch_size": 2,
+        "num_generations_eval": 1,
+        "report_to": "none",
+    }
     trl_args.setdefault("per_device_eval_batch_size", 4)
     trainer = CorrGRPOTrainer(
         model=model,
@@ -41,15 +49,17 @@ def run_episodes(config: dict[str, Any], episodes: AgentDojoEpisodes, rows: list
     return episodes.log.rows
 
 
-def evaluate(config: dict[str, Any], output: str | None = None) -> dict[str, Any]:
+def evaluate(config: RLConfig, output: str | None = None) -> dict[str, Any]:
     """Run every configured episode once with the policy through TRL's multi-turn loop (the trainer's
     `evaluate`, no update) under the config's `dataset`, plus the same user tasks without attack;
     print the paper's metrics as a table and write them (with every episode) as JSON to `output`."""
-    attacked = agentdojo_episodes(config)
-    if attacked is None:
+    if not isinstance(config, AgentDojoRL):
         raise ValueError("the AgentDojo evaluation needs an agentdojo config (domain: agentdojo)")
-    benign = task_rows(attacked.tasks, {**(config.get("dataset") or {}), "injection_tasks": None})
-    log = run_episodes(config, attacked, benign + [row for row in attacked.rows if row["injection_task"] is not None])
+    attacked = agentdojo_episodes(config)
+    benign = task_rows(attacked.tasks, config.dataset.model_copy(update={"injection_tasks": None}))
+    log = run_episodes(
+        config, attacked, benign + [row for row in attacked.rows if row["injection_task"] is not None]
+    )
     metrics = paper_metrics(log)
     print(metrics_table(metrics))
     if output:
@@ -58,14 +68,18 @@ def evaluate(config: dict[str, Any], output: str | None = None) -> dict[str, Any
     return metrics
 
 
-def rollout(config: dict[str, Any], count: int) -> list[dict[str, Any]]:
+def rollout(config: RLConfig, count: int) -> list[dict[str, Any]]:
     """The config's first `count` training episodes, once each, a line per episode: utility and security."""
-    episodes = agentdojo_episodes(config)
-    if episodes is None:
+    if not isinstance(config, AgentDojoRL):
         raise ValueError("rollouts need an agentdojo config (domain: agentdojo)")
+    episodes = agentdojo_episodes(config)
     log = run_episodes(config, episodes, episodes.rows[:count])
     for row in log:
-        scores = "unscored" if row["components"] is None else "  ".join(f"{k}={v:.0f}" for k, v in row["components"].items())
+        scores = (
+            "unscored"
+            if row["components"] is None
+            else "  ".join(f"{k}={v:.0f}" for k, v in row["components"].items())
+        )
         print(f"[rollout] {row['suite']}/{row['user_task']}/{row['injection_task'] or 'no attack'}  {scores}")
     return log
 
@@ -83,8 +97,14 @@ def paper_metrics(log: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "utility_without_attack": mean(benign),
         "utility_under_attack": mean([c["utility"] for c in attacked]),
-        "attack_success_rate": mean([float(row["injection_succeeded"]) for row in scored if row["injection_task"] is not None]),
-        "episodes": {"without_attack": len(benign), "under_attack": len(attacked), "unscored": len(log) - len(scored)},
+        "attack_success_rate": mean(
+            [float(row["injection_succeeded"]) for row in scored if row["injection_task"] is not None]
+        ),
+        "episodes": {
+            "without_attack": len(benign),
+            "under_attack": len(attacked),
+            "unscored": len(log) - len(scored),
+        },
     }
 
 
@@ -97,7 +117,8 @@ def metrics_table(metrics: dict[str, Any]) -> str:
         [
             "| metric | value | episodes |",
             "|---|---|---|",
-            f"| utility without attack | {cell(metrics['utility_without_attack'])} | {counts['without_attack']} |",
+            f"| utility without attack | {cell(metrics['utility_without_attack'])} | "
+            f"{counts['without_attack']} |",
             f"| utility under attack | {cell(metrics['utility_under_attack'])} | {counts['under_attack']} |",
             f"| attack success rate | {cell(metrics['attack_success_rate'])} | {counts['under_attack']} |",
         ]

@@ -9,45 +9,44 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
 
 from ..config import client_options
+from ..config_shape import AgentDojoRL, AgentDojoWarmup, Episodes
 from ..rewards import trained_weights
 from .tools import tool_calling_template
 from .trl_environment import AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
 
 
-def task_rows(tasks: TasksResponse, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Dataset rows (one per episode spec) from the config's `dataset` section.
-
-    `suites` (default: all), `user_tasks` (names; default all) or `user_tasks_per_suite` (the first N),
-    `injection_tasks` (names, `all`, or empty/null for no attack), `attack`, and `exclude_unearned`
-    (default true: leave out user tasks whose utility the service flags as earned without work).
-    """
+def task_rows(tasks: TasksResponse, spec: Episodes) -> list[dict[str, Any]]:
+    """Dataset rows (one per episode spec) from the config's `dataset` section (config_shape.Episodes)."""
     rows = []
-    for suite in spec.get("suites") or list(tasks.suites):
+    for suite in spec.suites or list(tasks.suites):
         known = tasks.suites[suite]
         unearned = {task for flagged in known.utility_without_work.values() for task in flagged}
         users = [
-            u for u in (spec.get("user_tasks") or known.user_tasks) if not (spec.get("exclude_unearned", True) and u in unearned)
+            u for u in (spec.user_tasks or known.user_tasks) if not (spec.exclude_unearned and u in unearned)
         ]
-        users = users[: spec.get("user_tasks_per_suite")]
-        injections = spec.get("injection_tasks") or [None]
+        users = users[: spec.user_tasks_per_suite]
+        injections: list[str | None] | Literal["all"] = spec.injection_tasks or [None]
         injections = known.injection_tasks if injections == "all" else injections
         for user_task in users:
             for injection_task in injections:
                 rows.append(
                     {
-                        "prompt": [{"role": "system", "content": tasks.system_message}, {"role": "user", "content": ""}],
+                        "prompt": [
+                            {"role": "system", "content": tasks.system_message},
+                            {"role": "user", "content": ""},
+                        ],
                         "environment": suite,
                         "suite": suite,
                         "user_task": user_task,
                         "injection_task": injection_task,
-                        "attack": spec.get("attack") if injection_task else None,
+                        "attack": spec.attack if injection_task else None,
                     }
                 )
     return rows
@@ -55,7 +54,8 @@ def task_rows(tasks: TasksResponse, spec: dict[str, Any]) -> list[dict[str, Any]
 
 @dataclass
 class AgentDojoEpisodes:
-    """What GRPOTrainer needs for multi-turn AgentDojo: rows, reward columns and weights, environment factories."""
+    """What GRPOTrainer needs for multi-turn AgentDojo: rows, reward columns and weights, environment
+    factories."""
 
     tasks: TasksResponse
     rows: list[dict[str, Any]]
@@ -71,28 +71,29 @@ class AgentDojoEpisodes:
         return {"environment_factory": dict(self.factories)}
 
 
-def agentdojo_episodes(config: dict[str, Any]) -> AgentDojoEpisodes | None:
-    """Multi-turn AgentDojo parts for an `agentdojo` config (None for other domains), read from the service."""
-    if config.get("domain") != "agentdojo":
-        return None
-    service = config["services"]["agentdojo"]
+def agentdojo_episodes(config: AgentDojoRL | AgentDojoWarmup) -> AgentDojoEpisodes:
+    """Multi-turn AgentDojo parts of an `agentdojo` config, read from its service."""
+    service = config.services[config.domain]  # the service named as the domain
     options = {
         "timeout": 120.0,
         **{k: v for k, v in client_options(service).items() if k in ("timeout", "retries", "token")},
     }
-    client = RewardClient(service["url"], **options)
-    step_client = RewardClient(service["url"], **{**options, "retries": 0})
-    dataset = config.get("dataset") or {}
-    query = urlencode([("suite", suite) for suite in dataset.get("suites") or []])  # probed per suite: ask for ours
-    tasks = TasksResponse.model_validate(client.request("GET", f"/v1/tasks?{query}" if query else "/v1/tasks"))
+    client = RewardClient(service.url, **options)
+    step_client = RewardClient(service.url, **{**options, "retries": 0})
+    dataset = config.dataset
+    query = urlencode([("suite", suite) for suite in dataset.suites or []])  # probed per suite: ask for ours
+    tasks = TasksResponse.model_validate(
+        client.request("GET", f"/v1/tasks?{query}" if query else "/v1/tasks")
+    )
     rows = task_rows(tasks, dataset)
     if not rows:
         raise ValueError("the agentdojo dataset section selects no episodes")
     clock, log = ServiceClock(), EpisodeLog()
     suites = sorted({row["suite"] for row in rows})
-    _, components, weights = trained_weights(client, service.get("components"), service.get("weights"))
+    _, components, weights = trained_weights(client, service.components, service.weights)
     factories = {
-        suite: environment_class(suite, tasks.suites[suite].tools, client, step_client, clock, log, weights) for suite in suites
+        suite: environment_class(suite, tasks.suites[suite].tools, client, step_client, clock, log, weights)
+        for suite in suites
     }
     return AgentDojoEpisodes(
         tasks=tasks,
