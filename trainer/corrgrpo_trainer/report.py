@@ -1,22 +1,27 @@
-"""`python -m corrgrpo_trainer report RUN_DIR [RUN_DIR ...]`: the kept rollouts of one run, or several overlaid, as PNGs.
+"""`python -m corrgrpo_trainer report RUN_DIR [RUN_DIR ...]`: the kept rollouts of one run, or several
+overlaid, as PNGs.
 
-Everything is computed again from `rollouts.jsonl` with each run's weights (rundir.py), grouped as the run grouped
-them, with the statistics of advantages.py, so a plot says what the estimator saw:
+Everything is computed again from `rollouts.jsonl` with each run's weights (rundir.py), grouped as the run
+grouped them, with the statistics of advantages.py, so a plot says what the estimator saw:
 
-- rewards.png          each component's mean per step (one run: a band for its 25-75 % range), and the weighted total;
+- rewards.png          each component's mean per step (one run: a band for its 25-75 % range), and the
+  weighted total;
                        a component trained at weight 0 is drawn grey and titled so
-- scale.png            CorrGRPO's scale 1 / sqrt(Σρ + ε) per group (one run: dots) and its mean per step, beside
+- scale.png            CorrGRPO's scale 1 / sqrt(Σρ + ε) per group (one run: dots) and its mean per step,
+  beside
                        GRPO's 1 / std R (log scale when anything varied)
-- correlations.png     the mean within-group correlation matrix ρ of the trained components (weight 0 ones are not
-                       in ρ): one run per window of steps, several runs one panel each; 0 is a white cell with its
-                       number, a pair never both varying a grey cell with "n/a"
-- zero_variance.png    per step: the share of groups whose total did not vary (advantage 0: nothing learned) and,
+- correlations.png     the mean within-group correlation matrix ρ of the trained components (weight 0 ones are
+  not
+                       in ρ): one run per window of steps, several runs one panel each; 0 is a white cell with
+                       its number, a pair never both varying a grey cell with "n/a"
+- zero_variance.png    per step: the share of groups whose total did not vary (advantage 0: nothing learned)
+  and,
                        per trained component, the share in which it did not vary; the legend beside the plot
 - evaluation.png       the held-out evaluation (evaluation.json) of each run that has one
 
-Runs overlaid (an ablation: GRPO, CorrGRPO, GDPO on the same seed) share the plots, one colour per run. A run of any
-shape gets its plots: one step, no group varying, no evaluation, cut short. Groups are left out of a statistic where
-it is undefined, as in `advantages.diagnostics`.
+Runs overlaid (an ablation: GRPO, CorrGRPO, GDPO on the same seed) share the plots, one colour per run. A run
+of any shape gets its plots: one step, no group varying, no evaluation, cut short. Groups are left out of a
+statistic where it is undefined, as in `advantages.diagnostics`.
 """
 
 from __future__ import annotations
@@ -63,7 +68,9 @@ class Shown:
     @property
     def trained(self) -> list[int]:
         """The components in ρ: those of weight ≠ 0 (all of them in a run that trained none)."""
-        return [k for k, weight in enumerate(self.run.weights) if weight != 0] or list(range(len(self.run.weights)))
+        return [k for k, weight in enumerate(self.run.weights) if weight != 0] or list(
+            range(len(self.run.weights))
+        )
 
     def evaluation(self) -> dict[str, float] | None:
         path = self.run.file(EVALUATION)
@@ -79,7 +86,10 @@ def steps_of(run: Run) -> list[Step]:
     for rollout in run.rollouts:
         values = [rollout["components"].get(name) for name in run.components]
         groups[rollout["step"]][rollout["group"]].append([float("nan") if v is None else v for v in values])
-    return [step_stats(step, [groups[step][g] for g in sorted(groups[step])], run.weights) for step in sorted(groups)]
+    return [
+        step_stats(step, [groups[step][g] for g in sorted(groups[step])], run.weights)
+        for step in sorted(groups)
+    ]
 
 
 def step_stats(step: int, groups: list[list[list[float]]], weights: list[float]) -> Step:
@@ -114,19 +124,26 @@ def labels(paths: Sequence[Path]) -> list[str]:
 
 
 def report(run_dirs: str | Path | Sequence[str | Path], output_dir: str | Path | None = None) -> list[Path]:
-    """Write the PNGs of the run (or the runs, overlaid) into `output_dir` (default: the run directory; for several
-    runs, `report` under the working folder); their paths."""
+    """Write the PNGs of the run (or the runs, overlaid) into `output_dir` (default: the run directory; for
+    several runs, `report` under the working folder); their paths."""
     try:
         import matplotlib
     except ImportError:
-        raise InputError("report needs matplotlib: pip install 'corrgrpo-trainer[examples]' (make install does)") from None
+        raise InputError(
+            "report needs matplotlib: pip install 'corrgrpo-trainer[examples]' (make install does)"
+        ) from None
     matplotlib.use("Agg")  # files only, no display
     paths = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(path) for path in run_dirs]
     runs = [read_run(path) for path in paths]
     for run in runs:
         if not run.rollouts:
-            raise InputError(f"{run.path}: rollouts.jsonl is empty (the run ended before its first step was scored)")
-    shown = [Shown(run, steps_of(run), label) for run, label in zip(runs, labels([r.path.resolve() for r in runs]), strict=True)]
+            raise InputError(
+                f"{run.path}: rollouts.jsonl is empty (the run ended before its first step was scored)"
+            )
+    shown = [
+        Shown(run, steps_of(run), label)
+        for run, label in zip(runs, labels([r.path.resolve() for r in runs]), strict=True)
+    ]
     out = Path(output_dir) if output_dir is not None else runs[0].path if len(runs) == 1 else Path("report")
     out.mkdir(parents=True, exist_ok=True)
     plots = {
@@ -152,14 +169,17 @@ def report(run_dirs: str | Path | Sequence[str | Path], output_dir: str | Path |
 def title(shown: list[Shown]) -> str:
     if len(shown) == 1:
         only = shown[0]
-        return f"{only.label}: {only.run.estimator}, {len(only.steps)} steps, groups of {only.run.num_generations}"
+        run = only.run
+        return f"{only.label}: {run.estimator}, {len(only.steps)} steps, groups of {run.num_generations}"
     return " vs ".join(f"{s.label} ({s.run.estimator}, {len(s.steps)} steps)" for s in shown)
 
 
 def figure(columns: int = 1, rows: int = 1, width: float = 4.2, height: float = 3.2) -> tuple[Any, Any]:
     from matplotlib import pyplot, ticker
 
-    fig, axes = pyplot.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False, layout="constrained")
+    fig, axes = pyplot.subplots(
+        rows, columns, figsize=(width * columns, height * rows), squeeze=False, layout="constrained"
+    )
     for axis in axes.flat:
         axis.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))  # steps
     return fig, axes.flatten()
@@ -182,7 +202,9 @@ def plot_rewards(shown: list[Shown]) -> Any:
         for index, s in enumerate(shown):
             x = [step.step for step in s.steps]
             if k == len(names) - 1:
-                per_step = [total(step.rewards, torch.tensor(s.run.weights, dtype=torch.float64)) for step in s.steps]
+                per_step = [
+                    total(step.rewards, torch.tensor(s.run.weights, dtype=torch.float64)) for step in s.steps
+                ]
             elif name in s.run.components:
                 column = s.run.components.index(name)
                 weights.add(s.run.weights[column])
@@ -204,7 +226,12 @@ def plot_rewards(shown: list[Shown]) -> Any:
     for axis in axes[len(names) :]:
         axis.set_visible(False)
     if len(shown) > 1:
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(4, len(shown)), fontsize=8)
+        fig.legend(
+            *axes[0].get_legend_handles_labels(),
+            loc="outside lower center",
+            ncol=min(4, len(shown)),
+            fontsize=8,
+        )
     return fig
 
 
@@ -226,10 +253,14 @@ def plot_scale(shown: list[Shown]) -> Any:
                     values = getattr(step, attribute)
                     kept = values[~torch.isnan(values)]
                     axis.scatter([step.step] * kept.numel(), kept.tolist(), s=9, alpha=0.35, color=tint)
-            means = [torch.nanmean(getattr(step, attribute)).item() for step in s.steps]  # NaN (a gap): none varied
+            means = [
+                torch.nanmean(getattr(step, attribute)).item() for step in s.steps
+            ]  # NaN (a gap): none varied
             positive = positive or any(m > 0 for m in means)
             label = name if len(shown) == 1 else f"{s.label}: {name}"
-            axis.plot([step.step for step in s.steps], means, color=tint, linestyle=style, marker="o", label=label)
+            axis.plot(
+                [step.step for step in s.steps], means, color=tint, linestyle=style, marker="o", label=label
+            )
     if positive:
         axis.set_yscale("log")
         axis.set_ylabel("advantage scale per group (log)")
@@ -258,7 +289,9 @@ def plot_correlations(shown: list[Shown]) -> Any:
         axis.set_title(name, fontsize=9)
     untrained = sorted({s.run.components[k] for s in shown for k, w in enumerate(s.run.weights) if w == 0})
     note = f"; weight 0, not in ρ: {', '.join(untrained)}" if untrained else ""
-    fig.colorbar(image, ax=list(axes), shrink=0.8, label=f"mean within-group ρ (grey n/a: never both varying){note}")
+    fig.colorbar(
+        image, ax=list(axes), shrink=0.8, label=f"mean within-group ρ (grey n/a: never both varying){note}"
+    )
     return fig
 
 
@@ -274,7 +307,14 @@ def correlation_panel(axis: Any, s: Shown, window: list[Step]) -> Any:
     for row in range(mean.shape[0]):
         for column in range(mean.shape[1]):
             value = mean[row, column].item()
-            axis.text(column, row, "n/a" if defined[row, column] == 0 else f"{value:.2f}", ha="center", va="center", fontsize=6)
+            axis.text(
+                column,
+                row,
+                "n/a" if defined[row, column] == 0 else f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=6,
+            )
     names = [s.run.components[k] for k in trained]
     axis.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
     axis.set_yticks(range(len(names)), names, fontsize=7)
@@ -294,7 +334,9 @@ def plot_zero_variance(shown: list[Shown]) -> Any:
         for k in s.trained:
             shares = [(~step.varying[:, k]).double().mean().item() for step in s.steps]
             name = s.run.components[k]
-            axis.plot(x, shares, linewidth=1, alpha=0.8, marker="o", markersize=7 - k % 4, label=name)  # sizes: overlaps
+            axis.plot(
+                x, shares, linewidth=1, alpha=0.8, marker="o", markersize=7 - k % 4, label=name
+            )  # sizes: overlaps
     axis.set_ylim(-0.03, 1.03)
     axis.set_xlabel("step")
     axis.set_ylabel("share of groups with zero variance")
@@ -310,7 +352,9 @@ def plot_evaluation(shown: list[Shown]) -> Any:
     for index, (label, values) in enumerate(results.items()):
         x = [m + (index - (len(shown) - 1) / 2) * width for m in range(len(metrics))]
         heights = [values.get(name, float("nan")) for name in metrics]
-        bars = axis.bar(x, heights, width=width, color=colour(index, shown), label=label if values else f"{label} (none)")
+        bars = axis.bar(
+            x, heights, width=width, color=colour(index, shown), label=label if values else f"{label} (none)"
+        )
         axis.bar_label(bars, fmt="%.3f", fontsize=6)
     axis.axhline(0, color="black", linewidth=0.6)
     axis.set_xticks(range(len(metrics)), metrics, rotation=30, ha="right", fontsize=8)

@@ -1,4 +1,5 @@
-"""The `advantages` command's JSON: rewards [B][G][K] read strictly, advantages and diagnostics written strict.
+"""The `advantages` command's JSON: rewards [B][G][K] read strictly, advantages and diagnostics written
+strict.
 
 What other stacks send is untrusted input: every malformation is an InputError naming its place, never a
 traceback or a parser's recursion limit.
@@ -32,7 +33,8 @@ def _number(value: Any, where: str) -> float:
 
 
 def parse_rewards(raw: Any) -> list[list[list[float]]]:
-    """A rectangular [B][G][K] list of numbers (null = missing, NaN), or InputError naming the first bad place."""
+    """A rectangular [B][G][K] list of numbers (null = missing, NaN), or InputError naming the first bad
+    place."""
     shape: list[int | None] = [None, None]
 
     def rows(value: Any, where: str, level: int) -> list[Any]:
@@ -40,14 +42,19 @@ def parse_rewards(raw: Any) -> list[list[list[float]]]:
         if not isinstance(value, list) or not value:
             raise InputError(f"{where}: expected a non-empty list of {what}, got {json.dumps(value)[:40]}")
         if level and shape[level - 1] not in (None, len(value)):
-            raise InputError(f"{where}: {len(value)} {what.split()[0]}, the first had {shape[level - 1]} (ragged)")
+            raise InputError(
+                f"{where}: {len(value)} {what.split()[0]}, the first had {shape[level - 1]} (ragged)"
+            )
         if level:
             shape[level - 1] = len(value)
         return value
 
     return [
         [
-            [_number(v, f"rewards[{b}][{g}][{k}]") for k, v in enumerate(rows(rollout, f"rewards[{b}][{g}]", 2))]
+            [
+                _number(v, f"rewards[{b}][{g}][{k}]")
+                for k, v in enumerate(rows(rollout, f"rewards[{b}][{g}]", 2))
+            ]
             for g, rollout in enumerate(rows(group, f"rewards[{b}]", 1))
         ]
         for b, group in enumerate(rows(raw, "rewards", 0))
@@ -57,7 +64,9 @@ def parse_rewards(raw: Any) -> list[list[list[float]]]:
 def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[str] | None]:
     """Rewards [B][G][K] (null = missing) from a nested list or {"rewards", "weights"?, "names"?}."""
     if isinstance(payload, dict) and "rewards" not in payload:
-        raise InputError('expected a [B][G][K] list or an object with "rewards" (and optional "weights", "names")')
+        raise InputError(
+            'expected a [B][G][K] list or an object with "rewards" (and optional "weights", "names")'
+        )
     body = payload if isinstance(payload, dict) else {"rewards": payload}
     rewards = torch.tensor(parse_rewards(body["rewards"]), dtype=torch.float64)
     weights, names = body.get("weights"), body.get("names")
@@ -71,7 +80,9 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
         weights = [weights[n] for n in names]
     if weights is not None:
         if not isinstance(weights, list):
-            raise InputError(f"weights: expected a list of K numbers or {{name: weight}}, got {json.dumps(weights)[:40]}")
+            raise InputError(
+                f"weights: expected a list of K numbers or {{name: weight}}, got {json.dumps(weights)[:40]}"
+            )
         weights = [_number(w, f"weights[{i}]") for i, w in enumerate(weights)]
     for label, values in (("weights", weights), ("names", names)):
         if values is not None and len(values) != rewards.shape[-1]:
@@ -80,10 +91,15 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
 
 
 def advantages_report(payload: Any, estimators: Sequence[str]) -> dict[str, Any]:
-    """{"advantages": {estimator: [B][G]}, "diagnostics": {...}}; each estimator applies the weights its own way."""
+    """{"advantages": {estimator: [B][G]}, "diagnostics": {...}}; each estimator applies the weights its own
+    way."""
     rewards, weights, names = load_rewards(payload)
     advantages = {name: ESTIMATORS[name](rewards, weights).tolist() for name in estimators}
-    return {"shape": list(rewards.shape), "advantages": advantages, "diagnostics": diagnostics(rewards, weights, names=names)}
+    return {
+        "shape": list(rewards.shape),
+        "advantages": advantages,
+        "diagnostics": diagnostics(rewards, weights, names=names),
+    }
 
 
 def nesting(value: Any) -> int:
@@ -110,9 +126,12 @@ def read_json(source: str) -> Any:
         raise InputError(f"cannot read {source}: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
         raise InputError(f"{source} is not UTF-8 text: {error.reason} at byte {error.start}") from None
-    too_deep = InputError(f'{source}: nested deeper than {MAX_NESTING} levels (expected [B][G][K] or {{"rewards": [B][G][K]}})')
+    too_deep = InputError(
+        f'{source}: nested deeper than {MAX_NESTING} levels (expected [B][G][K] or {{"rewards": [B][G][K]}})'
+    )
     try:
-        # Integers as floats: a 5,000-digit integer is then a number too large (not Python's digit-limit message).
+        # Integers as floats: a 5,000-digit integer is then a number too large (not Python's digit-limit
+        # message).
         payload = json.loads(text, parse_int=float, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         raise InputError(f"{source} is not JSON: {error}") from None

@@ -18,7 +18,8 @@ from .models import TINY_CONTEXT, quiet
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-# ChatML as Qwen2.5 uses it, without the tool-calling branches (TRL only needs messages and the generation prompt).
+# ChatML as Qwen2.5 uses it, without the tool-calling branches (TRL only needs messages and the generation
+# prompt).
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -29,8 +30,10 @@ CHAT_TEMPLATE = (
 # A few strings in the shapes the domains produce; enough for a few hundred merges.
 TRAINING_TEXT = [
     "def add(a, b):\n    return a + b\n",
-    "```python\nclass Solution:\n    def twoSum(self, nums: list[int], target: int) -> list[int]:\n        pass\n```",
-    '<think>call the tool</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>',
+    "```python\nclass Solution:\n    def twoSum(self, nums: list[int], target: int) -> list[int]:\n        "
+    "pass\n```",
+    '<think>call the tool</think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": '
+    '"Paris"}}\n</tool_call>',
     "<response>The meeting is at 10 am.</response>",
     "Write a Python function that returns the sum of a list of numbers.",
     "You are a helpful assistant. Answer the user's question.",
@@ -43,7 +46,9 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(TRAINING_TEXT, trainer=trainer)
     return PreTrainedTokenizerFast(
@@ -57,7 +62,8 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
 
 
 def build_tiny_policy(path: str | Path, seed: int = 0) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    """Build the tiny policy, save model and tokenizer under `path` (from_pretrained(path) works) and return both."""
+    """Build the tiny policy, save model and tokenizer under `path` (from_pretrained(path) works) and return
+    both."""
     tokenizer = build_tiny_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -80,5 +86,7 @@ def build_tiny_policy(path: str | Path, seed: int = 0) -> tuple[Qwen2ForCausalLM
     with quiet():  # no "Writing model shards" bar
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
-    model.config._name_or_path = str(path)  # as from_pretrained(path) would: TRL loads its KL reference model from it
+    model.config._name_or_path = str(
+        path
+    )  # as from_pretrained(path) would: TRL loads its KL reference model from it
     return model, tokenizer

@@ -1,8 +1,8 @@
 """The suite's tools as Python methods TRL can render and call, and a chat template that renders tool calls.
 
 TRL renders a tool from its Python signature, type hints and Google-style docstring (transformers'
-`get_json_schema`), so each tool schema the service serves becomes a method with exactly those; calling it runs
-the tool in the instance's episode (`_run_tool`, trl_environment.py).
+`get_json_schema`), so each tool schema the service serves becomes a method with exactly those; calling it
+runs the tool in the instance's episode (`_run_tool`, trl_environment.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ from typing import Any, Literal, Protocol, Union
 QWEN_TOOL_TEMPLATE = "qwen2_5.jinja"  # TRL ships it and knows how to parse its <tool_call> blocks
 
 
-_JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "object": dict}
+_JSON_TYPES: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "object": dict,
+}
 
 
 class RunsTools(Protocol):
@@ -25,7 +31,8 @@ class RunsTools(Protocol):
 
 
 def type_hint(schema: dict[str, Any], definitions: dict[str, Any]) -> Any:
-    """The Python type hint transformers' `get_json_schema` turns back into `schema` (the subset agentdojo uses)."""
+    """The Python type hint transformers' `get_json_schema` turns back into `schema` (the subset agentdojo
+    uses)."""
     if "$ref" in schema:
         return type_hint(definitions[schema["$ref"].rsplit("/", 1)[-1]], definitions)
     if "enum" in schema:
@@ -58,23 +65,30 @@ def tool_method(tool: dict[str, Any]) -> Callable[..., str]:
     hints = {arg: type_hint(schema, definitions) for arg, schema in properties.items()}
     signature = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + [
         inspect.Parameter(
-            arg, inspect.Parameter.KEYWORD_ONLY, annotation=hint, default=inspect.Parameter.empty if arg in required else None
+            arg,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=hint,
+            default=inspect.Parameter.empty if arg in required else None,
         )
         for arg, hint in hints.items()
     ]
     args_doc = "".join(
-        f"\n    {arg}: {_one_line(schema.get('description') or schema.get('title') or arg)}" for arg, schema in properties.items()
+        f"\n    {arg}: {_one_line(schema.get('description') or schema.get('title') or arg)}"
+        for arg, schema in properties.items()
     )
     call.__name__ = call.__qualname__ = name
     call.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
     call.__annotations__ = {**hints, "return": str}
-    call.__doc__ = _one_line(function.get("description") or name) + (f"\n\nArgs:{args_doc}" if args_doc else "")
+    call.__doc__ = _one_line(function.get("description") or name) + (
+        f"\n\nArgs:{args_doc}" if args_doc else ""
+    )
     return call
 
 
 def tool_calling_template(tokenizer: Any) -> None:
     """Give a tokenizer whose chat template cannot render tool calls TRL's Qwen2.5 template (ChatML with
-    `<tool_call>` blocks, which TRL knows how to parse). ChatML tokenizers (SmolLM2, the tiny policy) fit it."""
+    `<tool_call>` blocks, which TRL knows how to parse). ChatML tokenizers (SmolLM2, the tiny policy) fit
+    it."""
     from trl.chat_template_utils import supports_tool_calling
 
     if supports_tool_calling(tokenizer):

@@ -45,9 +45,12 @@ class ToolError(RuntimeError):
 
 @dataclass
 class ServiceClock:
-    """Every service call's (start, end) by kind (create, step, finish): time spent and overlap, for measurements."""
+    """Every service call's (start, end) by kind (create, step, finish): time spent and overlap, for
+    measurements."""
 
-    spans: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {"create": [], "step": [], "finish": []})
+    spans: dict[str, list[tuple[float, float]]] = field(
+        default_factory=lambda: {"create": [], "step": [], "finish": []}
+    )
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, kind: str, start: float, end: float) -> None:
@@ -59,7 +62,9 @@ class ServiceClock:
 
     def max_overlap(self, kind: str) -> int:
         """The most calls of `kind` in flight at one moment (1: they ran one after another)."""
-        events = sorted([(start, 1) for start, _ in self.spans[kind]] + [(end, -1) for _, end in self.spans[kind]])
+        events = sorted(
+            [(start, 1) for start, _ in self.spans[kind]] + [(end, -1) for _, end in self.spans[kind]]
+        )
         depth = best = 0
         for _, change in events:
             depth += change
@@ -89,7 +94,9 @@ class AgentDojoEnvironment:
     TRL treats every public method but `reset` as a tool: everything else here is private."""
 
     suite: str
-    client: RewardClient  # create/finish: retried (idempotent enough: a lost create leaves an episode to expire)
+    client: (
+        RewardClient  # create/finish: retried (idempotent enough: a lost create leaves an episode to expire)
+    )
     step_client: RewardClient  # steps are not idempotent: never retried
     clock: ServiceClock
     log: EpisodeLog
@@ -113,19 +120,26 @@ class AgentDojoEnvironment:
         spec = EpisodeSpec(**{key: row.get(key) for key in SPEC_KEYS})
         if spec.suite != self.suite:
             raise ValueError(f"a {spec.suite} row reached the {self.suite} environment")
-        episode = Episode.model_validate(self._timed("create", self.client, "/v1/episodes", spec.model_dump(exclude_none=True)))
+        episode = Episode.model_validate(
+            self._timed("create", self.client, "/v1/episodes", spec.model_dump(exclude_none=True))
+        )
         self.episode_id, self._result = episode.episode_id, None
-        self.spec = {key: getattr(episode, key) for key in SPEC_KEYS}  # as the service resolved it (default attack named)
+        self.spec = {
+            key: getattr(episode, key) for key in SPEC_KEYS
+        }  # as the service resolved it (default attack named)
         return str(episode.messages[-1]["content"])
 
     def _run_tool(self, function: str, arguments: dict[str, Any]) -> str:
-        """Run one tool call in the episode; its result text, or ToolError with the text the policy should see."""
+        """Run one tool call in the episode; its result text, or ToolError with the text the policy should
+        see."""
         if self.episode_id is None:
             raise ToolError("no episode: reset() did not run")
         body = {"tool_calls": [{"function": function, "args": arguments}]}
         try:
             answer = self._timed("step", self.step_client, f"/v1/episodes/{self.episode_id}/step", body)
-        except RewardServiceError as error:  # refused (e.g. too many calls, an argument too long): the policy's doing
+        except (
+            RewardServiceError
+        ) as error:  # refused (e.g. too many calls, an argument too long): the policy's doing
             raise ToolError(error.message) from None
         except RewardServiceUnavailable as error:
             raise ToolError(f"the tool could not be reached: {error}") from None
@@ -135,13 +149,16 @@ class AgentDojoEnvironment:
         return result.content
 
     def _finish(self, completion: str) -> FinishResponse | None:
-        """Close the episode once (later calls return the same result); None when the service cannot score it."""
+        """Close the episode once (later calls return the same result); None when the service cannot score
+        it."""
         with self._finish_lock:
             if self._result is None and self.episode_id is not None:
                 path = f"/v1/episodes/{self.episode_id}/finish"
                 try:
                     self._result = FinishResponse.model_validate(
-                        self._timed("finish", self.client, path, {"completion": completion, "weights": self.weights})
+                        self._timed(
+                            "finish", self.client, path, {"completion": completion, "weights": self.weights}
+                        )
                     )
                 except (RewardServiceError, RewardServiceUnavailable):
                     self._result = None  # left to expire; the rollout's rewards are missing
@@ -164,7 +181,14 @@ def environment_class(
     clash = sorted(name for name in methods if name in ("reset", "get_reward") or name.startswith("_"))
     if clash:
         raise ValueError(f"{suite}: tools {clash} clash with the environment's own methods")
-    attributes = {"suite": suite, "client": client, "step_client": step_client, "clock": clock, "log": log, "weights": weights}
+    attributes = {
+        "suite": suite,
+        "client": client,
+        "step_client": step_client,
+        "clock": clock,
+        "log": log,
+        "weights": weights,
+    }
     attributes |= methods
     return type(f"AgentDojo_{suite}", (AgentDojoEnvironment,), attributes)
 
@@ -176,16 +200,25 @@ def last_assistant_text(completion: Any) -> str:
     for message in reversed(completion):
         if message.get("role") == "assistant":
             content = message.get("content") or ""
-            return content if isinstance(content, str) else " ".join(str(part.get("text", "")) for part in content)
+            return (
+                content
+                if isinstance(content, str)
+                else " ".join(str(part.get("text", "")) for part in content)
+            )
     return ""
 
 
 def reward_column(component: str) -> Callable[..., Any]:
     """TRL reward function `component`: finishes each rollout's episode (once, shared by both columns)."""
 
-    async def column(completions: list[Any], environments: list[AgentDojoEnvironment], **_: Any) -> list[float | None]:
+    async def column(
+        completions: list[Any], environments: list[AgentDojoEnvironment], **_: Any
+    ) -> list[float | None]:
         results = await asyncio.gather(
-            *(asyncio.to_thread(env._finish, last_assistant_text(c)) for env, c in zip(environments, completions, strict=True))
+            *(
+                asyncio.to_thread(env._finish, last_assistant_text(c))
+                for env, c in zip(environments, completions, strict=True)
+            )
         )
         return [None if result is None else result.components[component] for result in results]
 
