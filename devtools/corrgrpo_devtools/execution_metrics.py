@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dataset",
         default="humaneval",
-        help="the problems, as CORRGRPO_CODE_DATASETS: humaneval, or leetcode, livecodebench, taco, apps, mbpp, "
+        help="the problems, as CORRGRPO_CODE_DATASETS: humaneval, or leetcode, livecodebench, taco, apps, "
+        "mbpp, "
         "codecontests:<path or hub id> (default: %(default)s)",
     )
     parser.add_argument(
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"Executable: {metrics['executable']:.1f}%")
     print(f"Pass@1: {metrics['pass@1']:.1f}%")
     print(
-        f"Efficiency: {metrics['efficiency']:.1f}% ({metrics['eligible_pairs']} eligible pairs, {args.rounds} rounds)"
+        f"Efficiency: {metrics['efficiency']:.1f}% ({metrics['eligible_pairs']} eligible pairs, "
+        f"{args.rounds} rounds)"
     )
     if metrics["errors"]:
         print(

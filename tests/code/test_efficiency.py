@@ -1,4 +1,5 @@
-"""Calibrated efficiency (`CORRGRPO_CODE_EFFICIENCY_MODE=calibrated`): reference copies earn ~0, real speed-ups earn.
+"""Calibrated efficiency (`CORRGRPO_CODE_EFFICIENCY_MODE=calibrated`): reference copies earn ~0, real
+speed-ups earn.
 
 The proof runs in the real sandbox; the stopping rule and the bound are also checked on given times."""
 
@@ -51,15 +52,18 @@ def fenced(code: str) -> str:
 
 
 def test_reference_copies_earn_nothing_and_a_faster_program_earns(sandbox: Sandbox) -> None:
-    """Ten HumanEval references scored as candidates (a comment of their own: no shared run), and SQUARE without its
-    burn (a tenth of the reference's CPU or so) in the same batch."""
+    """Ten HumanEval references scored as candidates (a comment of their own: no shared run), and SQUARE
+    without its burn (a tenth of the reference's CPU or so) in the same batch."""
     problems = list(itertools.islice(humaneval_problems(), 0, 100, 10))
     items = [CodeItem(problem=p, completion=fenced(f"# a copy\n{p.reference}")) for p in problems]
     items.append(CodeItem(problem=SQUARE, completion=fenced("def square(x):\n    return x * x\n")))
     *copies, faster = calibrated(sandbox, items)
     for copy in copies:
         assert copy.components["efficiency"] <= 0.05, copy.info
-        assert copy.info["t_ref_source"] == "paired" and copy.info["timing_pairs"] >= CodeSettings().code_timing_min_pairs
+        assert (
+            copy.info["t_ref_source"] == "paired"
+            and copy.info["timing_pairs"] >= CodeSettings().code_timing_min_pairs
+        )
     assert sum(copy.components["efficiency"] for copy in copies) / len(copies) <= 0.01
     assert faster.components["efficiency"] > 0.5, faster.info
     assert faster.info["t_ratio"] < faster.info["t_ratio_bound"] < 0.5 and faster.info["t_ref"] > 0
@@ -78,9 +82,11 @@ def passed(cpu_s: float) -> HarnessResult:
 
 
 @pytest.mark.parametrize("mode", ["paper", "calibrated"])
-def test_timing_runs_do_not_parse_their_programs_again(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
-    """The reference is parsed when its problem is prepared, the candidate when it is scored: t_ref's runs and the
-    calibrated pairs (4 to 48 runs a program) run them without parsing them again."""
+def test_timing_runs_do_not_parse_their_programs_again(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The reference is parsed when its problem is prepared, the candidate when it is scored: t_ref's runs and
+    the calibrated pairs (4 to 48 runs a program) run them without parsing them again."""
     parses: list[str] = []
     parse = parsing.parse_python
 
@@ -91,9 +97,13 @@ def test_timing_runs_do_not_parse_their_programs_again(sandbox: Sandbox, monkeyp
     monkeypatch.setattr(parsing, "parse_python", counted)
     settings = CodeSettings(code_efficiency_mode=mode, code_run_ttl_s=0, code_workers=2)
     scorer = CodeScorer(sandbox, MemoryStore(), {}, settings)
-    [result] = asyncio.run(scorer.score([CodeItem(problem=SQUARE, completion=fenced("def square(x):\n    return x * x\n"))]))
+    [result] = asyncio.run(
+        scorer.score([CodeItem(problem=SQUARE, completion=fenced("def square(x):\n    return x * x\n"))])
+    )
     scorer.close()
-    assert isinstance(result, Scored) and result.components["correct"] == 1 and result.info["t_ref"] > 0, result
+    assert isinstance(result, Scored) and result.components["correct"] == 1 and result.info["t_ref"] > 0, (
+        result
+    )
     assert len(parses) == 1  # the candidate's, when it was scored
 
 
@@ -113,7 +123,9 @@ def test_pairs_alternate_order_and_stop_early_when_nothing_can_be_paid() -> None
 def test_a_failed_timing_run_names_its_side() -> None:
     results = iter([passed(0.001), HarnessResult("assertion", "io", 0, 1, "wrong")])
     with pytest.raises(TimingRunFailed) as failed:
-        time_pairs(lambda code: next(results), "c", "r", Calibration(min_pairs=3, max_pairs=24), TimingBudget(10.0))
+        time_pairs(
+            lambda code: next(results), "c", "r", Calibration(min_pairs=3, max_pairs=24), TimingBudget(10.0)
+        )
     assert failed.value.side == "reference"
 
 
@@ -133,7 +145,9 @@ def test_budget_and_maximum_end_the_pairs() -> None:
     assert not PairedTimes([0.2] * 3, [0.3] * 3).done(calibration, budget)  # a pair like these fits
     assert PairedTimes([0.2, 2.5, 0.2], [0.3] * 3).done(calibration, budget)  # a 2.5 s run may come: no room
     faster_noisy = PairedTimes([0.001, 0.0015] * 8, [0.002] * 16)
-    assert not PairedTimes(faster_noisy.candidate[:12], faster_noisy.reference[:12]).done(calibration, TimingBudget(10))
+    assert not PairedTimes(faster_noisy.candidate[:12], faster_noisy.reference[:12]).done(
+        calibration, TimingBudget(10)
+    )
     assert faster_noisy.done(calibration, TimingBudget(10))
 
 

@@ -1,4 +1,5 @@
-"""`python -m corrgrpo_devtools.execution_metrics`: Executable, Pass@1 and paired-round Efficiency over a completions file."""
+"""`python -m corrgrpo_devtools.execution_metrics`: Executable, Pass@1 and paired-round Efficiency over a
+completions file."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ def test_metrics_over_a_small_completions_file(tmp_path: Path) -> None:
     completions.append(problems[2].reference.replace("return", "return None and", 1))  # runs, wrong
     completions.append("def nothing(:")  # does not parse
     path = tmp_path / "completions.jsonl"
-    rows = [{"task_id": p.task_id, "completion": f"```python\n{c}\n```"} for p, c in zip(problems, completions, strict=True)]
+    rows = [
+        {"task_id": p.task_id, "completion": f"```python\n{c}\n```"}
+        for p, c in zip(problems, completions, strict=True)
+    ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     metrics = evaluate(*read_inputs("humaneval", path, None), rounds=2, workers=2, core=None)
     assert metrics["completions"] == 4 and metrics["errors"] == 0 and metrics["eligible_pairs"] == 2

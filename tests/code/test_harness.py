@@ -43,7 +43,8 @@ IO_TESTS = [
     IOTest("candidate(3)", "_out == 9", Expect.equals(9)),
     IOTest("candidate(4)", f"_out == {SECRET}", Expect.equals(SECRET)),
 ]
-JUDGED = [IOTest("candidate(3)", "abs(_out - 9) < 1e-9"), IOTest("candidate(4)", f"_out in ({SECRET}, -1)")]  # by the judge
+# by the judge
+JUDGED = [IOTest("candidate(3)", "abs(_out - 9) < 1e-9"), IOTest("candidate(4)", f"_out in ({SECRET}, -1)")]
 ASSERT_TEST = f"def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(4) == {SECRET}\n"
 RIGHT = f"def f(x):\n    return {SECRET} if x == 4 else x * x\n"
 
@@ -117,7 +118,10 @@ def f(x):
     return 0
 """
 
-EXIT_BEFORE_TESTS = ["import sys\nsys.exit(0)\ndef f(x): return 0", "import os\nos._exit(0)\ndef f(x): return 0"]
+EXIT_BEFORE_TESTS = [
+    "import sys\nsys.exit(0)\ndef f(x): return 0",
+    "import os\nos._exit(0)\ndef f(x): return 0",
+]
 EXIT_IN_CALL = ["def f(x):\n    import sys\n    sys.exit(0)", "def f(x):\n    import os\n    os._exit(0)"]
 
 READ_THE_TESTS = """
@@ -155,8 +159,8 @@ def test_abuse_never_passes_in_either_mode(sandbox: Sandbox, solution: str) -> N
 
 
 def test_reading_the_tests_finds_no_answer_in_either_mode(sandbox: Sandbox) -> None:
-    """The expected value never enters the candidate's process: I/O mode sends only the calls, assert mode runs the
-    test in the judge (tests/security/test_assert_mode_forgery.py scans the raw memory too)."""
+    """The expected value never enters the candidate's process: I/O mode sends only the calls, assert mode
+    runs the test in the judge (tests/security/test_assert_mode_forgery.py scans the raw memory too)."""
     io, asserted = both_modes(sandbox, READ_THE_TESTS)
     assert (io.stage, io.passed) == ("assertion", 1), io.error
     assert asserted.stage == "assertion", asserted.error
@@ -191,7 +195,8 @@ def test_patched_time_does_not_hide_cpu_time(sandbox: Sandbox) -> None:
 
 def test_outputs_are_type_strict_data_compared_like_python() -> None:
     tagged = {"__t": "tuple", "v": [1, {"__t": "set", "v": [2, "b", 1.5]}, {"__t": "dict", "v": [[1, "a"]]}]}
-    assert canonical(tagged) == canonical(encode((1.0, {"b", 1.5, 2}, {True: "a"})))  # 1 == 1.0 == True, like ==
+    # 1 == 1.0 == True, like ==
+    assert canonical(tagged) == canonical(encode((1.0, {"b", 1.5, 2}, {True: "a"})))
     assert canonical([1, 2]) != canonical(encode((1, 2)))
     assert canonical(encode({0.5: [None]})) != canonical(encode({0.5: [0]}))
     unencodable = {"__t": "unencodable", "v": "Anything"}
@@ -201,7 +206,11 @@ def test_outputs_are_type_strict_data_compared_like_python() -> None:
     with pytest.raises(ValueError):
         canonical({"__t": "object", "v": {}})
     huge = 10**5000  # over 4,300 digits: crosses as hex (`harness_child.INT_BITS`)
-    assert canonical({"__t": "int", "v": hex(huge)}) == canonical(huge) != canonical({"__t": "int", "v": hex(huge + 1)})
+    assert (
+        canonical({"__t": "int", "v": hex(huge)})
+        == canonical(huge)
+        != canonical({"__t": "int", "v": hex(huge + 1)})
+    )
     assert canonical({"__t": "int", "v": hex(-huge)}) == canonical(-huge)
     with pytest.raises(ValueError):
         canonical({"__t": "int", "v": "0xz"})
@@ -214,11 +223,12 @@ def test_judged_checks_run_outside_the_candidate(sandbox: Sandbox) -> None:
     assert (wrong.stage, wrong.passed) == ("assertion", 1)
     raising = run_io(sandbox, "", "def f(x):\n    return 'nine'", "f", JUDGED, LIMITS)
     assert raising.stage == "test_error" and "TypeError" in str(raising.error)
-    assert run_io(sandbox, "", READ_THE_TESTS, "f", JUDGED, LIMITS).stage == "assertion"  # the judge's text never enters
+    # the judge's text never enters
+    assert run_io(sandbox, "", READ_THE_TESTS, "f", JUDGED, LIMITS).stage == "assertion"
 
 
 def test_a_data_check_leaves_what_it_cannot_decide_to_the_judge(sandbox: Sandbox) -> None:
-    """`Near` decides a number without a judge run; a string output goes to the judge, whose TypeError it is."""
+    """`Near` decides a number without a judge run; a string output goes to the judge: its TypeError."""
     near = [IOTest("candidate(3)", "abs(_out - 9) < 1e-9", Near("close", 9, 1e-9))]
     right = run_io(sandbox, "", RIGHT, "f", near, LIMITS)
     assert (right.stage, right.passed, right.judge) == ("passed", 1, None)
@@ -247,7 +257,10 @@ def test_a_hash_colliding_output_costs_the_parent_nothing(sandbox: Sandbox) -> N
     assert time.process_time() - started < 2  # decoding it into a set took the old parent 6.5 s of CPU
     for payload in ('[{"i": 7, "out": 9}]', '[{"i": True, "out": 9}]'):  # an index the harness never wrote
         messages = f"[{{'toplevel': 'ok'}}] + {payload}"
-        forged = f"import json, os\nfor m in {messages}:\n    os.write(3, (json.dumps(m) + '\\n').encode())\nos._exit(0)"
+        forged = (
+            f"import json, os\nfor m in {messages}:\n"
+            "    os.write(3, (json.dumps(m) + '\\n').encode())\nos._exit(0)"
+        )
         assert run_io(sandbox, "", forged, "f", IO_TESTS, LIMITS).stage == "test_error"
 
 
@@ -257,7 +270,9 @@ def test_the_test_sees_the_preludes_helpers_not_the_solutions(sandbox: Sandbox) 
     honest = "def decode(s):\n    return s[:-3][::-1]\n"
     assert run_assert(sandbox, prelude, honest, "decode", test, LIMITS).stage == "passed"
     redefined = "def encode(s):\n    return s\ndef decode(s):\n    return s\n"
-    class_math = "class math:\n    pi = ''\ndef encode(s):\n    return s\ndef decode(s):\n    return s[::-1]\n"
+    class_math = (
+        "class math:\n    pi = ''\ndef encode(s):\n    return s\ndef decode(s):\n    return s[::-1]\n"
+    )
     for hack in (redefined, class_math):
         assert run_assert(sandbox, prelude, hack, "decode", test, LIMITS).stage == "assertion"
 
@@ -271,8 +286,9 @@ def test_prelude_classes_may_be_returned_in_assert_mode(sandbox: Sandbox) -> Non
 
 
 def test_calls_of_scalars_cross_as_plain_values(sandbox: Sandbox) -> None:
-    """Positional scalars go as a plain list and a scalar answer comes back as one (no object graph); exact types
-    only: an int subclass (its own `__eq__`) is still not data, a list answer still crosses as a graph."""
+    """Positional scalars go as a plain list and a scalar answer comes back as one (no object graph); exact
+    types only: an int subclass (its own `__eq__`) is still not data, a list answer still crosses as a graph.
+    """
     test = (
         "def check(candidate):\n"
         "    for value in (None, True, 7, 2**80, -0.5, 'x\\u00e9', ''):\n"
@@ -291,7 +307,9 @@ COMPILE_ONLY_ERRORS = ["return 1\ndef f(x): return x", "nonlocal y\ndef f(x): re
 
 
 @pytest.mark.parametrize("solution", COMPILE_ONLY_ERRORS, ids=["return", "nonlocal"])
-def test_what_parses_but_does_not_compile_is_syntax_decided_in_the_sandbox(sandbox: Sandbox, solution: str) -> None:
+def test_what_parses_but_does_not_compile_is_syntax_decided_in_the_sandbox(
+    sandbox: Sandbox, solution: str
+) -> None:
     assert not isinstance(parse_solution(solution), str)  # the parent's parse accepts it
     for result in both_modes(sandbox, solution):
         assert (result.stage, result.compiled) == ("syntax", False), result
@@ -308,7 +326,8 @@ def test_compiled_says_how_far_the_run_got(sandbox: Sandbox) -> None:
     prelude_then_future = run_assert(
         sandbox, "import math", "from __future__ import annotations\n" + RIGHT, "f", ASSERT_TEST, LIMITS
     )
-    assert (prelude_then_future.stage, prelude_then_future.compiled) == ("syntax", False)  # the assembled program
+    # the assembled program
+    assert (prelude_then_future.stage, prelude_then_future.compiled) == ("syntax", False)
 
 
 LINKED = """
@@ -350,10 +369,14 @@ class Solution:
 
 
 def test_prelude_instances_cross_with_their_links_and_mutations(sandbox: Sandbox) -> None:
-    """LeetCode's shape: `Solution().method` as the entry point, linked lists of the prelude's class both ways."""
-    assert run_assert(sandbox, LINKED, REVERSE, "Solution().reverseList", LINKED_TEST, LIMITS).stage == "passed"
+    """LeetCode's shape: `Solution().method` as the entry point, linked lists of the prelude's class both
+    ways."""
+    assert (
+        run_assert(sandbox, LINKED, REVERSE, "Solution().reverseList", LINKED_TEST, LIMITS).stage == "passed"
+    )
     copying = REVERSE.replace(
-        "head.next, previous, head = previous, head, head.next", "previous, head = ListNode(head.val, previous), head.next"
+        "head.next, previous, head = previous, head, head.next",
+        "previous, head = ListNode(head.val, previous), head.next",
     )
     result = run_assert(sandbox, LINKED, copying, "Solution().reverseList", LINKED_TEST, LIMITS)
     assert result.stage == "assertion", result  # right values, but the test sees its argument unchanged
@@ -418,7 +441,11 @@ def test_the_graph_codec_keeps_identity_cycles_and_mutations() -> None:
     message, sent = pack([(node, [shared, shared], {(1, 2): b"x"}, {frozenset({3})})], classes)
     (decoded,), _ = unpack(message, classes)
     assert decoded[0].next is decoded[0] and type(decoded[0]) is Node and decoded[0].value == 1
-    assert decoded[1][0] is decoded[1][1] == [1] and decoded[2] == {(1, 2): b"x"} and decoded[3] == {frozenset({3})}
+    assert (
+        decoded[1][0] is decoded[1][1] == [1]
+        and decoded[2] == {(1, 2): b"x"}
+        and decoded[3] == {frozenset({3})}
+    )
     (copy,), received = unpack(message, classes)  # the candidate's side: mutate, answer with the same indices
     before = list(map(held, received))
     copy[1][0].append(2)
@@ -433,17 +460,27 @@ def test_the_graph_codec_keeps_identity_cycles_and_mutations() -> None:
         unpack(not_data, classes)
     with pytest.raises(NotData):
         unpack({"roots": [{"@": 0}], "objects": [["obj", "Other", []]]}, classes)
-    for forged in ({"roots": [{"@": 5}], "objects": []}, {"roots": [{"@": 0}], "objects": [["tuple", [{"@": 0}]]]}):
+    for forged in (
+        {"roots": [{"@": 5}], "objects": []},
+        {"roots": [{"@": 0}], "objects": [["tuple", [{"@": 0}]]]},
+    ):
         with pytest.raises(PackError):
             unpack(forged, classes)
 
 
-def test_a_crossing_switches_the_int_limit_only_for_a_message_that_needs_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Assert mode's per-call codec: a short message never switches Python's int/str limit (a switch cost ~1 us, two on
-    each side of every call), one with an int over it still crosses, and the limit is back after."""
+def test_a_crossing_switches_the_int_limit_only_for_a_message_that_needs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Assert mode's per-call codec: a short message never switches Python's int/str limit (a switch cost ~1
+    us, two on each side of every call), one with an int over it still crosses, and the limit is back after.
+    """
     limit, switches, setter = sys.get_int_max_str_digits(), [], sys.set_int_max_str_digits
     monkeypatch.setattr(sys, "set_int_max_str_digits", lambda n: (switches.append(n), setter(n)))
-    for message in ([3, "x", None, 2.5, True], {"value": 10**80}, {"raised": "ValueError", "message": "\u00e9"}):
+    for message in (
+        [3, "x", None, 2.5, True],
+        {"value": 10**80},
+        {"raised": "ValueError", "message": "\u00e9"},
+    ):
         assert decoded(encoded(message)) == message
     assert switches == []
     huge = {"value": -(10**5000)}
@@ -473,12 +510,16 @@ def f(x, base):
 
 
 def test_an_unrolled_loop_judges_as_the_loop_does(sandbox: Sandbox) -> None:
-    """HumanEval/44's loop as I/O tests (`split_check` unrolls it): the verdicts of assert mode, test by test."""
+    """HumanEval/44's loop as I/O tests (`split_check` unrolls it): assert mode's verdicts, test by test."""
     tests = split_check(LOOP_CHECK)
     assert tests is not None and len(tests) == 7 and all(t.expect is not None for t in tests)
     wrong_at_5 = CHANGE_BASE.replace("    digits = ''\n", "    digits = '6' if x == 5 else ''\n")
     as_int = CHANGE_BASE.replace("return digits", "return int(digits)")
-    for solution, stage, passed in ((CHANGE_BASE, "passed", 7), (wrong_at_5, "assertion", 6), (as_int, "assertion", 0)):
+    for solution, stage, passed in (
+        (CHANGE_BASE, "passed", 7),
+        (wrong_at_5, "assertion", 6),
+        (as_int, "assertion", 0),
+    ):
         io = run_io(sandbox, "", solution, "f", tests, LIMITS)
         assert (io.stage, io.passed, io.judge) == (stage, passed, None), io
         assert run_assert(sandbox, "", solution, "f", LOOP_CHECK, LIMITS).stage == stage
@@ -486,17 +527,20 @@ def test_an_unrolled_loop_judges_as_the_loop_does(sandbox: Sandbox) -> None:
 
 
 def test_each_run_gets_the_preloaded_child_half_as_the_worker_loaded_it() -> None:
-    """Every worker imports harness_child once; a candidate that patches it (same process) changes its own run only."""
+    """Every worker imports harness_child once; a candidate that patches it (same process) changes its own run
+    only."""
     silenced = f"import harness_child\nharness_child.send = lambda message: None\n{RIGHT}"
     with Sandbox(workers=1, limits=LIMITS, preload=[CHILD_FILE]) as one_worker:
         assert one_worker.run("import sys\nprint('harness_child' in sys.modules)").stdout == b"True\n"
-        assert run_io(one_worker, "", silenced, "f", IO_TESTS, LIMITS).stage == "toplevel"  # not even a top level
+        # not even a top level
+        assert run_io(one_worker, "", silenced, "f", IO_TESTS, LIMITS).stage == "toplevel"
         assert run_io(one_worker, "", RIGHT, "f", IO_TESTS + JUDGED, LIMITS).stage == "passed"
         assert run_assert(one_worker, "", RIGHT, "f", ASSERT_TEST, LIMITS).stage == "passed"
 
 
 class _Litter:
-    """Cyclic garbage with a Python finalizer: a collection during a parse runs Python code, so another thread may run."""
+    """Cyclic garbage with a Python finalizer: a collection during a parse runs Python code, so another thread
+    may run."""
 
     def __init__(self) -> None:
         self.me = self
@@ -506,8 +550,9 @@ class _Litter:
 
 
 def test_threads_parse_at_once_without_a_recursion_depth_mismatch() -> None:
-    """CPython 3.11 before 3.11.8 shares the AST constructor's depth counter between threads (python/cpython#106905):
-    the code service's lanes parsing at different stack depths failed items with SystemError, about once a second here."""
+    """CPython 3.11 before 3.11.8 shares the AST constructor's depth counter between threads
+    (python/cpython#106905): the code service's lanes parsing at different stack depths failed items with
+    SystemError, about once a second here."""
     source = "\n".join(f"def f{i}(x):\n    return [x + {i} for _ in range(3)]" for i in range(200))
     failures: list[str] = []
     interval = sys.getswitchinterval()

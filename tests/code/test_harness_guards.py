@@ -1,7 +1,8 @@
-"""The harness's `done` guard: a run passes only when the harness itself reached its end marker and exited cleanly.
+"""The harness's `done` guard: a run passes only when the harness itself reached its end marker and exited
+cleanly.
 
-A program may write the right outputs to the result channel (fd 3) and exit before the harness's end: every output
-is there, but the harness never finished, so it is `test_error`, never `passed`."""
+A program may write the right outputs to the result channel (fd 3) and exit before the harness's end: every
+output is there, but the harness never finished, so it is `test_error`, never `passed`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from corrgrpo_code.harness import CHILD_FILE, Expect, IOTest, run_assert, run_io
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
 LIMITS = Limits(cpu_s=2, wall_s=4, output_bytes=1 << 20)
-TESTS = [IOTest("candidate(3)", "_out == 9", Expect.equals(9)), IOTest("candidate(4)", "_out == 16", Expect.equals(16))]
+TESTS = [
+    IOTest("candidate(3)", "_out == 9", Expect.equals(9)),
+    IOTest("candidate(4)", "_out == 16", Expect.equals(16)),
+]
 RIGHT_OUTPUTS = [{"i": 0, "out": 9}, {"i": 1, "out": 16}]
 WRITE_AND_EXIT = "os.write(3, b''.join(json.dumps(m).encode() + b'\\n' for m in {messages}))\nos._exit(0)\n"
 
@@ -33,9 +37,12 @@ def test_the_right_program_passes(sandbox: Sandbox) -> None:
 
 def test_right_outputs_written_at_top_level_then_exit_is_a_test_error(sandbox: Sandbox) -> None:
     messages = [{"toplevel": "ok"}, *RIGHT_OUTPUTS]
-    solution = "import json, os\n" + WRITE_AND_EXIT.format(messages=messages) + "def f(x):\n    return x * x\n"
+    solution = (
+        "import json, os\n" + WRITE_AND_EXIT.format(messages=messages) + "def f(x):\n    return x * x\n"
+    )
     result = run_io(sandbox, "", solution, "f", TESTS, LIMITS)
-    assert result.exec is not None and result.exec.exit_code == 0  # it did exit cleanly, before the harness's end
+    # it did exit cleanly, before the harness's end
+    assert result.exec is not None and result.exec.exit_code == 0
     assert (result.stage, result.ok) == ("test_error", False), result.error
     assert "did not finish" in str(result.error)
 
@@ -48,8 +55,8 @@ def test_right_outputs_written_in_the_first_call_then_exit_is_a_test_error(sandb
 
 
 class ChannelOnly:
-    """Stands in for the sandbox in a unit test of the parent's reading: every run 'exits 0' with `channel`, and
-    with `anomaly` when one is given (what the sandbox reports of a run it cannot vouch for)."""
+    """Stands in for the sandbox in a unit test of the parent's reading: every run 'exits 0' with `channel`,
+    and with `anomaly` when one is given (what the sandbox reports of a run it cannot vouch for)."""
 
     def __init__(self, *messages: dict[str, object], anomaly: str | None = None) -> None:
         self.channel = b"".join(json.dumps(message).encode() + b"\n" for message in messages)

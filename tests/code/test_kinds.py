@@ -102,7 +102,8 @@ def test_outputs_that_do_not_match(got: str, want: str) -> None:
 
 def test_tokens_are_numbers_only_when_they_read_as_numbers() -> None:
     assert tokens_match("-0.0000001", "0.0") and tokens_match("+5", "5") and tokens_match("-0", "0")
-    assert not tokens_match("-0.0000001", "0") and not tokens_match("5.0", "5")  # an integer is expected exactly
+    # an integer is expected exactly
+    assert not tokens_match("-0.0000001", "0") and not tokens_match("5.0", "5")
     assert not tokens_match("inf", "infinity") and not tokens_match("0x10", "16")
 
 
@@ -110,32 +111,42 @@ def test_call_expectations_accept_tuples_and_the_wrapped_form_only() -> None:
     (test,) = call_tests([CallCase(args=[[1, 2], "a"], expected=[[1, 2]])])
     assert test.call == "candidate(*[[1, 2], 'a'])"
     assert isinstance(test.expect, ReturnMatches)
-    assert test.expect.holds(encode([[1, 2]])) and test.expect.holds(encode((1, 2))) and test.expect.holds(encode([1, 2]))
+    assert (
+        test.expect.holds(encode([[1, 2]]))
+        and test.expect.holds(encode((1, 2)))
+        and test.expect.holds(encode([1, 2]))
+    )
     assert not test.expect.holds(encode([2, 1])) and not test.expect.holds({"__t": "unencodable", "v": "X"})
     (plain,) = call_tests([CallCase(args=[], expected=3)])
     assert plain.expect.holds(3) and plain.expect.holds(3.0) and not plain.expect.holds([3])
 
 
 def test_mbpp_asserts_become_one_io_test_each() -> None:
-    problem = MbppProblem(task_id="m", test_list=["assert add(1, 2) == 3", "assert math.isclose(add(0.1, 0.2), 0.3)"])
+    problem = MbppProblem(
+        task_id="m", test_list=["assert add(1, 2) == 3", "assert math.isclose(add(0.1, 0.2), 0.3)"]
+    )
     check = mbpp_check(problem)
     assert check.entry_point == "add" and check.test.startswith("def check(candidate):\n")
     tests = split_check(check.test)
     assert tests is not None and [t.call for t in tests] == ["candidate(1, 2)", "candidate(0.1, 0.2)"]
-    assert tests[0].expect is not None and tests[1].expect is not None  # math.isclose on a number: decided on data
+    # math.isclose on a number: decided on data
+    assert tests[0].expect is not None and tests[1].expect is not None
 
 
 def test_mbpp_names_its_function_or_fails_clearly() -> None:
     named = MbppProblem(task_id="m", test_list=["assert len(f([1])) == 1"], entry_point="f")
     assert mbpp_check(named).entry_point == "f"
-    assert mbpp_check(MbppProblem(task_id="m", test_list=["assert len(g([1])) == 1"])).entry_point == "g"  # not len
+    # not len
+    assert mbpp_check(MbppProblem(task_id="m", test_list=["assert len(g([1])) == 1"])).entry_point == "g"
     with pytest.raises(ProblemError, match="does not parse"):
         mbpp_check(MbppProblem(task_id="m", test_list=["assert f(1) =="]))
     with pytest.raises(ProblemError, match="no function name"):
         mbpp_check(MbppProblem(task_id="m", test_list=["assert 1 == 1"]))
 
 
-def test_run_keys_cover_program_problem_limits_isolation_and_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_keys_cover_program_problem_limits_isolation_and_the_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     key = run_key("print(1)", "p", Limits(), "bwrap")
     assert key == run_key("print(1)", "p", Limits(), "bwrap")
     others = [
@@ -161,5 +172,9 @@ def test_a_stored_verdict_reads_back_as_scoring_uses_it() -> None:
         "test 2: wrong output",
         True,
     )
-    assert back.exec is not None and (back.exec.cpu_s, back.exec.wall_s, back.exec.isolation) == (0.25, 0.5, "bwrap")
+    assert back.exec is not None and (back.exec.cpu_s, back.exec.wall_s, back.exec.isolation) == (
+        0.25,
+        0.5,
+        "bwrap",
+    )
     assert HarnessResult.load(HarnessResult("syntax", "io", 0, 1, "bad").dump()).exec is None

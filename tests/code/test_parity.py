@@ -1,4 +1,5 @@
-"""Parity with the authors' code reward (HKUST-KnowComp/CorrGRPO, code_rl/leetcodedataset_train_rl/reward.py + run.sh).
+"""Parity with the authors' code reward (HKUST-KnowComp/CorrGRPO, code_rl/leetcodedataset_train_rl/reward.py +
+run.sh).
 
 Expected values are worked out from their definitions by hand (the tables below say how), on real HumanEval
 problems through the real sandbox and on hand-made variants; none is read off our own output.
@@ -41,26 +42,57 @@ IMPL = "class Solution:\n    def solve(self, v):\n        return v + 1"
 STUB = "class Solution:\n    def solve(self, v): ..."
 
 
-# --- extraction and format: (response, marker) -> (code, fenced, format) ------------------------------------------------
+# --- extraction and format: (response, marker) -> (code, fenced, format)
+# ------------------------------------------------
 @pytest.mark.parametrize(
     ("response", "marker", "code", "fenced", "fmt"),
     [
         (f"```python\n{IMPL}\n```", CLASS, IMPL, True, 1.0),
         (f"Sure:\n{IMPL}", CLASS, IMPL, False, 0.0),  # unfenced: from the marker on, format 0
         (f"<think>{STUB}</think>\n\nAnswer:\n{IMPL}", CLASS, IMPL, False, 0.0),  # after the last </think>
-        (f"```python\n{STUB}\n```\nthen\n```python\n{IMPL}\n```", CLASS, IMPL, True, 1.0),  # both hold it: longest
+        (
+            f"```python\n{STUB}\n```\nthen\n```python\n{IMPL}\n```",
+            CLASS,
+            IMPL,
+            True,
+            1.0,
+        ),  # both hold it: longest
         (f"```python\n{IMPL}\n```\n```python\n{'x = 1  # long, no marker' * 5}\n```", CLASS, IMPL, True, 1.0),
-        ("```python\ndef solve(v):\n    return v + 1\n```", CLASS, "def solve(v):\n    return v + 1", True, 0.0),
+        (
+            "```python\ndef solve(v):\n    return v + 1\n```",
+            CLASS,
+            "def solve(v):\n    return v + 1",
+            True,
+            0.0,
+        ),
         (f"```\n{IMPL}\n```", CLASS, IMPL, True, 1.0),  # untagged counts
         (f"```PY   \n{IMPL}```", CLASS, IMPL, True, 1.0),  # tag in any case, spaces, then one newline
-        ("```python3\nx = 1\n```", CLASS, "3\nx = 1", True, 0.0),  # `python` is the tag; the `3` stays in the body
+        (
+            "```python3\nx = 1\n```",
+            CLASS,
+            "3\nx = 1",
+            True,
+            0.0,
+        ),  # `python` is the tag; the `3` stays in the body
         ("```js\nlet x\n```", CLASS, "js\nlet x", True, 0.0),  # another language's block still counts
-        (f"```python\n{IMPL}\n```\n```python\nunclosed", CLASS, IMPL, True, 1.0),  # an unpaired fence is ignored
+        (
+            f"```python\n{IMPL}\n```\n```python\nunclosed",
+            CLASS,
+            IMPL,
+            True,
+            1.0,
+        ),  # an unpaired fence is ignored
         ("inline ```a = 1``` and ```b = 2```", CLASS, "a = 1", True, 0.0),  # equal lengths: the first
         ("no code here", CLASS, "no code here", False, 0.0),
         ("```python\n```", CLASS, "", True, 0.0),
         ("```python\ndef has_close_elements(n, t):\n    return False\n```", HE0, None, True, 1.0),
-        ("```python\ndef has_close(n, t):\n    return False\n```", HE0, None, True, 0.0),  # not the entry point
+        (
+            "```python\ndef has_close(n, t):\n    return False\n```",
+            HE0,
+            None,
+            True,
+            0.0,
+        ),  # not the entry point
     ],
 )
 def test_extraction_table(response: str, marker: str, code: str | None, fenced: bool, fmt: float) -> None:
@@ -75,7 +107,8 @@ def test_markers_and_fences() -> None:
     assert split_fences("a ```python\nx\n``` b ```y``` c ```") == ["x\n", "y"]
 
 
-# --- AST similarity: hand-computed SequenceMatcher ratios 2M / (|a| + |b|) ---------------------------------------------
+# --- AST similarity: hand-computed SequenceMatcher ratios 2M / (|a| + |b|)
+# ---------------------------------------------
 # x = 1 -> Module Assign Name Store /Store /Name Constant /Constant /Assign /Module (10 tokens)
 # x     -> Module Expr Name Load /Load /Name /Expr /Module (8); blocks: Module, Name, /Name, /Module: M = 4
 # x = 1; y = 2 (18) vs x = 1 (10): block Module..Assign's close (9), then /Module (1): M = 10
@@ -104,7 +137,18 @@ def test_ast_similarity_table(candidate: str, reference: str, expected: float) -
 
 def test_structure_tokens_and_reference_gate() -> None:
     assert structure(ast.parse("x = 1")) == [
-        *("Module", "Assign", "Name", "Store", "/Store", "/Name", "Constant", "/Constant", "/Assign", "/Module")
+        *(
+            "Module",
+            "Assign",
+            "Name",
+            "Store",
+            "/Store",
+            "/Name",
+            "Constant",
+            "/Constant",
+            "/Assign",
+            "/Module",
+        )
     ]
     assert not Reference.of("", CLASS).available and not Reference.of("def broken(:", CLASS).available
     assert Reference.of("x = 1", CLASS).available
@@ -119,7 +163,9 @@ def test_block_search_is_difflibs_on_real_and_random_sequences() -> None:
     pairs = [(rng.choice(sequences), rng.choice(sequences)) for _ in range(150)]
     for _ in range(400):
         alphabet = rng.choice((1, 2, 3, 8))
-        pairs.append(tuple([str(rng.randrange(alphabet)) for _ in range(rng.randrange(40))] for _ in range(2)))  # type: ignore[arg-type]
+        pairs.append(  # type: ignore[arg-type]
+            tuple([str(rng.randrange(alphabet)) for _ in range(rng.randrange(40))] for _ in range(2))
+        )
     for a, b in pairs:
         blocks = difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
         where: dict[str, list[int]] = {}
@@ -129,7 +175,7 @@ def test_block_search_is_difflibs_on_real_and_random_sequences() -> None:
 
 
 def _perturbed(tokens: list[str], rng: random.Random) -> Iterator[list[str]]:
-    """Candidates near a reference: tokens replaced, dropped, duplicated; its first half; its blocks reversed."""
+    """Candidates near a reference: tokens replaced, dropped or duplicated, first half, blocks reversed."""
     for _ in range(3):
         changed = list(tokens)
         for _ in range(rng.randrange(1, 6)):
@@ -137,12 +183,14 @@ def _perturbed(tokens: list[str], rng: random.Random) -> Iterator[list[str]]:
             changed[k : k + 1] = rng.choice(([], [rng.choice(tokens)], [changed[k]] * 2))
         yield changed
     yield tokens[: len(tokens) // 2]
-    yield [token for block in reversed([tokens[i : i + 7] for i in range(0, len(tokens), 7)]) for token in block]
+    yield [
+        token for block in reversed([tokens[i : i + 7] for i in range(0, len(tokens), 7)]) for token in block
+    ]
 
 
 def test_cydifflib_ratios_are_difflibs_on_humaneval_and_perturbed_candidates() -> None:
-    """The 164 canonical solutions against perturbed copies of themselves and against the next problem's: cydifflib's
-    ratio, and the component computed through it, equal difflib's exactly (the definition)."""
+    """The 164 canonical solutions against perturbed copies of themselves and against the next problem's:
+    cydifflib's ratio, and the component computed through it, equal difflib's exactly (the definition)."""
     rng = random.Random(11)
     references = [structure(ast.parse(p.reference)) for p in humaneval_problems()]
     fast = total = 0
@@ -158,14 +206,19 @@ def test_cydifflib_ratios_are_difflibs_on_humaneval_and_perturbed_candidates() -
 
 
 def test_equal_sequences_need_no_search_and_keep_its_budget() -> None:
-    """Equal sequences (the reference's own structure) are one whole block without the search, and over the budget
-    exactly when the search would be: at every budget around the search's own count of examined pairs."""
+    """Equal sequences (the reference's own structure) are one whole block without the search, and over the
+    budget exactly when the search would be: at every budget around the search's own count of examined pairs.
+    """
     pathological = ["Name", "Load", "/Load", "/Name"] * 50
-    for tokens in [structure(ast.parse(p.reference)) for p in list(humaneval_problems())[:20]] + [pathological]:
+    for tokens in [structure(ast.parse(p.reference)) for p in list(humaneval_problems())[:20]] + [
+        pathological
+    ]:
         where: dict[str, list[int]] = {}
         for j, token in enumerate(tokens):
             where.setdefault(token, []).append(j)
-        assert matched(list(tokens), tokens, where) == search(tokens, tokens, where, MATCH_BUDGET) == len(tokens)
+        assert (
+            matched(list(tokens), tokens, where) == search(tokens, tokens, where, MATCH_BUDGET) == len(tokens)
+        )
         count = len(tokens) + sum(len(where[token]) for token in tokens)
         for budget in (count - 1, count, count + 1):
             outcomes = []
@@ -174,7 +227,10 @@ def test_equal_sequences_need_no_search_and_keep_its_budget() -> None:
                     outcomes.append(compare(list(tokens), tokens, where, budget))
                 except TooManyPairs:
                     outcomes.append("over")
-            assert outcomes[0] == outcomes[1] == ("over" if budget < count else len(tokens)), (budget, outcomes)
+            assert outcomes[0] == outcomes[1] == ("over" if budget < count else len(tokens)), (
+                budget,
+                outcomes,
+            )
 
 
 def test_a_pathological_pair_stops_at_the_budget() -> None:
@@ -185,10 +241,18 @@ def test_a_pathological_pair_stops_at_the_budget() -> None:
     assert ast_similarity("x\n" * 3000, "x = (" + "x + " * 1500 + "x)") == 0.0  # scored 0, not stalled
 
 
-# --- efficiency: clip(1 - t / t_ref, 0, 1), applied only when both times are positive ----------------------------------
+# --- efficiency: clip(1 - t / t_ref, 0, 1), applied only when both times are positive
+# ----------------------------------
 @pytest.mark.parametrize(
     ("t", "t_ref", "expected"),
-    [(0.25, 1.0, 0.75), (1.0, 1.0, 0.0), (2.0, 1.0, 0.0), (0.0, 1.0, 0.0), (0.25, 0.0, 0.0), (0.25, None, 0.0)],
+    [
+        (0.25, 1.0, 0.75),
+        (1.0, 1.0, 0.0),
+        (2.0, 1.0, 0.0),
+        (0.0, 1.0, 0.0),
+        (0.25, 0.0, 0.0),
+        (0.25, None, 0.0),
+    ],
 )
 def test_efficiency_formula(t: float, t_ref: float | None, expected: float) -> None:
     assert efficiency(t, t_ref) == expected
@@ -209,7 +273,8 @@ def test_default_weights_are_the_authors() -> None:
     assert {c.name: (c.min, c.max) for c in COMPONENTS}["efficiency"] == (0, 1)
 
 
-# --- the chain on real HumanEval problems, through the real sandbox -----------------------------------------------------
+# --- the chain on real HumanEval problems, through the real sandbox
+# -----------------------------------------------------
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
     with Sandbox(workers=2, preload=[CHILD_FILE]) as box:
@@ -226,7 +291,8 @@ def run(sandbox: Sandbox, problem: CodeProblem, completions: list[str], **settin
 
 HUMANEVAL = {p.task_id: p for p in humaneval_problems()}
 H0 = HUMANEVAL["HumanEval/0"]
-H0_BODY = H0.reference[H0.reference.index("def has_close_elements(") :]  # the reference without its import line
+# the reference without its import line
+H0_BODY = H0.reference[H0.reference.index("def has_close_elements(") :]
 
 
 def ratio(candidate: str, reference: str) -> float:
@@ -235,24 +301,44 @@ def ratio(candidate: str, reference: str) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-BUGGY = H0.reference.replace("< threshold", "> threshold")  # Lt -> Gt: one node, 2 of n tokens differ, M = n - 2
+# Lt -> Gt: one node, 2 of n tokens differ, M = n - 2
+BUGGY = H0.reference.replace("< threshold", "> threshold")
 RAISING = H0.reference.replace("return False", "raise ValueError")
 ASSERTING = H0.reference.replace("return False", "assert False, 'no pair'")
 N0 = len(structure(ast.parse(H0.reference.strip())))
 
-# name, response, (format, syntax, compile, runtime, correct), similarity (a number, a source to compare with, or
+# name, response, (format, syntax, compile, runtime, correct), similarity (a number, a source to compare with,
+# or
 # None: the extracted code itself), stage
 H0_CASES = [
     ("fenced", f"```python\n{H0.reference}\n```", (1, 1, 1, 1, 1), 1.0, "passed"),
     ("unfenced", f"Here you go:\n{H0.reference}", (0, 1, 1, 1, 1), H0_BODY, "passed"),  # from `def ...(` on
-    ("two blocks", f"```python\n{H0_BODY[:60]}\n```\nFull:\n```python\n{H0.reference}\n```", (1, 1, 1, 1, 1), 1.0, "passed"),
+    (
+        "two blocks",
+        f"```python\n{H0_BODY[:60]}\n```\nFull:\n```python\n{H0.reference}\n```",
+        (1, 1, 1, 1, 1),
+        1.0,
+        "passed",
+    ),
     ("name error", f"```python\n{H0.reference}\nundefined_name\n```", (1, 1, 1, 0, 0), None, "toplevel"),
     ("return outside", f"```python\n{H0.reference}\nreturn 1\n```", (1, 1, 0, 0, 0), None, "syntax"),
     ("own assert", f"```python\n{H0.reference}\nassert False\n```", (1, 1, 1, 1, 0), None, "toplevel"),
     ("failing assert", f"```python\n{BUGGY}\n```", (1, 1, 1, 1, 0), (N0 - 2) / N0, "assertion"),
     ("raising test", f"```python\n{RAISING}\n```", (1, 1, 1, 0, 0), None, "test_error"),
-    ("assert in function", f"```python\n{ASSERTING}\n```", (1, 1, 1, 1, 0), None, "test_error"),  # an AssertionError
-    ("syntax error", "```python\ndef has_close_elements(numbers, threshold)\n    return 1\n```", (1, 0, 0, 0, 0), 0.0, "syntax"),
+    (
+        "assert in function",
+        f"```python\n{ASSERTING}\n```",
+        (1, 1, 1, 1, 0),
+        None,
+        "test_error",
+    ),  # an AssertionError
+    (
+        "syntax error",
+        "```python\ndef has_close_elements(numbers, threshold)\n    return 1\n```",
+        (1, 0, 0, 0, 0),
+        0.0,
+        "syntax",
+    ),
     ("no block, prose", "I cannot solve this.", (0, 0, 0, 0, 0), 0.0, "syntax"),
 ]
 
@@ -278,13 +364,23 @@ def test_class_solution_is_required_for_a_leetcode_entry_point(sandbox: Sandbox)
         reference=IMPL,
     )
     with_class, without = run(
-        sandbox, problem, [f"```python\n{IMPL}\n```", "```python\ndef solve(v):\n    return v + 1\n```"], efficiency=False
+        sandbox,
+        problem,
+        [f"```python\n{IMPL}\n```", "```python\ndef solve(v):\n    return v + 1\n```"],
+        efficiency=False,
     )
     chain = ("format", "syntax", "compile", "runtime", "correct")
-    assert with_class.components == {**dict.fromkeys(chain, 1.0), "ast_similarity": 1.0, "efficiency": 0.0, "pass_rate": 1.0}
+    assert with_class.components == {
+        **dict.fromkeys(chain, 1.0),
+        "ast_similarity": 1.0,
+        "efficiency": 0.0,
+        "pass_rate": 1.0,
+    }
     # no class: format 0, and `Solution` is undefined when the tests call the entry point: runtime 0
     assert [without.components[k] for k in chain] == [0, 1, 1, 0, 0]
-    assert without.components["ast_similarity"] == pytest.approx(ratio("def solve(v):\n    return v + 1", IMPL), abs=1e-12)
+    assert without.components["ast_similarity"] == pytest.approx(
+        ratio("def solve(v):\n    return v + 1", IMPL), abs=1e-12
+    )
 
 
 SLOW = "    sum(range(400_000))\n"  # ~10 ms of CPU in front of the answer
@@ -304,7 +400,8 @@ def test_efficiency_of_faster_equal_and_slower_programs(sandbox: Sandbox) -> Non
     slower = f"def square(x):\n{SLOW * 3}    return x * x\n"
     wrong_fast = "def square(x):\n    return 0\n"
     completions = [f"```python\n{c}\n```" for c in (plain, reference, slower, wrong_fast)]
-    faster, equal, slow, wrong = run(sandbox, problem, completions, code_efficiency_mode="paper")  # the authors' single run
+    # the authors' single run
+    faster, equal, slow, wrong = run(sandbox, problem, completions, code_efficiency_mode="paper")
     for result in (faster, equal, slow):
         t, t_ref = result.info["t"], result.info["t_ref"]
         assert result.components["correct"] == 1 and t > 0 and t_ref > 0
@@ -312,4 +409,6 @@ def test_efficiency_of_faster_equal_and_slower_programs(sandbox: Sandbox) -> Non
     assert faster.components["efficiency"] > 0.5  # a tenth of the reference's CPU, or so
     assert equal.components["efficiency"] < 0.5  # the reference itself: t ~ t_ref
     assert slow.components["efficiency"] == 0.0  # three times the work
-    assert wrong.components["correct"] == 0 and wrong.components["efficiency"] == 0 and "t_ref" not in wrong.info
+    assert (
+        wrong.components["correct"] == 0 and wrong.components["efficiency"] == 0 and "t_ref" not in wrong.info
+    )

@@ -1,5 +1,5 @@
-"""The scorer's pieces, each alone: a problem's identity, the bounded memo, the shared reference time and its store
-lock, the lanes' answers (AST similarity's: test_units and test_parity)."""
+"""The scorer's pieces, each alone: a problem's identity, the bounded memo, the shared reference time and its
+store lock, the lanes' answers (AST similarity's: test_units and test_parity)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, MbppProblem, St
 HUMANEVAL = list(humaneval_problems())
 
 
-# --- identity ---------------------------------------------------------------------------------------------------------
+# --- identity
+# ---------------------------------------------------------------------------------------------------------
 def test_a_problems_content_ignores_its_task_id_and_separates_kinds() -> None:
     stdin = StdinProblem(task_id="a", stdin_cases=[StdinCase(input="1\n", output="1\n")])
     call = CallProblem(task_id="a", fn_name="f", call_cases=[CallCase(args=[1], expected=1)])
@@ -42,7 +43,8 @@ def test_a_problems_content_ignores_its_task_id_and_separates_kinds() -> None:
     assert len(hashes) == 8  # every kind apart, every field counted
 
 
-# --- the bounded memo -------------------------------------------------------------------------------------------------
+# --- the bounded memo
+# -------------------------------------------------------------------------------------------------
 def test_the_memo_makes_each_value_once_and_forgets_the_least_recently_used() -> None:
     made: list[str] = []
     memo: BoundedMemo[str, str] = BoundedMemo(2)
@@ -71,7 +73,8 @@ def test_threads_asking_for_one_key_share_one_making() -> None:
     assert len(calls) == 1
 
 
-# --- the shared reference time ----------------------------------------------------------------------------------------
+# --- the shared reference time
+# ----------------------------------------------------------------------------------------
 class _Sandbox:
     isolation = "bwrap"
 
@@ -121,7 +124,8 @@ def test_a_run_far_off_the_others_is_noisy() -> None:
     assert not ReferenceTime(0.01, runs=(0.01, 0.011, 0.012, 0.01)).noisy()
 
 
-# --- lanes -------------------------------------------------------------------------------------------------------------
+# --- lanes
+# ------------------------------------------------------------------------------------------------------------
 def test_a_lane_answers_every_item_alone_and_concludes_shared_runs_last() -> None:
     items = [CodeItem(task_id=name, completion=name) for name in ("ok", "broken", "missing", "copy")]
     problems = {name: HUMANEVAL[0].model_copy(update={"task_id": name}) for name in ("ok", "broken", "copy")}
@@ -143,8 +147,9 @@ def test_a_lane_answers_every_item_alone_and_concludes_shared_runs_last() -> Non
         order.append("concluded")
         job.components, job.info = Components(correct=1.0), {"item": job.item.completion}
 
-    scorer.evaluate, scorer._conclude = evaluate, conclude  # type: ignore[method-assign]
+    scorer.evaluate = evaluate  # type: ignore[method-assign]
     jobs = [Job(item, problems.get(item.task_id or "")) for item in items]
+    jobs[3].conclude = lambda isolation, efficiency: conclude(jobs[3])  # type: ignore[method-assign]
     verdicts = SharedVerdicts(MemoryStore(), asyncio.new_event_loop(), "p:", 0)
     verdicts.claim("copy")  # another lane owns the copy's run
     batch = Batch(queue.SimpleQueue(), verdicts)

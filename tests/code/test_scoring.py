@@ -1,4 +1,5 @@
-"""The pure scoring layer over the real sandbox: datasets against their own solutions, bugs, errors, anomalies."""
+"""The pure scoring layer over the real sandbox: datasets against their own solutions, bugs, errors,
+anomalies."""
 
 from __future__ import annotations
 
@@ -48,13 +49,17 @@ def score(scorer: CodeScorer, items: list[CodeItem]) -> list[Scored | ItemError]
 def test_every_humaneval_canonical_solution_is_correct_and_identical(sandbox: Sandbox) -> None:
     problems = {p.task_id: p for p in humaneval_problems()}
     items = [CodeItem(task_id=task_id, completion=fenced(p.reference)) for task_id, p in problems.items()]
-    results = score(scorer_for(sandbox, problems, code_efficiency_mode="paper"), items)  # the authors' formula, one run each
+    # the authors' formula, one run each
+    results = score(scorer_for(sandbox, problems, code_efficiency_mode="paper"), items)
     pairs = zip(items, results, strict=True)
     wrong = [i.task_id for i, r in pairs if not (isinstance(r, Scored) and r.components["correct"] == 1)]
     assert not wrong
     scored = [r for r in results if isinstance(r, Scored)]
     assert all(r.components["ast_similarity"] == 1 and r.components["format"] == 1 for r in scored)
-    assert all(r.info["t_ref"] > 0 and r.components["efficiency"] == efficiency(r.info["t"], r.info["t_ref"]) for r in scored)
+    assert all(
+        r.info["t_ref"] > 0 and r.components["efficiency"] == efficiency(r.info["t"], r.info["t_ref"])
+        for r in scored
+    )
     assert sum(r.info["mode"] == "io" for r in scored) == 158
 
 
@@ -83,7 +88,11 @@ SQUARE = CodeProblem(
         ("no code at all", [0, 0, 0, 0], "syntax"),
         (fenced("def square(x) return x"), [0, 0, 0, 0], "syntax"),
         (fenced("def square(x): return x * x\nreturn 1"), [1, 0, 0, 0], "syntax"),  # parses, does not compile
-        (fenced("import no_such_module\ndef square(x): return x * x"), [1, 1, 0, 0], "toplevel"),  # compiles, then raises
+        (
+            fenced("import no_such_module\ndef square(x): return x * x"),
+            [1, 1, 0, 0],
+            "toplevel",
+        ),  # compiles, then raises
         (fenced("def square(x): return x / 0"), [1, 1, 0, 0], "test_error"),
         (fenced("def square(x):\n    while True: pass"), [1, 1, 0, 0], "timeout"),
         (fenced("def square(x): return x + x"), [1, 1, 1, 0], "assertion"),
@@ -102,9 +111,14 @@ def test_dependency_chain(sandbox: Sandbox, completion: str, chain: list[int], s
 def test_code_over_the_limit_is_not_run(sandbox: Sandbox) -> None:
     problem = next(p for p in humaneval_problems() if p.task_id == "HumanEval/0")
     huge = problem.reference + "\nx = 1" * 300
-    (result,) = score(scorer_for(sandbox, {}, code_max_chars=1000), [CodeItem(problem=problem, completion=fenced(huge))])
+    (result,) = score(
+        scorer_for(sandbox, {}, code_max_chars=1000), [CodeItem(problem=problem, completion=fenced(huge))]
+    )
     assert isinstance(result, Scored)
-    assert result.components == {"format": 1.0, **dict.fromkeys((*CHAIN, "ast_similarity", "efficiency", "pass_rate"), 0.0)}
+    assert result.components == {
+        "format": 1.0,
+        **dict.fromkeys((*CHAIN, "ast_similarity", "efficiency", "pass_rate"), 0.0),
+    }
     assert result.info["stage"] == "too_long" and "over the limit of 1000" in result.info["error"]
 
 
@@ -123,19 +137,31 @@ def test_unknown_task_is_a_per_item_error_and_order_is_kept(sandbox: Sandbox) ->
 def test_each_distinct_reference_is_parsed_once(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 18.3: a 2.8 MB inline reference was re-parsed for every item (1.44 GB peak RSS)."""
     other = SQUARE.model_copy(update={"reference": SQUARE.reference + "# changed\n"})
-    references, parsed, parse = {SQUARE.reference.strip(), other.reference.strip()}, [], ast.parse  # parsed stripped
+    # parsed stripped
+    references, parsed, parse = ({SQUARE.reference.strip(), other.reference.strip()}, [], ast.parse)
     monkeypatch.setattr(
-        ast, "parse", lambda source, *a, **k: (parsed.append(source) if source in references else None) or parse(source, *a, **k)
+        ast,
+        "parse",
+        lambda source, *a, **k: (
+            (parsed.append(source) if source in references else None) or parse(source, *a, **k)
+        ),
     )
-    items = [CodeItem(problem=SQUARE.model_copy(), completion=fenced("def square(x): return x * x")) for _ in range(6)]
-    scorer = scorer_for(sandbox, {}, code_efficiency=False)  # no reference runs: only AST similarity parses it
-    results = score(scorer, [*items, CodeItem(problem=other, completion=fenced("def square(x): return x * x"))])
+    items = [
+        CodeItem(problem=SQUARE.model_copy(), completion=fenced("def square(x): return x * x"))
+        for _ in range(6)
+    ]
+    # no reference runs: only AST similarity parses it
+    scorer = scorer_for(sandbox, {}, code_efficiency=False)
+    results = score(
+        scorer, [*items, CodeItem(problem=other, completion=fenced("def square(x): return x * x"))]
+    )
     assert all(isinstance(r, Scored) and r.components["correct"] == 1 for r in results)
     assert sorted(parsed) == sorted(references)  # once per distinct problem, not per item
 
 
 class AnomalousSandbox:
-    """Reports every execution untrustworthy, the way a worker that died mid-run would (the probe too, unless healthy)."""
+    """Reports every execution untrustworthy, the way a worker that died mid-run would (the probe too, unless
+    healthy)."""
 
     isolation = "bwrap"
 
@@ -192,7 +218,8 @@ def test_an_anomaly_that_repeats_while_the_probe_passes_is_the_candidates_failur
 
 
 def test_leetcode_records_pass_with_their_own_completion(sandbox: Sandbox) -> None:
-    """≥95% of the 228 v0.3.1 test records; the rest are reported (heavy solutions that can exceed the limits)."""
+    """≥95% of the 228 v0.3.1 test records; the rest are reported (heavy solutions that can exceed the
+    limits)."""
     path = require_shared_data(LEETCODE)
     problems = load_problems(f"leetcode:{path}")
     with gzip.open(path, "rt") as handle:
@@ -203,16 +230,25 @@ def test_leetcode_records_pass_with_their_own_completion(sandbox: Sandbox) -> No
     scored = [r for r in results if isinstance(r, Scored)]
     assert len(scored) == len(items) == 228
     assert all(r.info["mode"] == "io" for r in scored)
-    failures = {i.task_id: r.info["error"] for i, r in zip(items, scored, strict=True) if r.components["correct"] != 1}
+    failures = {
+        i.task_id: r.info["error"] for i, r in zip(items, scored, strict=True) if r.components["correct"] != 1
+    }
     print(f"LeetCodeDataset v0.3.1: {228 - len(failures)}/228 correct; exceptions: {failures}")
     assert len(failures) <= 0.05 * 228, failures
 
 
 def test_a_batch_runs_its_longest_known_items_first(sandbox: Sandbox) -> None:
-    """Ordered by the t_ref this replica knows (a heavy item last would leave the other workers idle at the end)."""
-    slow = SQUARE.model_copy(update={"reference": "def square(x):\n    sum(range(3_000_000))\n    return x * x\n"})
-    items = [CodeItem(problem=problem, completion=fenced("def square(x): return x * x")) for problem in (SQUARE, slow)]
-    scorer = scorer_for(sandbox, {}, code_efficiency_mode="paper")  # the t_ref it knows: measured once per problem
+    """Ordered by the t_ref this replica knows (a heavy item last would leave the other workers idle at the
+    end)."""
+    slow = SQUARE.model_copy(
+        update={"reference": "def square(x):\n    sum(range(3_000_000))\n    return x * x\n"}
+    )
+    items = [
+        CodeItem(problem=problem, completion=fenced("def square(x): return x * x"))
+        for problem in (SQUARE, slow)
+    ]
+    # the t_ref it knows: measured once per problem
+    scorer = scorer_for(sandbox, {}, code_efficiency_mode="paper")
     score(scorer, items)  # measures both references
     scorer.lanes, evaluated, evaluate = 1, [], scorer.evaluate
 
@@ -225,4 +261,6 @@ def test_a_batch_runs_its_longest_known_items_first(sandbox: Sandbox) -> None:
     assert evaluated == [slow.reference, SQUARE.reference]
     fast_result, slow_result = results  # answered in the batch's order
     assert isinstance(fast_result, Scored) and isinstance(slow_result, Scored)
-    assert slow_result.info["t_ref"] > fast_result.info["t_ref"] and slow_result.info["t_ref_source"] == "memory"
+    assert (
+        slow_result.info["t_ref"] > fast_result.info["t_ref"] and slow_result.info["t_ref_source"] == "memory"
+    )

@@ -17,25 +17,41 @@ CORRECT = "```python\ndef square(n):\n    return n * n\n```"
 
 
 def test_two_replicas_share_the_reference_time_and_score_in_order(redis_url: str, key_prefix: str) -> None:
-    env = {"CORRGRPO_REDIS_URL": redis_url, "CORRGRPO_CODE_CACHE_PREFIX": key_prefix, "CORRGRPO_CODE_WORKERS": "1"}
+    env = {
+        "CORRGRPO_REDIS_URL": redis_url,
+        "CORRGRPO_CODE_CACHE_PREFIX": key_prefix,
+        "CORRGRPO_CODE_WORKERS": "1",
+    }
     env["CORRGRPO_CODE_EFFICIENCY_MODE"] = "paper"  # its t_ref is what replicas share
     with start_service("code", env=env) as first, start_service("code", env=env) as second:
         items = [
-            {"id": f"{key_prefix}a", "completion": CORRECT, "problem": SQUARE},  # unique: the kit remembers ids
+            {
+                "id": f"{key_prefix}a",
+                "completion": CORRECT,
+                "problem": SQUARE,
+            },  # unique: the kit remembers ids
             {"completion": "x", "task_id": "no-such-task"},
-            {"completion": "```python\ndef has_close_elements(n, t): return False\n```", "task_id": "HumanEval/0"},
+            {
+                "completion": "```python\ndef has_close_elements(n, t): return False\n```",
+                "task_id": "HumanEval/0",
+            },
         ]
         body = httpx.post(f"{first.url}/v1/score", json={"items": items}, timeout=60).json()
         measured, unknown, wrong = body["results"]
         assert measured["components"]["correct"] == 1 and measured["info"]["t_ref_source"] == "measured"
-        assert measured["components"]["efficiency"] == efficiency(measured["info"]["t"], measured["info"]["t_ref"])
+        assert measured["components"]["efficiency"] == efficiency(
+            measured["info"]["t"], measured["info"]["t_ref"]
+        )
         assert measured["info"]["isolation"]
         assert unknown["error"]["code"] == "unknown_task"
         assert wrong["components"]["runtime"] == 1 and wrong["components"]["correct"] == 0
 
-        item = {"completion": CORRECT, "problem": SQUARE}  # no id: the idempotency cache would replay the first answer
+        # no id: the idempotency cache would replay the first answer
+        item = {"completion": CORRECT, "problem": SQUARE}
         again = httpx.post(f"{second.url}/v1/score", json={"items": [item]}, timeout=60).json()["results"][0]
-        assert again["info"]["t_ref_source"] == "cache" and again["info"]["t_ref"] == measured["info"]["t_ref"]
+        assert (
+            again["info"]["t_ref_source"] == "cache" and again["info"]["t_ref"] == measured["info"]["t_ref"]
+        )
 
         changed = {**SQUARE, "test": SQUARE["test"] + "    assert candidate(2) == 4\n"}
         item = {"completion": CORRECT, "problem": changed}
@@ -53,4 +69,6 @@ def test_readyz_reports_the_sandbox_isolation() -> None:
         weights = {"format": 0.05, "syntax": 0.05, "compile": 0.05, "runtime": 0.25, "correct": 0.6}
         weights |= {"ast_similarity": 0.3, "efficiency": 0.2}  # the authors' run.sh defaults
         weights |= {"pass_rate": 0.0}  # ours, for stacks that want partial credit
-        assert {c["name"]: c["weight"] for c in components} == weights and list(weights) == [c["name"] for c in components]
+        assert {c["name"]: c["weight"] for c in components} == weights and list(weights) == [
+            c["name"] for c in components
+        ]

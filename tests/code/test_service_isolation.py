@@ -35,7 +35,9 @@ def test_unsafe_none_runs_only_by_name_and_is_never_ready() -> None:
         response = httpx.get(f"{service.url}/readyz", timeout=10)
         assert response.status_code == 503 and "unsafe-none" in response.json()["checks"]["sandbox"]
         item = {"completion": "```python\ndef square(n):\n    return n * n\n```", "problem": SQUARE}
-        result = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, timeout=60).json()["results"][0]
+        result = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, timeout=60).json()["results"][
+            0
+        ]
         assert result["info"]["isolation"] == "unsafe-none"
         assert "sandbox isolation unsafe-none" in service.log()
 

@@ -1,4 +1,4 @@
-"""Pure pieces of the code service: AST similarity, the I/O-mode splitter, datasets (extraction: test_parity)."""
+"""Pure pieces of the code service: AST similarity, the I/O-mode splitter, datasets (extraction: parity)."""
 
 from __future__ import annotations
 
@@ -31,11 +31,14 @@ def test_ast_similarity_is_cheap_per_item() -> None:
     start = time.perf_counter()
     for problem in problems:
         assert ast_similarity(problem.reference, problem.reference) == 1.0
-    assert (time.perf_counter() - start) / len(problems) < 0.05  # generous: ~2 ms measured; only catches a blow-up
+    assert (time.perf_counter() - start) / len(
+        problems
+    ) < 0.05  # generous: ~2 ms measured; only catches a blow-up
 
 
 def test_the_bound_is_never_below_what_the_search_examines() -> None:
-    """Repetitive sequences (small alphabets) are the search's worst case: at a budget of exactly the bound it ends."""
+    """Repetitive sequences (small alphabets) are the search's worst case: at a budget of exactly the bound it
+    ends."""
     rng = random.Random(5)
     for _ in range(300):
         alphabet = rng.choice((1, 2, 3, 8))
@@ -77,13 +80,20 @@ def test_split_check_extracts_calls_and_keeps_expected_values_in_the_parent() ->
         "    assert candidate(1) == -inf\n"
     )
     assert tests is not None
-    assert [t.call for t in tests] == ["candidate(n = 7, q = [[0, 5]])", "candidate(2.5)", "candidate('')", "candidate(1)"]
+    assert [t.call for t in tests] == [
+        "candidate(n = 7, q = [[0, 5]])",
+        "candidate(2.5)",
+        "candidate('')",
+        "candidate(1)",
+    ]
     assert "[2, 2]" not in tests[0].call
     equals, near, falsy, infinite = (test.expect for test in tests)
     assert equals and equals.holds(encode([2, 2])) and equals.holds(encode([2.0, 2]))
     assert not equals.holds(encode((2, 2))) and not equals.holds(encode([2, 3]))
-    assert near and near.holds(0.5000001) and not near.holds(0.6) and near.holds("0.5") is None  # a str: the judge's
-    assert tests[1].check.strip("(\n)") == "abs(_out - 0.5) < 1e-6"  # the judge's text, for what the parent leaves
+    # a str: the judge's
+    assert near and near.holds(0.5000001) and not near.holds(0.6) and near.holds("0.5") is None
+    # the judge's text, for what the parent leaves
+    assert tests[1].check.strip("(\n)") == "abs(_out - 0.5) < 1e-6"
     assert falsy and falsy.holds(encode([])) and not falsy.holds(encode("x"))
     assert infinite and infinite.holds(encode(float("-inf"))) and not infinite.holds(encode(float("inf")))
 
@@ -104,7 +114,8 @@ def test_other_test_shapes_go_to_assert_mode(test_source: str) -> None:
 
 
 def test_a_loop_over_literal_ints_is_unrolled_into_io_tests() -> None:
-    """HumanEval/44's shape: the loop's name becomes each value in the assertion's text; `str(x)` is then a literal."""
+    """HumanEval/44's shape: the loop's name becomes each value in the assertion's text; `str(x)` is then a
+    literal."""
     tests = split_check(
         "def check(candidate):\n"
         "    assert candidate(8, 3) == '22'\n"
@@ -116,10 +127,18 @@ def test_a_loop_over_literal_ints_is_unrolled_into_io_tests() -> None:
         "        assert candidate(x) == x\n"
     )
     assert tests is not None
-    calls = [call for v in (3, 1, -1) for call in (f"candidate(({v}), ({v}) + 1)", f"candidate(x=({v}), y=[({v})])")]
+    calls = [
+        call
+        for v in (3, 1, -1)
+        for call in (f"candidate(({v}), ({v}) + 1)", f"candidate(x=({v}), y=[({v})])")
+    ]
     assert [t.call for t in tests] == ["candidate(8, 3)", *calls, "candidate((0))", "candidate((1))"]
     for test, value in zip(tests[1:7:2], (3, 1, -1), strict=True):
-        assert test.expect is not None and test.expect.holds(encode(str(value))) and not test.expect.holds(encode(value))
+        assert (
+            test.expect is not None
+            and test.expect.holds(encode(str(value)))
+            and not test.expect.holds(encode(value))
+        )
     assert tests[2].check.strip("(\n)") == "_out == (3).real" and tests[2].expect is None  # the judge's
 
 
@@ -127,7 +146,8 @@ def test_a_loop_over_literal_ints_is_unrolled_into_io_tests() -> None:
     "loop",
     [
         "for x in range(101):\n        assert candidate(x) == x",  # over the cap
-        "for x in range(60):\n        assert candidate(x) == x\n        assert candidate(x) != -1",  # 120 tests
+        # 120 tests
+        "for x in range(60):\n        assert candidate(x) == x\n        assert candidate(x) != -1",
         "for x in range(-18446744073709551616, 18446744073709551616):\n        assert candidate(x) == x",
         "for x in range(n):\n        assert candidate(x) == x",
         "for x in range(len([1])):\n        assert candidate(x) == x",
@@ -139,7 +159,8 @@ def test_a_loop_over_literal_ints_is_unrolled_into_io_tests() -> None:
         "for x, y in range(3):\n        assert candidate(x) == y",
         "for x in range(3):\n        y = x\n        assert candidate(y) == x",
         "for x in range(3):\n        for y in range(3):\n            assert candidate(x, y) == x",
-        "for x in range(3):\n        assert candidate(x) == x\n    assert candidate(x) == 2",  # it outlives the loop
+        # it outlives the loop
+        "for x in range(3):\n        assert candidate(x) == x\n    assert candidate(x) == 2",
         "assert candidate(1) == 1\n    for x in range(3):\n        assert candidate([x for x in 'ab']) == x",
         "for x in range(3):\n        assert candidate([x for _ in 'ab']) == [x, x]",
         "for x in range(3):\n        assert candidate(lambda: x) == x",
@@ -184,14 +205,18 @@ def test_a_shadowed_range_is_never_unrolled() -> None:
     ],
 )
 def test_a_check_naming_what_its_module_rebinds_goes_to_assert_mode(module: str) -> None:
-    """The service's data checks and the judge know the builtins and `math`, never the module: a check whose names the
-    module rebinds means what the module says, which only assert mode runs."""
-    check = "def check(candidate):\n    assert candidate(1) == str(1)\n    assert math.isclose(abs(candidate(2)), 2.0)\n"
+    """The service's data checks and the judge know the builtins and `math`, never the module: a check whose
+    names the module rebinds means what the module says, which only assert mode runs."""
+    check = (
+        "def check(candidate):\n    assert candidate(1) == str(1)\n"
+        "    assert math.isclose(abs(candidate(2)), 2.0)\n"
+    )
     assert len(split_check("import math\nMETADATA = {}\n\n" + check) or []) == 2  # untouched names: split
     assert split_check(module + check) is None
 
 
-DATA_CHECKS = [  # each decided by the parent on a number or a list/tuple (see `test_data_checks_agree_with_python`)
+# each decided by the parent on a number or a list/tuple (see `test_data_checks_agree_with_python`)
+DATA_CHECKS = [
     "abs(_out - 2.0/3.0) < 1e-6",
     "abs(0.33 - _out) <= 1e-6",
     "math.isclose(_out, 0.3)",
@@ -202,30 +227,65 @@ DATA_CHECKS = [  # each decided by the parent on a number or a list/tuple (see `
     "_out == (3 + 5 + 7, 3 * 5 * 7)",
     "_out == str(-22)",  # an unrolled loop's `str(x)`
 ]
-OUTPUTS = [0.6666667, 2 / 3, 0.33, 0.3300011, 0.1 + 0.2, -0.3, 1, True, float("nan"), float("inf"), 10**400, "0.3", None]
-OUTPUTS += [[1, 2, 3], (1, 2, 3), [1, 2], [1.0, True, 3], ((1, 2), 3), [[1, 2], 3], {1, 2, 3}, "123", {1: 2}, (15, 105)]
+OUTPUTS = [
+    0.6666667,
+    2 / 3,
+    0.33,
+    0.3300011,
+    0.1 + 0.2,
+    -0.3,
+    1,
+    True,
+    float("nan"),
+    float("inf"),
+    10**400,
+    "0.3",
+    None,
+]
+OUTPUTS += [
+    [1, 2, 3],
+    (1, 2, 3),
+    [1, 2],
+    [1.0, True, 3],
+    ((1, 2), 3),
+    [[1, 2], 3],
+    {1, 2, 3},
+    "123",
+    {1: 2},
+    (15, 105),
+]
 OUTPUTS += ["-22", -22]
 
 
 @pytest.mark.parametrize("check", DATA_CHECKS)
 def test_data_checks_agree_with_python(check: str) -> None:
-    """The parent's verdict on data is Python's own (the judge's), or left to the judge (None): never another."""
-    (test,) = split_check(f"def check(candidate):\n    assert {check.replace('_out', 'candidate(1)')}\n") or []
+    """The parent's verdict on data is Python's own (the judge's), or left to the judge (None): no other."""
+    (test,) = (
+        split_check(f"def check(candidate):\n    assert {check.replace('_out', 'candidate(1)')}\n") or []
+    )
     assert test.expect is not None, f"{check} should be decided on data"
     decided = 0
     for output in OUTPUTS:
         verdict = test.expect.holds(encode(output))
         if verdict is not None:
             decided += 1
-            assert verdict is bool(eval(check, {"math": math, "_out": output})), (check, output)  # the test text, in the test
+            # the test text, in the test
+            assert verdict is bool(eval(check, {"math": math, "_out": output})), (check, output)
     assert decided >= 3
 
 
 def test_checks_not_decidable_on_data_stay_with_the_judge() -> None:
-    checks = ["abs(_out - len([1])) < 1e-6", "abs(_out) < 1e-6", "math.isclose(_out, 1, tol=2)", "tuple(_out) == [1]"]
+    checks = [
+        "abs(_out - len([1])) < 1e-6",
+        "abs(_out) < 1e-6",
+        "math.isclose(_out, 1, tol=2)",
+        "tuple(_out) == [1]",
+    ]
     checks += ["_out == 2 ** 3", "abs(_out - 1) > 1e-6", "sorted(_out) == [1]"]  # no `**` folded
     for check in checks:
-        (test,) = split_check(f"def check(candidate):\n    assert {check.replace('_out', 'candidate(1)')}\n") or [None]
+        (test,) = split_check(
+            f"def check(candidate):\n    assert {check.replace('_out', 'candidate(1)')}\n"
+        ) or [None]
         assert test is not None and test.expect is None, check
 
 
@@ -242,7 +302,8 @@ def test_no_humaneval_io_problem_needs_a_judge() -> None:
 
 def test_mode_share_of_humaneval() -> None:
     humaneval = list(humaneval_problems())
-    assert sum(split_check(p.test) is not None for p in humaneval) == 158  # of 164; 6 use locals/helpers → assert mode
+    # of 164; 6 use locals/helpers → assert mode
+    assert sum(split_check(p.test) is not None for p in humaneval) == 158
 
 
 def test_unknown_dataset_source_is_an_error() -> None:

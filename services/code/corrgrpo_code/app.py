@@ -110,9 +110,12 @@ def build(settings: CodeSettings) -> FastAPI:
         )
     except IsolationUnavailable as error:
         raise StartRefused(
-            f"no isolation to run untrusted code: {error} (for the code service: CORRGRPO_CODE_ISOLATION=unsafe-none)"
+            f"no isolation to run untrusted code: {error} "
+            "(for the code service: CORRGRPO_CODE_ISOLATION=unsafe-none)"
         ) from error
-    (log.warning if sandbox.isolation == "unsafe-none" else log.info)("code service: sandbox isolation %s", sandbox.isolation)
+    (log.warning if sandbox.isolation == "unsafe-none" else log.info)(
+        "code service: sandbox isolation %s", sandbox.isolation
+    )
     uncounted = uncounted_cpu(sandbox)
     if uncounted and sandbox.isolation != "unsafe-none":  # efficiency and time limits would pay hidden work
         sandbox.close()
@@ -141,7 +144,12 @@ def build(settings: CodeSettings) -> FastAPI:
             return "every file a run sees is a tmpfs copy: no bits through page residency"
         return f"open under {sandbox.isolation}: a run can pass bits to later runs through page residency"
 
-    readiness = {"sandbox": sandbox_isolation, "cpu": cpu_counted, "processes": processes_bounded, "page_cache": page_cache}
+    readiness = {
+        "sandbox": sandbox_isolation,
+        "cpu": cpu_counted,
+        "processes": processes_bounded,
+        "page_cache": page_cache,
+    }
     app = SERVICE.create_app(settings, readiness=readiness, store=store, field_limits=settings.field_limits())
     app.state.scorer = scorer
     add_score_route(app, CodeScoreRequest, scorer.score)

@@ -1,9 +1,9 @@
 """The one bound on the CPU of a set of runs: a program's calibrated pairs or a problem's t_ref runs
 (`code_timing_budget_s`), and the cases of one stdin verdict (`code_verdict_budget_s`, `stdio.run_stdin`).
 
-The bound holds during a run: `BudgetedSandbox.run` gives each run the CPU limit whose cap (`Limits.cpu_cap_s`)
-fits in what is left, less the caps of runs in flight on other threads. A run cut by a lowered limit raises
-`OverBudget`, and its set makes no further run.
+The bound holds during a run: `BudgetedSandbox.run` gives each run the CPU limit whose cap
+(`Limits.cpu_cap_s`) fits in what is left, less the caps of runs in flight on other threads. A run cut by a
+lowered limit raises `OverBudget`, and its set makes no further run.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ class TimingBudget:
         return limit is not None and cost_s <= limit
 
     def pairs_within(self, candidate_s: float, reference_s: float, most: int) -> int:
-        """How many more pairs of runs costing `candidate_s` and `reference_s` would complete under `limit`, at most
-        `most` (a stdin run's cases each get their own limit: approximate there, within a second)."""
+        """How many more pairs of runs costing `candidate_s` and `reference_s` would complete under `limit`,
+        at most `most` (a stdin run's cases each get their own limit: approximate there, within a second)."""
         left_s = self.left_s
         for pairs in range(most):
             for cost_s in (candidate_s, reference_s):
@@ -104,7 +104,8 @@ class BudgetedSandbox:
             spent_s = result.cpu_s
         finally:
             budget.release(limit, spent_s)
-        # Over the lowered limit: SIGXCPU at it, or killed past it (a wall timeout is the run's, not the budget's)
+        # Over the lowered limit: SIGXCPU at it, or killed past it (a wall timeout is the run's, not the
+        # budget's)
         if limit < limits.cpu_s and (result.signal == signal.SIGXCPU or result.cpu_s > limit):
             cut = f"a run cut at the {limit:g} CPU-s left of the {budget.name} budget's {budget.total_s:g}"
             raise OverBudget(cut, budget, result)

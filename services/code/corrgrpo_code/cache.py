@@ -22,14 +22,11 @@ from typing import Any, Generic, TypeVar
 import corrgrpo_sandbox
 from corrgrpo_common import Store, StoreUnavailable
 
-from .harness import HarnessResult
-
 log = logging.getLogger("corrgrpo.code")
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 T = TypeVar("T")
 STORE_WAIT_S = 5.0  # a store that does not answer in this time is skipped: the program is run instead
-UNSTORED = ("anomaly", "timeout")  # verdicts of the machine's load, not of the program
 
 
 def _sources_hash() -> str:
@@ -84,47 +81,44 @@ class BoundedMemo(Generic[K, V]):
 
 
 @dataclass
-class Claim:
+class Claim(Generic[V]):
     """One program's verdict in a batch: the future its items share, and whether this item must produce it."""
 
     key: str
-    future: Future[tuple[HarnessResult, str]]
+    future: Future[V]
     owned: bool
 
 
 @dataclass
-class SharedVerdicts:
+class SharedVerdicts(Generic[V]):
     """A batch's verdicts by key (thread-safe): the first item with a key produces it (from the store, else by
-    running it); its copies wait on its future. Verdicts are kept in the store for `ttl_s`."""
+    running it); its copies wait on its future. Verdicts are kept in the store, as bytes, for `ttl_s`."""
 
     store: Store
     loop: asyncio.AbstractEventLoop
     prefix: str
     ttl_s: float
     cancelled: threading.Event = field(default_factory=threading.Event)
-    claims: dict[str, Claim] = field(default_factory=dict)
+    claims: dict[str, Claim[V]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def claim(self, key: str) -> Claim:
+    def claim(self, key: str) -> Claim[V]:
         with self.lock:
             if (claim := self.claims.get(key)) is not None:
                 return Claim(key, claim.future, owned=False)
             claim = self.claims[key] = Claim(key, Future(), owned=True)
             return claim
 
-    def stored(self, key: str) -> HarnessResult | None:
-        data = self._call(self.store.get(self.prefix + key)) if self.ttl_s > 0 else None
-        try:
-            return HarnessResult.load(data) if data is not None else None
-        except (ValueError, KeyError, TypeError):  # unreadable: run it again, and overwrite
-            return None
+    def stored(self, key: str) -> bytes | None:
+        return self._call(self.store.get(self.prefix + key)) if self.ttl_s > 0 else None
 
-    def keep(self, key: str, result: HarnessResult) -> None:
-        if self.ttl_s > 0 and result.stage not in UNSTORED:
-            self._call(self.store.set(self.prefix + key, result.dump(), self.ttl_s, evictable=True))
+    def keep(self, key: str, data: bytes) -> None:
+        if self.ttl_s > 0:
+            self._call(self.store.set(self.prefix + key, data, self.ttl_s, evictable=True))
 
     def _call(self, call: Coroutine[Any, Any, T]) -> T | None:
-        """A store coroutine on the batch's event loop, from a lane thread; None when the store is unavailable."""
+        """A store coroutine on the batch's event loop, from a lane thread; None when the store is
+        unavailable."""
         try:
             return asyncio.run_coroutine_threadsafe(call, self.loop).result(STORE_WAIT_S)
         except (StoreUnavailable, TimeoutError) as error:

@@ -1,4 +1,4 @@
-"""The code service, declared once: name, version, port, components, settings, app, example item, deployment."""
+"""The code service, declared once: name, version, port, components, settings, app, example, deployment."""
 
 from __future__ import annotations
 
@@ -30,13 +30,16 @@ class Components:
         0.30, "SequenceMatcher ratio of the node-type sequences of code and reference (0 without a reference)"
     )
     efficiency: float = _component(
-        0.20, "correct only: clip(1 - t / t_ref, 0, 1); `calibrated`: t / t_ref an upper bound from paired runs"
+        0.20,
+        "correct only: clip(1 - t / t_ref, 0, 1); `calibrated`: t / t_ref an upper bound from paired runs",
     )
     pass_rate: float = _component(0.0, "requires compile; share of the tests/cases passed")
 
 
 COMPONENTS = tuple(
-    ComponentSpec(name=f.name, min=0, max=1, weight=f.metadata["weight"], description=f.metadata["description"])
+    ComponentSpec(
+        name=f.name, min=0, max=1, weight=f.metadata["weight"], description=f.metadata["description"]
+    )
     for f in fields(Components)
 )
 
@@ -50,9 +53,12 @@ ADD = {
 
 
 def example(completion: str | None = None) -> dict[str, Any]:
-    """An inline problem (no dataset loaded); the right answer runs one sandboxed test, a text without `def add(` none."""
+    """An inline problem (no dataset loaded); the right answer runs one sandboxed test, a text without `def
+    add(` none."""
     return {
-        "completion": "```python\ndef add(a, b):\n    return a + b\n```" if completion is None else completion,
+        "completion": "```python\ndef add(a, b):\n    return a + b\n```"
+        if completion is None
+        else completion,
         "problem": ADD,
     }
 
@@ -66,12 +72,16 @@ SERVICE = ServiceDeclaration(
     app="corrgrpo_code.app:build",
     example=example,
     deploy=Deploy(
-        Resources(cpu_request=1, memory_request_mib=1024, cpu_limit=2, memory_limit_mib=4096, peak_rss_mib=768),
+        Resources(
+            cpu_request=1, memory_request_mib=1024, cpu_limit=2, memory_limit_mib=4096, peak_rss_mib=768
+        ),
         env={
             "CORRGRPO_CODE_WORKERS": "2",
-            # unsafe-none runs candidates unisolated (trusted code only); the overlay no-bwrap replaces this entry.
+            # unsafe-none runs candidates unisolated (trusted code only); the overlay no-bwrap replaces this
+            # entry.
             "CORRGRPO_CODE_ISOLATION": "bwrap",
-            # humaneval ships in the image; e.g. leetcode:/shared/data/leetcode/LeetCodeDataset-v0.3.1-test.jsonl.gz
+            # humaneval ships in the image; e.g.
+            # leetcode:/shared/data/leetcode/LeetCodeDataset-v0.3.1-test.jsonl.gz
             "CORRGRPO_CODE_DATASETS": "humaneval",
             "HF_HOME": "/tmp/huggingface",
         },

@@ -1,12 +1,12 @@
 """The `efficiency` component of a correct program (`CORRGRPO_CODE_EFFICIENCY_MODE`).
 
 Both modes pay `clip(1 - ratio, 0, 1)`, from CPU times the kernel measured outside the candidate's process.
-`paper` (the authors'): ratio = t / t_ref, t the item's one run, t_ref the mean of a few reference runs measured
-once per problem (`ReferenceTimes`). One run's CPU time on a shared host varies by 10-30 %, so copies of the
-reference earn about 0.1 on average (`bench/bench_efficiency_noise.py`).
-`calibrated`: candidate and reference run in pairs, back to back, the order alternating, until the median of the
-pairs' ratios is known well enough (`time_pairs`); the ratio paid on is its upper confidence bound, so a speed-up
-within the measured spread earns nothing. The runs of one measurement spend at most one `TimingBudget`.
+`paper` (the authors'): ratio = t / t_ref, t the item's one run, t_ref the mean of a few reference runs
+measured once per problem (`ReferenceTimes`). One run's CPU time on a shared host varies by 10-30 %, so copies
+of the reference earn about 0.1 on average (`bench/bench_efficiency_noise.py`). `calibrated`: candidate and
+reference run in pairs, back to back, the order alternating, until the median of the pairs' ratios is known
+well enough (`time_pairs`); the ratio paid on is its upper confidence bound, so a speed-up within the measured
+spread earns nothing. The runs of one measurement spend at most one `TimingBudget`.
 """
 
 from __future__ import annotations
@@ -33,20 +33,24 @@ from .settings import FEWEST_PAIRS, CodeSettings
 from .stdio import CaseRuns
 
 log = logging.getLogger("corrgrpo.code")
-MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)  # MAD -> sigma of a normal sample, times the median's loss to the mean
+# MAD -> sigma of a normal sample, times the median's loss to the mean
+MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)
 # A later run of a program costs at least this share of its cheapest run so far, at most its inverse times its
-# dearest (one run's CPU time varies with CV 0.14, p90 0.22). Misjudged, it only withholds pay, never pays noise.
+# dearest (one run's CPU time varies with CV 0.14, p90 0.22). Misjudged, it only withholds pay, never pays
+# noise.
 COST_FLOOR = 0.75
 SHORTEST_RUN_S = 1e-6  # a zero CPU time (a coarse clock) still gives a finite log ratio
 LOCK_TTL_S = 120.0  # a replica that died while measuring t_ref frees the lock after this
 WAIT_POLL_S = 0.05
 REFERENCE_MEMO_S = 300.0  # how long a replica keeps a successful t_ref in memory instead of asking the store
 REMEMBERED = 256  # problems whose t_ref a replica keeps in memory
+# a correct program: its problem's tests, its code, its verdict's CPU s
+Timed = tuple[ProblemTests, str, float]
 
 
 @dataclass(frozen=True)
 class Timing:
-    """A correct program's efficiency and what `info` shows of its measurement (t_ref and its source always)."""
+    """A correct program's efficiency and what `info` shows of its measurement (t_ref and source always)."""
 
     efficiency: float
     t_ref: float | None
@@ -66,8 +70,8 @@ class Timing:
 
 
 def efficiency(t: float, t_ref: float | None) -> float:
-    """The authors' `clip(1 - t / t_ref, 0, 1)` of a correct run; 0 unless both times are known and positive (their
-    `applied`): as fast as the reference or slower earns 0."""
+    """The authors' `clip(1 - t / t_ref, 0, 1)` of a correct run; 0 unless both times are known and positive
+    (their `applied`): as fast as the reference or slower earns 0."""
     if t_ref is None or t_ref <= 0 or t <= 0:
         return 0.0
     return min(1.0, max(0.0, 1.0 - t / t_ref))
@@ -75,11 +79,13 @@ def efficiency(t: float, t_ref: float | None) -> float:
 
 @dataclass(frozen=True)
 class Calibration:
-    """When the paired runs stop, and how wide the bound paid on is (`bench_efficiency_noise.py` chose these)."""
+    """When the paired runs stop, and how wide the bound paid on is (from `bench_efficiency_noise.py`)."""
 
     min_pairs: int
     max_pairs: int
-    confidence: float = 3.0  # k: standard errors of the median log ratio between the median and the bound paid on
+    confidence: float = (
+        3.0  # k: standard errors of the median log ratio between the median and the bound paid on
+    )
     precision: float = 0.04  # stop once the median log ratio's standard error is this small
 
     def __post_init__(self) -> None:
@@ -93,8 +99,8 @@ class Calibration:
 
 @dataclass
 class PairedTimes:
-    """CPU seconds of the candidate's and the reference's runs, pair by pair (`verdict_s`: the candidate's verdict
-    run, what its runs cost before any pair)."""
+    """CPU seconds of the candidate's and the reference's runs, pair by pair (`verdict_s`: the candidate's
+    verdict run, what its runs cost before any pair)."""
 
     candidate: list[float] = field(default_factory=list)
     reference: list[float] = field(default_factory=list)
@@ -113,8 +119,8 @@ class PairedTimes:
         return math.exp(statistics.median(self.log_ratios()))
 
     def standard_error(self, calibration: Calibration) -> float:
-        """Of the median log ratio, from the pairs' MAD; widened when the budget ended the pairs before `min_pairs`
-        (a spread from so few pairs is itself uncertain)."""
+        """Of the median log ratio, from the pairs' MAD; widened when the budget ended the pairs before
+        `min_pairs` (a spread from so few pairs is itself uncertain)."""
         logs = self.log_ratios()
         center = statistics.median(logs)
         spread = MAD_TO_SE * statistics.median(abs(value - center) for value in logs) / math.sqrt(len(logs))
@@ -130,17 +136,20 @@ class PairedTimes:
         return min(1.0, max(0.0, 1.0 - self.bound(calibration)))
 
     def _costs(self, pick: Callable[[list[float]], float]) -> tuple[float, float]:
-        """`pick` of each side's run costs so far (the candidate's verdict run included; 0 for a side not yet run)."""
+        """`pick` of each side's run costs so far (the candidate's verdict run included; 0 for a side not yet
+        run)."""
         candidate = [*self.candidate, *([] if self.verdict_s is None else [self.verdict_s])]
         return pick(candidate) if candidate else 0.0, pick(self.reference) if self.reference else 0.0
 
     def could_pay(self, calibration: Calibration, budget: TimingBudget) -> bool:
-        """Whether some outcome of the pairs still possible pays more than 0: as many as `max_pairs` and the budget
-        allow at the cheapest costs, each at the lowest ratio possible (each side's later runs cost within a factor
-        `COST_FLOOR` of what it has cost so far; before the first pair, any ratio). Pay needs `FEWEST_PAIRS` pairs
-        and a median ratio below 1 (the spread only raises the bound paid on)."""
+        """Whether some outcome of the pairs still possible pays more than 0: as many as `max_pairs` and the
+        budget allow at the cheapest costs, each at the lowest ratio possible (each side's later runs cost
+        within a factor `COST_FLOOR` of what it has cost so far; before the first pair, any ratio). Pay needs
+        `FEWEST_PAIRS` pairs and a median ratio below 1 (the spread only raises the bound paid on)."""
         candidate_s, reference_s = self._costs(min)
-        more = budget.pairs_within(COST_FLOOR * candidate_s, COST_FLOOR * reference_s, calibration.max_pairs - self.pairs)
+        more = budget.pairs_within(
+            COST_FLOOR * candidate_s, COST_FLOOR * reference_s, calibration.max_pairs - self.pairs
+        )
         if self.pairs + more < FEWEST_PAIRS:
             return False
         lowest = -math.inf
@@ -150,9 +159,10 @@ class PairedTimes:
         return statistics.median([*self.log_ratios(), *[lowest] * more]) < 0
 
     def done(self, calibration: Calibration, budget: TimingBudget) -> bool:
-        """Enough pairs: the most allowed; from the first pair on, no outcome could pay (`could_pay`) or the next
-        pair would not fit in the budget at the dearest costs seen; past `min_pairs`, the median precise enough, or
-        settled at no pay (even the standard error `max_pairs` would reach leaves the bound at parity or above)."""
+        """Enough pairs: the most allowed; from the first pair on, no outcome could pay (`could_pay`) or the
+        next pair would not fit in the budget at the dearest costs seen; past `min_pairs`, the median precise
+        enough, or settled at no pay (even the standard error `max_pairs` would reach leaves the bound at
+        parity or above)."""
         if self.pairs >= calibration.max_pairs or not self.could_pay(calibration, budget):
             return True
         if budget.pairs_within(*self._costs(max), 1) == 0:
@@ -161,7 +171,9 @@ class PairedTimes:
             return False
         error = self.standard_error(calibration)
         reachable = error * math.sqrt(self.pairs / calibration.max_pairs)
-        return error <= calibration.precision or math.log(self.ratio()) + calibration.confidence * reachable >= 0
+        return (
+            error <= calibration.precision or math.log(self.ratio()) + calibration.confidence * reachable >= 0
+        )
 
 
 class TimingRunFailed(Exception):
@@ -180,9 +192,10 @@ def time_pairs(
     budget: TimingBudget,
     verdict_s: float | None = None,
 ) -> PairedTimes:
-    """Pairs of passing runs of both programs through `run` (which spends `budget`, and raises `OverBudget` for a run
-    it cut) until `PairedTimes.done`; the first of a pair alternates (neither side always meets the caches the other
-    left). Every run must pass: a program that is fast only when it is wrong earns nothing."""
+    """Pairs of passing runs of both programs through `run` (which spends `budget`, and raises `OverBudget`
+    for a run it cut) until `PairedTimes.done`; the first of a pair alternates (neither side always meets the
+    caches the other left). Every run must pass: a program that is fast only when it is wrong earns nothing.
+    """
     times = PairedTimes(verdict_s=verdict_s)
     while not times.done(calibration, budget):
         sides = [("candidate", candidate), ("reference", reference)]
@@ -198,13 +211,19 @@ def time_pairs(
 
 
 def calibrate(
-    sandbox: Sandbox, settings: CodeSettings, cancelled: threading.Event, tests: ProblemTests, code: str, verdict_s: float
+    sandbox: Sandbox,
+    settings: CodeSettings,
+    cancelled: threading.Event,
+    tests: ProblemTests,
+    code: str,
+    verdict_s: float,
 ) -> Timing:
     """`code`'s calibrated efficiency against the reference (blocking). Every run goes through one
     `BudgetedSandbox`, a stdin problem's cases one after another."""
     budget = TimingBudget(settings.code_timing_budget_s)
     budgeted, cases, limits = BudgetedSandbox(sandbox, budget), CaseRuns(cancel=cancelled), settings.limits()
-    parsed = tests.reference.available  # both parse: the reference did at preparation, the candidate passed already
+    # both parse: the reference did at preparation, the candidate passed already
+    parsed = tests.reference.available
 
     def run(program: str) -> HarnessResult:
         return tests.run(budgeted, program, limits, parsed, cases)
@@ -213,7 +232,9 @@ def calibrate(
         try:
             times = time_pairs(run, code, tests.reference.code, Calibration.of(settings), budget, verdict_s)
         except TimingRunFailed as failed:
-            why = {"t_ref_error": str(failed)} if failed.side == "reference" else {"timing_error": str(failed)}
+            why = (
+                {"t_ref_error": str(failed)} if failed.side == "reference" else {"timing_error": str(failed)}
+            )
             return Timing(0.0, None, "paired", **why, timing_cpu_s=budget.spent_s)
         except OverBudget as cut:
             return Timing(0.0, None, "paired", timing_budget=str(cut), timing_cpu_s=budget.spent_s)
@@ -222,7 +243,15 @@ def calibrate(
         return Timing(0.0, None, "paired", timing_pairs=0, timing_cpu_s=spent_s)
     t_ref, ratio, bound = statistics.median(times.reference), times.ratio(), times.bound(calibration)
     value = times.efficiency(calibration)
-    return Timing(value, t_ref, "paired", t_ratio=ratio, t_ratio_bound=bound, timing_pairs=times.pairs, timing_cpu_s=spent_s)
+    return Timing(
+        value,
+        t_ref,
+        "paired",
+        t_ratio=ratio,
+        t_ratio_bound=bound,
+        timing_pairs=times.pairs,
+        timing_cpu_s=spent_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -255,14 +284,17 @@ class ReferenceTime:
 
 @dataclass
 class ReferenceTimes:
-    """t_ref for `paper`, measured once per problem for every replica: the store's `add` is the lock; a replica
-    that finds it taken polls for the value. Each replica keeps a successful one for `REFERENCE_MEMO_S`."""
+    """t_ref for `paper`, measured once per problem for every replica: the store's `add` is the lock; a
+    replica that finds it taken polls for the value. Each replica keeps a successful one for
+    `REFERENCE_MEMO_S`."""
 
     sandbox: Sandbox
     store: Store
     pool: Executor
     settings: CodeSettings
-    remembered: BoundedMemo[str, tuple[float, ReferenceTime]] = field(default_factory=lambda: BoundedMemo(REMEMBERED))
+    remembered: BoundedMemo[str, tuple[float, ReferenceTime]] = field(
+        default_factory=lambda: BoundedMemo(REMEMBERED)
+    )
 
     def known(self, tests: ProblemTests) -> ReferenceTime | None:
         """The t_ref kept in memory while it is fresh (one dict read: fine on the event loop)."""
@@ -279,7 +311,8 @@ class ReferenceTimes:
         return reference
 
     async def _shared(self, tests: ProblemTests) -> ReferenceTime:
-        """From the store, else measured once. Every key has a TTL; a failure a short one, so it is re-measured."""
+        """From the store, else measured once. Every key has a TTL; a failure a short one, so it is
+        re-measured."""
         settings, loop = self.settings, asyncio.get_running_loop()
         name = f"{settings.code_cache_prefix}tref:{key(tests.key, self.sandbox.isolation)}"
         try:
@@ -304,8 +337,8 @@ class ReferenceTimes:
 
     def measure(self, tests: ProblemTests) -> ReferenceTime:
         """`code_reference_runs` runs of the reference (blocking) within one `TimingBudget`. A failed or noisy
-        attempt is retried after a pause, up to `code_reference_attempts`, while the budget lasts; an attempt the
-        budget ended keeps the runs it completed."""
+        attempt is retried after a pause, up to `code_reference_attempts`, while the budget lasts; an attempt
+        the budget ended keeps the runs it completed."""
         budgeted = BudgetedSandbox(self.sandbox, TimingBudget(self.settings.code_timing_budget_s))
         measured = ReferenceTime(None)
         for attempt in range(self.settings.code_reference_attempts):
@@ -336,3 +369,30 @@ class ReferenceTimes:
                 return ReferenceTime(None, why), False
             times.append(result.exec.cpu_s)
         return ReferenceTime(sum(times) / len(times), runs=tuple(times)), len(times) < runs
+
+
+@dataclass
+class Efficiency:
+    """The timings of a batch's correct programs: `paper`, one t_ref per distinct problem; `calibrated`, one
+    paired timing per distinct program of a problem (copies in a batch share it, as they share a verdict)."""
+
+    sandbox: Sandbox
+    settings: CodeSettings
+    pool: Executor
+    reference_times: ReferenceTimes
+
+    async def measure(self, timed: list[Timed], cancelled: threading.Event) -> list[Timing | BaseException]:
+        loop = asyncio.get_running_loop()
+        if self.settings.code_efficiency_mode == "calibrated":
+            programs = {(tests.key, code): (tests, code, cpu_s) for tests, code, cpu_s in timed}
+            args = (self.sandbox, self.settings, cancelled)
+            runs = (
+                loop.run_in_executor(self.pool, calibrate, *args, *program) for program in programs.values()
+            )
+            by_program = dict(zip(programs, await asyncio.gather(*runs, return_exceptions=True), strict=True))
+            return [by_program[tests.key, code] for tests, code, _ in timed]
+        problems = {tests.key: tests for tests, _, _ in timed}
+        asked = (self.reference_times.get(tests) for tests in problems.values())
+        by_problem = dict(zip(problems, await asyncio.gather(*asked, return_exceptions=True), strict=True))
+        found = ((by_problem[tests.key], cpu_s) for tests, _, cpu_s in timed)
+        return [t_ref if isinstance(t_ref, BaseException) else t_ref.timing(cpu_s) for t_ref, cpu_s in found]

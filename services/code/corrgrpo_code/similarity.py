@@ -1,18 +1,19 @@
-"""`ast_similarity`, the authors' definition: difflib's `SequenceMatcher(autojunk=False).ratio()` of the two modules'
-structure sequences, clipped to [0, 1].
+"""`ast_similarity`, the authors' definition: difflib's `SequenceMatcher(autojunk=False).ratio()` of the two
+modules' structure sequences, clipped to [0, 1].
 
-A module's sequence is its pre-order walk (`ast.iter_child_nodes` order) writing each node's type name on the way
-in and `/<name>` on the way out; identifiers and literal values are fields, not nodes, so a renamed copy scores 1
-(the context nodes `Load`/`Store` and operators such as `Add` are nodes: they count).
-ratio = 2·M / (len(candidate) + len(reference)), M the total size of the matching blocks SequenceMatcher finds.
+A module's sequence is its pre-order walk (`ast.iter_child_nodes` order) writing each node's type name on the
+way in and `/<name>` on the way out; identifiers and literal values are fields, not nodes, so a renamed copy
+scores 1 (the context nodes `Load`/`Store` and operators such as `Add` are nodes: they count). ratio = 2·M /
+(len(candidate) + len(reference)), M the total size of the matching blocks SequenceMatcher finds.
 
 SequenceMatcher is worse than quadratic on repetitive sequences (each matching block re-scans the rest of the
 other side: 2,000 tokens against 2,000 took 315 s), so `matched` is the same block search with the reference's
-positions found by bisection and a budget on the pairs it examines: past `MATCH_BUDGET` the pair is not compared
-and scores 0. Real pairs stay below it (LeetCodeDataset's 30 largest references against each other: 1.27 M at most).
-A pair that cannot reach the budget (`reachable_pairs`) is compared by cydifflib's `SequenceMatcher`, difflib's
-algorithm in C, about 9 times faster than `search` (identical ratios: tests/code/test_parity.py). Each reference keeps
-the ratios of the last `MEMO_SIZE` distinct candidate structures it met: a group's copies are compared once.
+positions found by bisection and a budget on the pairs it examines: past `MATCH_BUDGET` the pair is not
+compared and scores 0. Real pairs stay below it (LeetCodeDataset's 30 largest references against each other:
+1.27 M at most). A pair that cannot reach the budget (`reachable_pairs`) is compared by cydifflib's
+`SequenceMatcher`, difflib's algorithm in C, about 9 times faster than `search` (identical ratios:
+tests/code/test_parity.py). Each reference keeps the ratios of the last `MEMO_SIZE` distinct candidate
+structures it met: a group's copies are compared once.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from corrgrpo_code.extract import parse_python, pick_code, split_fences
 
 MATCH_BUDGET = 3_000_000  # (i, j) pairs one comparison examines: ~1 s of Python on a loaded core
 MEMO_SIZE = 64  # distinct candidate structures whose ratio a reference keeps
-_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)  # null bytes; nesting past the parser's stack
+# null bytes; nesting past the parser's stack
+_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
 _CLOSING: dict[str, str] = {}
 
 
@@ -38,9 +40,9 @@ class TooManyPairs(Exception):
 
 
 def structure(tree: ast.AST) -> list[str]:
-    """The node-type names in pre-order, each subtree closed by `/<name>` (iterative: any depth the parser took).
-    Children in `ast.iter_child_nodes` order, read from `_fields` directly: its two generators per node were 40% of
-    the walk."""
+    """The node-type names in pre-order, each subtree closed by `/<name>` (iterative: any depth the parser
+    took). Children in `ast.iter_child_nodes` order, read from `_fields` directly: its two generators per node
+    were 40% of the walk."""
     tokens: list[str] = []
     stack: list[ast.AST | str] = [tree]
     append, pop, push = tokens.append, stack.pop, stack.append
@@ -79,13 +81,13 @@ def _positions(b: list[str]) -> dict[str, list[int]]:
 
 
 def matched(a: list[str], b: list[str], where: dict[str, list[int]], budget: int = MATCH_BUDGET) -> int:
-    """Total size of the matching blocks `SequenceMatcher(None, a, b, autojunk=False)` finds (`where`: `b`'s positions
-    per token). Same recursion: the longest block of a region (earliest in `a`, then in `b`), then the regions before
-    and after it. Raises TooManyPairs past `budget` examined pairs.
+    """Total size of the matching blocks `SequenceMatcher(None, a, b, autojunk=False)` finds (`where`: `b`'s
+    positions per token). Same recursion: the longest block of a region (earliest in `a`, then in `b`), then
+    the regions before and after it. Raises TooManyPairs past `budget` examined pairs.
 
-    Equal sequences (a copy of the reference's structure, renamed or not) are one block, the whole of both: the result
-    and the budget's verdict come without the search, whose first and only region would examine every position of
-    each of `a`'s tokens in `b`, plus one per token of `a`."""
+    Equal sequences (a copy of the reference's structure, renamed or not) are one block, the whole of both:
+    the result and the budget's verdict come without the search, whose first and only region would examine
+    every position of each of `a`'s tokens in `b`, plus one per token of `a`."""
     if a == b:
         if first_region_pairs(a, where) > budget:
             raise TooManyPairs(f"over {budget} pairs")
@@ -96,15 +98,16 @@ def matched(a: list[str], b: list[str], where: dict[str, list[int]], budget: int
 
 
 def reachable_pairs(a: list[str], b: list[str], where: dict[str, list[int]]) -> int:
-    """An upper bound of the pairs `search` examines: the regions of one depth of its recursion are disjoint in `a`
-    and in `b`, so together they examine at most what the first region does (each of `a`'s positions once, and its
-    token's positions in `b`); each depth's regions are shorter by at least one, so there are at most min(|a|, |b|)."""
+    """An upper bound of the pairs `search` examines: the regions of one depth of its recursion are disjoint
+    in `a` and in `b`, so together they examine at most what the first region does (each of `a`'s positions
+    once, and its token's positions in `b`); each depth's regions are shorter by at least one, so there are at
+    most min(|a|, |b|)."""
     return first_region_pairs(a, where) * min(len(a), len(b))
 
 
 def first_region_pairs(a: list[str], where: dict[str, list[int]]) -> int:
-    """The pairs the search's first region (all of `a` against all of `b`) examines: each of `a`'s positions, and
-    each position of its token in `b`."""
+    """The pairs the search's first region (all of `a` against all of `b`) examines: each of `a`'s positions,
+    and each position of its token in `b`."""
     return sum(len(where.get(token, ())) for token in a) + len(a)
 
 
@@ -141,8 +144,9 @@ def search(a: list[str], b: list[str], where: dict[str, list[int]], budget: int)
 
 @dataclass(frozen=True)
 class Reference:
-    """A problem's reference as the comparison needs it, prepared once per problem: its structure (None when it has
-    no code or does not parse: the component is then unavailable, 0) and the positions of each of its tokens."""
+    """A problem's reference as the comparison needs it, prepared once per problem: its structure (None when
+    it has no code or does not parse: the component is then unavailable, 0) and the positions of each of its
+    tokens."""
 
     code: str  # what the reference's timing runs execute
     tokens: list[str] | None
@@ -154,8 +158,8 @@ class Reference:
 
     @classmethod
     def of(cls, reference: str, marker: str) -> Reference:
-        """A reference with a fenced block is reduced to its code as a response is (`extract.pick_code`); a plain one
-        is taken whole, stripped."""
+        """A reference with a fenced block is reduced to its code as a response is (`extract.pick_code`); a
+        plain one is taken whole, stripped."""
         text = reference.strip()
         blocks = split_fences(text)
         code = pick_code(blocks, marker) if blocks else text
@@ -168,8 +172,8 @@ class Reference:
         return bool(self.tokens)
 
     def similarity(self, candidate: ast.AST | None, budget: int = MATCH_BUDGET) -> float:
-        """The ratio for a candidate's syntax tree (None: no code, or it does not parse: 0), once per distinct structure
-        while the memo keeps it. Raises TooManyPairs."""
+        """The ratio for a candidate's syntax tree (None: no code, or it does not parse: 0), once per distinct
+        structure while the memo keeps it. Raises TooManyPairs."""
         if not self.tokens or candidate is None:
             return 0.0
         tokens = structure(candidate)
@@ -189,7 +193,8 @@ class Reference:
 
 
 def ast_similarity(candidate: str, reference: str, marker: str = "class Solution") -> float:
-    """The component for two sources (the scorer prepares the reference once per problem instead); 0 past the budget."""
+    """The component for two sources (the scorer prepares the reference once per problem instead); 0 past the
+    budget."""
     try:
         return Reference.of(reference, marker).similarity(_parse(candidate) if candidate.strip() else None)
     except TooManyPairs:

@@ -1,21 +1,21 @@
 """Split `check(candidate)` into I/O tests, so expected values never enter the candidate's process.
 
-A check qualifies when its body is only `assert <expr>[, msg]` statements (plus docstrings, `pass`,
-`assert True`, a builtin's bare name and imports of modules the judge provides), each `<expr>` containing exactly one
-call of the candidate, and the rest of `<expr>` using only names the judge provides (`SAFE_NAMES`).
-The call is sent to the child; the rest of the assertion becomes the check with the call replaced
-by the output, e.g. `assert abs(candidate(2.5) - 0.5) < 1e-6` → child: `candidate(2.5)`, check:
-`abs(_out - 0.5) < 1e-6`. Nothing here evaluates test text: checks are parsed with `ast`, and
-`_out == <literal>` (the literal read by `ast.literal_eval`, data only), `_out is True/False/None`,
-`_out` and `not _out` become an `Expect` the service process decides on data; every other check is
-evaluated by the harness's sandboxed judge. A `for <name> in range(<int literals>):` loop of such assertions is
-unrolled (at most `UNROLLED` tests): each value is written into the assertions' text in place of the name, so
-`for x in range(2, 4): assert candidate(x) == str(x)` is `candidate((2)) == str((2))` and `candidate((3)) ==
-str((3))`. Anything else (other loops, locals, helpers such as `is_same_tree`) is left to assert mode (`None`).
+A check qualifies when its body is only `assert <expr>[, msg]` statements (plus docstrings, `pass`, `assert
+True`, a builtin's bare name and imports of modules the judge provides), each `<expr>` containing exactly one
+call of the candidate, and the rest of `<expr>` using only names the judge provides (`SAFE_NAMES`). The call
+is sent to the child; the rest of the assertion becomes the check with the call replaced by the output, e.g.
+`assert abs(candidate(2.5) - 0.5) < 1e-6` → child: `candidate(2.5)`, check: `abs(_out - 0.5) < 1e-6`. Nothing
+here evaluates test text: checks are parsed with `ast`, and `_out == <literal>` (the literal read by
+`ast.literal_eval`, data only), `_out is True/False/None`, `_out` and `not _out` become an `Expect` the
+service process decides on data; every other check is evaluated by the harness's sandboxed judge. A `for
+<name> in range(<int literals>):` loop of such assertions is unrolled (at most `UNROLLED` tests): each value
+is written into the assertions' text in place of the name, so `for x in range(2, 4): assert candidate(x) ==
+str(x)` is `candidate((2)) == str((2))` and `candidate((3)) == str((3))`. Anything else (other loops, locals,
+helpers such as `is_same_tree`) is left to assert mode (`None`).
 
-LeetCode checks hold arguments and expected values of up to 10⁵ elements, so the splitter works on
-source segments and only descends into the AST where the parameter's name occurs in the text; any
-doubt (the name inside a string, say) sends the problem to assert mode, never to a wrong I/O test.
+LeetCode checks hold arguments and expected values of up to 10⁵ elements, so the splitter works on source
+segments and only descends into the AST where the parameter's name occurs in the text; any doubt (the name
+inside a string, say) sends the problem to assert mode, never to a wrong I/O test.
 """
 
 from __future__ import annotations
@@ -33,7 +33,20 @@ from corrgrpo_code.extract import parse_python
 from corrgrpo_code.harness import Expect, IOTest, Items, Near, canonical, encode
 
 _OUTPUT = "_out"
-_BUILTINS = ("abs", "all", "any", "bool", "dict", "float", "frozenset", "int", "isinstance", "len", "list", "max")
+_BUILTINS = (
+    "abs",
+    "all",
+    "any",
+    "bool",
+    "dict",
+    "float",
+    "frozenset",
+    "int",
+    "isinstance",
+    "len",
+    "list",
+    "max",
+)
 _BUILTINS += ("min", "range", "round", "set", "sorted", "str", "sum", "tuple", "type", "zip")
 SAFE_NAMES = frozenset(_BUILTINS) | {"math", "inf", "nan"}  # what the judge's checks may name
 _SAFE_MODULES = frozenset({"math"})
@@ -70,7 +83,11 @@ def _candidate_calls(node: ast.AST, parameter: str, source: _Source) -> list[ast
         for child in ast.iter_child_nodes(stack.pop()):
             if not hasattr(child, "lineno") or parameter not in source.text(child):
                 continue
-            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id == parameter:
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Name)
+                and child.func.id == parameter
+            ):
                 found.append(child)
             else:
                 stack.append(child)
@@ -90,9 +107,10 @@ def _is_output(node: ast.expr) -> bool:
 
 
 class _Constants(ast.NodeTransformer):
-    """`inf`/`nan` as constants, `+ - * /` of two numbers folded (`2.0/3.0`, `3 * 5 * 7`): the operation the judge's
-    compiler would fold, on numbers read from the AST; operands of any other kind, or ints over `_FOLDED_INT`, stay.
-    And `str(<int>)` as its digits (an unrolled loop's `str(x)`): what the judge's builtin `str` returns."""
+    """`inf`/`nan` as constants, `+ - * /` of two numbers folded (`2.0/3.0`, `3 * 5 * 7`): the operation the
+    judge's compiler would fold, on numbers read from the AST; operands of any other kind, or ints over
+    `_FOLDED_INT`, stay. And `str(<int>)` as its digits (an unrolled loop's `str(x)`): what the judge's
+    builtin `str` returns."""
 
     def visit_Name(self, name: ast.Name) -> ast.AST:
         return ast.Constant(_CONSTANTS[name.id]) if name.id in _CONSTANTS else name
@@ -116,7 +134,8 @@ class _Constants(ast.NodeTransformer):
 
 
 def _number(node: ast.expr) -> int | float | None:
-    """An int (at most `_FOLDED_INT` in size) or float constant, signed or not; None for anything else (bool too)."""
+    """An int (at most `_FOLDED_INT` in size) or float constant, signed or not; None for anything else (bool
+    too)."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         value = _number(node.operand)
         return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
@@ -125,13 +144,18 @@ def _number(node: ast.expr) -> int | float | None:
     return node.value if type(node.value) is float or abs(node.value) <= _FOLDED_INT else None
 
 
-_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
 _FOLDED_INT = 1 << 64
 
 
 def _literal(node: ast.expr) -> Any:
-    """The value of a literal (`inf`/`nan` and `_Constants`' arithmetic allowed) read as data, or `_NOT_DATA`; never
-    evaluates an expression."""
+    """The value of a literal (`inf`/`nan` and `_Constants`' arithmetic allowed) read as data, or `_NOT_DATA`;
+    never evaluates an expression."""
     try:
         return ast.literal_eval(_Constants().visit(node))
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
@@ -146,7 +170,8 @@ def _call_of(node: ast.expr, names: tuple[str, ...]) -> ast.expr | None:
 
 
 def _near(check: ast.expr) -> Expect | None:
-    """`abs(_out - x) < t` (or `abs(x - _out)`, `<=`), `math.isclose(_out, x[, rel_tol=r][, abs_tol=t])`, numbers."""
+    """`abs(_out - x) < t` (or `abs(x - _out)`, `<=`), `math.isclose(_out, x[, rel_tol=r][, abs_tol=t])`,
+    numbers."""
     if isinstance(check, ast.Call) and ast.unparse(check.func) == "math.isclose" and len(check.args) == 2:
         tolerances = {"rel_tol": 1e-09, "abs_tol": 0.0}
         for keyword in check.keywords:
@@ -158,10 +183,16 @@ def _near(check: ast.expr) -> Expect | None:
         if not all(type(x) in (int, float) for x in numbers):
             return None
         return Near("close", value, tolerances["abs_tol"], tolerances["rel_tol"])
-    if not (isinstance(check, ast.Compare) and len(check.ops) == 1 and isinstance(check.ops[0], ast.Lt | ast.LtE)):
+    if not (
+        isinstance(check, ast.Compare) and len(check.ops) == 1 and isinstance(check.ops[0], ast.Lt | ast.LtE)
+    ):
         return None
     gap, tolerance = _call_of(check.left, ("abs",)), _literal(check.comparators[0])
-    if not isinstance(gap, ast.BinOp) or not isinstance(gap.op, ast.Sub) or type(tolerance) not in (int, float):
+    if (
+        not isinstance(gap, ast.BinOp)
+        or not isinstance(gap.op, ast.Sub)
+        or type(tolerance) not in (int, float)
+    ):
         return None
     if _is_output(gap.left) == _is_output(gap.right):
         return None
@@ -196,7 +227,11 @@ def _expect(check: ast.expr) -> Expect | None:
         return Expect("truthy")
     if isinstance(check, ast.UnaryOp) and isinstance(check.op, ast.Not) and _is_output(check.operand):
         return Expect("falsy")
-    if not isinstance(check, ast.Compare) or len(check.ops) != 1 or isinstance(check.ops[0], ast.Lt | ast.LtE):
+    if (
+        not isinstance(check, ast.Compare)
+        or len(check.ops) != 1
+        or isinstance(check.ops[0], ast.Lt | ast.LtE)
+    ):
         return _near(check)
     (comparison,), left, right = check.ops, check.left, check.comparators[0]
     if isinstance(comparison, ast.Is) and _is_output(left) and isinstance(right, ast.Constant):
@@ -222,7 +257,8 @@ def _io_test(tested: ast.expr, parameter: str, module: _TestModule, source: _Sou
     rest = source.data[test_start:call_start].decode() + _OUTPUT + source.data[call_end:test_end].decode()
     mention = _word(parameter)
     if mention.search(arguments) or mention.search(rest) or (module.names and module.names.search(arguments)):
-        return None  # the candidate used twice, or an argument the child cannot evaluate (it never gets the test module)
+        # the candidate used twice, or an argument the child cannot evaluate (it never gets the test module)
+        return None
     rest = f"({rest}\n)"  # a multi-line assertion is one expression
     try:
         check = parse_python(rest, mode="eval").body  # type: ignore[attr-defined]
@@ -234,31 +270,38 @@ def _io_test(tested: ast.expr, parameter: str, module: _TestModule, source: _Sou
 
 
 def _skippable(statement: ast.stmt) -> bool:
-    """A statement with no effect on the tests: `pass`, a docstring, `assert True`, a safe import, or a builtin's bare
-    name (HumanEval/129's stray `print`: reading a name runs nothing)."""
-    if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):
+    """A statement with no effect on the tests: `pass`, a docstring, `assert True`, a safe import, or a
+    builtin's bare name (HumanEval/129's stray `print`: reading a name runs nothing)."""
+    if isinstance(statement, ast.Pass) or (
+        isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+    ):
         return True
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Name):
         return hasattr(builtins, statement.value.id)
     if isinstance(statement, ast.Import):
         return all(alias.name in _SAFE_MODULES and alias.asname is None for alias in statement.names)
-    return isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Constant) and bool(statement.test.value)
+    return (
+        isinstance(statement, ast.Assert)
+        and isinstance(statement.test, ast.Constant)
+        and bool(statement.test.value)
+    )
 
 
 @dataclass(frozen=True)
 class _TestModule:
-    """What the module around `check` means for its assertions: the names it uses or binds (`names`: an argument
-    naming one cannot be evaluated in the child, which never gets the module), and the judge's names it leaves as
-    they are (`safe`: a check naming one it rebinds, `def str(x): ...` or `abs = ...`, means the module's, which
-    neither the service's data checks nor the judge have)."""
+    """What the module around `check` means for its assertions: the names it uses or binds (`names`: an
+    argument naming one cannot be evaluated in the child, which never gets the module), and the judge's names
+    it leaves as they are (`safe`: a check naming one it rebinds, `def str(x): ...` or `abs = ...`, means the
+    module's, which neither the service's data checks nor the judge have)."""
 
     names: re.Pattern[str] | None
     safe: frozenset[str]
 
 
 def _imported(nodes: list[ast.AST], keep: frozenset[str] = frozenset()) -> set[str]:
-    """The names the imports among `nodes` bind ("*" for a star import), but those of a plain `import <m>` of a module
-    in `keep` (which binds the very module the judge has; `import json as math` or `from os import math` do not)."""
+    """The names the imports among `nodes` bind ("*" for a star import), but those of a plain `import <m>` of
+    a module in `keep` (which binds the very module the judge has; `import json as math` or `from os import
+    math` do not)."""
     return {
         (alias.asname or alias.name).split(".")[0]
         for node in nodes
@@ -284,13 +327,27 @@ def _test_module(module: ast.Module, check: ast.FunctionDef) -> _TestModule:
 
 UNROLLED = 100  # the most tests a check's loops are unrolled into; longer ones are left to assert mode
 UNROLLED_BYTES = 1 << 16  # and the most text: LeetCode's assertions hold literals of 10^5 elements
-_SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.JoinedStr, ast.NamedExpr)
+_SCOPES = (
+    ast.Lambda,
+    ast.GeneratorExp,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.JoinedStr,
+    ast.NamedExpr,
+)
 
 
 def _range_values(loop: ast.For) -> range | None:
-    """The values of `for <name> in range(<int literals>):` without `else`, at most `UNROLLED` of them; else None."""
+    """The values of `for <name> in range(<int literals>):` without `else`, at most `UNROLLED` of them; else
+    None."""
     call = loop.iter
-    if not isinstance(loop.target, ast.Name) or loop.orelse or not isinstance(call, ast.Call) or call.keywords:
+    if (
+        not isinstance(loop.target, ast.Name)
+        or loop.orelse
+        or not isinstance(call, ast.Call)
+        or call.keywords
+    ):
         return None
     if not isinstance(call.func, ast.Name) or call.func.id != "range" or not 1 <= len(call.args) <= 3:
         return None
@@ -305,8 +362,8 @@ def _range_values(loop: ast.For) -> range | None:
 
 
 class _Unroller:
-    """Unrolls a check's loops (`unrolled`): what that needs from the whole check is gathered in one walk, and all its
-    loops together make at most `UNROLLED` tests and `UNROLLED_BYTES` of their text."""
+    """Unrolls a check's loops (`unrolled`): what that needs from the whole check is gathered in one walk, and
+    all its loops together make at most `UNROLLED` tests and `UNROLLED_BYTES` of their text."""
 
     def __init__(self, check: ast.FunctionDef, module: _TestModule, source: _Source) -> None:
         self.check, self.module, self.source = check, module, source
@@ -325,10 +382,10 @@ class _Unroller:
                 self.loop_uses[loop.target.id] += 1 + inside
 
     def unrolled(self, loop: ast.For) -> list[IOTest] | None:
-        """The I/O tests of a loop over literal ints whose body is assertions `_io_test` splits once the loop's name is
-        replaced by each value; None when that would not be the same test: `range` bound anywhere in the test, or the
-        loop's name bound in the check other than as such a loop's target, or read outside their bodies (it outlives
-        the loop)."""
+        """The I/O tests of a loop over literal ints whose body is assertions `_io_test` splits once the
+        loop's name is replaced by each value; None when that would not be the same test: `range` bound
+        anywhere in the test, or the loop's name bound in the check other than as such a loop's target, or
+        read outside their bodies (it outlives the loop)."""
         values = _range_values(loop)
         if values is None or self.range_bound or not isinstance(loop.target, ast.Name):
             return None
@@ -369,8 +426,8 @@ def _names(node: ast.AST, name: str) -> list[ast.Name]:
 
 
 def _template(tested: ast.expr, name: str, source: _Source) -> tuple[bytes, list[tuple[int, int]]] | None:
-    """`tested`'s text as `(\\n<text>\\n)` and the spans of `name` in it; None when one sits in a nested scope, a
-    walrus or an f-string (whose inner positions Python 3.11 does not always give)."""
+    """`tested`'s text as `(\\n<text>\\n)` and the spans of `name` in it; None when one sits in a nested
+    scope, a walrus or an f-string (whose inner positions Python 3.11 does not always give)."""
     outside, stack = [], [tested]
     while stack:  # the nodes outside nested scopes: one walk, however deep they nest
         node = stack.pop()
@@ -405,7 +462,11 @@ def split_check(test_source: str) -> list[IOTest] | None:
     checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1 or checks[0].decorator_list:
         return None
-    parameter, source, around = checks[0].args.args[0].arg, _Source(test_source), _test_module(module, checks[0])
+    parameter, source, around = (
+        checks[0].args.args[0].arg,
+        _Source(test_source),
+        _test_module(module, checks[0]),
+    )
     tests: list[IOTest] = []
     unroller: _Unroller | None = None  # made at the first loop: most checks have none
     for statement in checks[0].body:
@@ -418,7 +479,9 @@ def split_check(test_source: str) -> list[IOTest] | None:
                 return None
             tests += unrolled
             continue
-        test = _io_test(statement.test, parameter, around, source) if isinstance(statement, ast.Assert) else None
+        test = (
+            _io_test(statement.test, parameter, around, source) if isinstance(statement, ast.Assert) else None
+        )
         if test is None:
             return None
         tests.append(test)

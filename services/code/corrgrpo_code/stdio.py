@@ -1,13 +1,14 @@
 """Stdin/stdout cases in the sandbox: one run per case, the output compared here (`outputs_match`).
 
-A case's run gets its input on stdin and nothing else: the expected output never leaves this process, so whatever
-the program writes (to stdout, fd 3 or any other fd) or exits with, only stdout equal to the expected output
-passes. The one line of the channel trusted is the first, written by the run's preloaded code after it compiled
-the program and before any of it runs (as `harness` does): `compile` is known without trusting the candidate.
+A case's run gets its input on stdin and nothing else: the expected output never leaves this process, so
+whatever the program writes (to stdout, fd 3 or any other fd) or exits with, only stdout equal to the expected
+output passes. The one line of the channel trusted is the first, written by the run's preloaded code after it
+compiled the program and before any of it runs (as `harness` does): `compile` is known without trusting the
+candidate.
 
-A `CasePool` runs the cases of every item of a batch on as many threads as the sandbox has workers, so one item's
-cases spread over all of them (a batch of a few long items would else leave workers idle while one lane runs its
-cases one by one). All cases of one verdict spend at most `CaseRuns.budget_s` of CPU together
+A `CasePool` runs the cases of every item of a batch on as many threads as the sandbox has workers, so one
+item's cases spread over all of them (a batch of a few long items would else leave workers idle while one lane
+runs its cases one by one). All cases of one verdict spend at most `CaseRuns.budget_s` of CPU together
 (`timing_budget.py`: each case's limit is what is left), so the number of cases does not multiply its cost.
 
 Stages as the harness names them: `syntax` (does not compile), `timeout` (a case over its CPU limit, or cut by
@@ -34,41 +35,44 @@ from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 VERDICT = "verdict"  # the budget's name, in its cuts' messages
 Runner = Sandbox | BudgetedSandbox  # what runs a case: the sandbox, or the sandbox within a budget
 INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: `\d` and int() take "٥" for 5 too
-# one way to read each shape, so a long non-number fails in linear time (an ambiguous `\d+\.?\d*` backtracks
-# cubically: a 30,000-digit token took the service 68 s)
+# One way to read each shape, so a long non-number fails in linear time (an ambiguous `\d+\.?\d*` backtracks
+# cubically on a long token).
 REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 TOLERANCE = 1e-6  # absolute or relative, as contest checkers of real-valued answers usually allow
 
 
 def _lines(text: str) -> list[list[str]]:
-    """The tokens of each line; leading and trailing blank lines and all trailing whitespace (\\r too) ignored."""
+    """The tokens of each line; leading and trailing blank lines and all trailing whitespace (\\r too)
+    ignored."""
     return [line.split() for line in text.strip().splitlines()]
 
 
 def _integer(token: str) -> tuple[bool, str]:
-    """An integer token's value as (negative, digits without leading zeros): exact at any size, and no int(), which
-    refuses over 4,300 digits and is quadratic below; `-0`, `+0` and `0` are one value."""
+    """An integer token's value as (negative, digits without leading zeros): exact at any size, and no int(),
+    which refuses over 4,300 digits and is quadratic below; `-0`, `+0` and `0` are one value."""
     digits = token.lstrip("+-").lstrip("0")
     return token.startswith("-") and bool(digits), digits
 
 
 def tokens_match(got: str, want: str) -> bool:
-    """Equal text; else, when `want` is an integer, `got` is exactly that integer (an integer token: `5.0`, `5e0`
-    and `1e18` for 10**18 + 7 are wrong, as a contest's checker says); else, when `want` is a real (a fraction or an
-    exponent), `got` is a number within `TOLERANCE` of it (absolute or relative)."""
+    """Equal text; else, when `want` is an integer, `got` is exactly that integer (an integer token: `5.0`,
+    `5e0` and `1e18` for 10**18 + 7 are wrong, as a contest's checker says); else, when `want` is a real (a
+    fraction or an exponent), `got` is a number within `TOLERANCE` of it (absolute or relative)."""
     if got == want:
         return True
     if INTEGER.fullmatch(want):
         return INTEGER.fullmatch(got) is not None and _integer(got) == _integer(want)
     if REAL.fullmatch(want) and REAL.fullmatch(got):
         expected = float(want)  # an overflow is inf, equal to any other: such an answer must be equal text
-        return math.isfinite(expected) and math.isclose(float(got), expected, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+        return math.isfinite(expected) and math.isclose(
+            float(got), expected, rel_tol=TOLERANCE, abs_tol=TOLERANCE
+        )
     return False
 
 
 def outputs_match(got: str, want: str) -> bool:
-    """LiveCodeBench's rule (the outputs stripped, compared line by line, each line stripped, numbers as numbers),
-    with tokens compared one by one (`tokens_match`) so `1 2` matches `1  2`."""
+    """LiveCodeBench's rule (the outputs stripped, compared line by line, each line stripped, numbers as
+    numbers), with tokens compared one by one (`tokens_match`) so `1 2` matches `1  2`."""
     if got.strip() == want.strip():
         return True
     got_lines, want_lines = _lines(got), _lines(want)
@@ -81,7 +85,7 @@ def outputs_match(got: str, want: str) -> bool:
 
 
 def case_limits(limits: Limits, case_s: float) -> Limits:
-    """One case's limits: `case_s` of CPU (checked exactly on the measured time; RLIMIT_CPU is whole seconds)."""
+    """One case's limits: `case_s` of CPU (checked on the measured time: RLIMIT_CPU is whole seconds)."""
     return dataclasses.replace(limits, cpu_s=case_s, wall_s=2 * case_s + 1)
 
 
@@ -92,7 +96,8 @@ def _crash(index: int, result: ExecResult) -> str:
 
 
 class CasePool:
-    """Case runs of many items on `workers` threads, each run cancellable with its batch (`Sandbox.cancellable`)."""
+    """Case runs of many items on `workers` threads, each run cancellable with its batch
+    (`Sandbox.cancellable`)."""
 
     def __init__(self, sandbox: Sandbox, workers: int) -> None:
         self.sandbox = sandbox
@@ -104,12 +109,7 @@ class CasePool:
         return self.executor.submit(self._run, runner, program, stdin, limits, cancel)
 
     def _run(
-        self,
-        runner: Runner,
-        program: str,
-        stdin: bytes,
-        limits: Limits,
-        cancel: threading.Event | None,
+        self, runner: Runner, program: str, stdin: bytes, limits: Limits, cancel: threading.Event | None
     ) -> ExecResult:
         with self.sandbox.cancellable(cancel) if cancel is not None else contextlib.nullcontext():
             return runner.run(program, stdin=stdin, limits=limits)
