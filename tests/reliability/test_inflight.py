@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from corrgrpo_testing.shape_checks import Shape, busy_worker
 from corrgrpo_testing.shapes import code_service
 
 from .helpers import PROBLEM, SANDBOX_SHAPES, inflight, post_and_leave, sleepers, wait_for
@@ -71,11 +72,15 @@ def test_disconnect_ends_the_runs_already_going(shape: str) -> None:
     """A run that started is ended by the disconnect (its worker killed), not left to its 60 s wall limit."""
     env = {**CODE_ENV, "CORRGRPO_CODE_WALL_S": "60"}
     with code_service(shape, env) as service:
+        running = Shape(shape, service.url, {}, lambda: [service.process.pid])
         client = post_and_leave(service, sleepers(2))  # one run per worker, each sleeping 60 s
         wait_for(lambda: inflight(service) == 2, 60, "both runs in flight")
+        wait_for(lambda: busy_worker(running) is not None, 60, "a run going")
         time.sleep(1.0)  # both are in their sandbox runs now
         client.close()
         wait_for(lambda: inflight(service) == 0, 30, "the budget released after the client left")
+        # a fresh item may find a worker the runs left free: seeing them end is what proves it
+        wait_for(lambda: busy_worker(running) is None, 10, "the runs ended (not at their 60 s wall limit)")
         started = time.monotonic()
         item = {"completion": "```python\ndef add(a, b):\n    return a + b\n```", "problem": PROBLEM}
         response = httpx.post(f"{service.url}/v1/score", json={"items": [item]}, timeout=120)
