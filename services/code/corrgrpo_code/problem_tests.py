@@ -31,6 +31,7 @@ from corrgrpo_proto.code import (
 from corrgrpo_sandbox import Limits, Sandbox
 
 from .budget import BudgetedSandbox
+from .cache import BoundedMemo
 from .extract import marker_of, parse_python, syntax_error
 from .harness import Expect, HarnessResult, IOTest, canonical, encode, run_assert, run_io
 from .settings import CASE_S
@@ -40,6 +41,7 @@ from .stdio import ONE_BY_ONE, CaseRuns, case_limits, run_stdin
 
 log = logging.getLogger("corrgrpo.code")
 PROBE = "def f():\n    return 1\n"  # a run the sandbox must pass when it is healthy
+PREPARED = 256  # distinct problems kept prepared (split tests, reference tree)
 
 
 class ProblemError(ValueError):
@@ -253,3 +255,19 @@ class ProblemTests:
                 independent=independent,
             )
         return run_assert(sandbox, self.prelude, solution, self.entry, self.test, limits, parsed=parsed)  # type: ignore[arg-type]
+
+
+class PreparedProblems:
+    """Each distinct problem prepared once (LRU by content): splitting a big check and parsing the reference
+    cost seconds. A stdin problem's time limit depends on `case_s`."""
+
+    def __init__(self, case_s: float) -> None:
+        self.case_s = case_s
+        self.memo: BoundedMemo[Content, ProblemTests] = BoundedMemo(PREPARED)
+
+    def get(self, problem: AnyProblem) -> ProblemTests:
+        content = problem_content(problem)
+        return self.memo.get(content, lambda: ProblemTests.of(problem, content_hash(content), self.case_s))
+
+    def peek(self, problem: AnyProblem) -> ProblemTests | None:
+        return self.memo.peek(problem_content(problem))

@@ -28,12 +28,12 @@ from .declaration import Components
 from .efficiency import Efficiency, ReferenceTimes, Timing
 from .extract import Extracted, extract, parse_solution
 from .harness import HarnessResult
-from .problem_tests import Content, ProblemError, ProblemTests, SandboxFault, content_hash, problem_content
+from .problem_tests import PreparedProblems, ProblemError, ProblemTests, SandboxFault
 from .settings import CodeSettings
 from .similarity import TooManyPairs
 from .stdio import CasePool, CaseRuns
 
-PREPARED = 256  # distinct problems kept prepared (split tests, reference tree)
+PREPARED = 256  # distinct problems whose unjudgeable verdict is kept
 UNSTORED = ("anomaly", "timeout")  # verdicts of the machine's load, not of the program: never stored
 log = logging.getLogger("corrgrpo.code")
 # the harness's error text for a raised AssertionError
@@ -131,9 +131,8 @@ class CodeScorer:
         self.lanes = 2 * workers
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
         self.cases = CasePool(sandbox, workers)
-        self.prepared: BoundedMemo[Content, ProblemTests] = BoundedMemo(PREPARED)
-        # by judged problem: why, or None
-        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED)
+        self.prepared = PreparedProblems(settings.code_case_s)
+        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED)  # why, or None
         reference_times = ReferenceTimes(sandbox, store, self.pool, settings)
         self.efficiency = Efficiency(sandbox, settings, self.pool, reference_times)
 
@@ -185,7 +184,7 @@ class CodeScorer:
         if job.problem is None:
             job.error = no_problem(job.item)
             return
-        tests = job.tests = self.prepare(job.problem)
+        tests = job.tests = self.prepared.get(job.problem)
         extracted = job.extracted = extract(job.item.completion, tests.marker)
         if len(extracted.code) > self.settings.code_max_chars:
             job.components, job.info = too_long(extracted, self.settings.code_max_chars)
@@ -204,7 +203,7 @@ class CodeScorer:
         assert job.claim is not None and job.tests is not None
         future, name = job.claim.future, job.claim.key
         try:
-            if (stored := self._stored(batch.verdicts.stored(name))) is not None:
+            if (stored := stored_verdict(batch.verdicts.stored(name))) is not None:
                 future.set_result((stored, "store"))
                 return
             cases = CaseRuns(self.settings.code_verdict_budget_s, self.cases, batch.verdicts.cancelled)
@@ -215,13 +214,6 @@ class CodeScorer:
             raise
         if result.stage not in UNSTORED:
             batch.verdicts.keep(name, result.dump())
-
-    @staticmethod
-    def _stored(data: bytes | None) -> HarnessResult | None:
-        try:
-            return HarnessResult.load(data) if data is not None else None
-        except (ValueError, KeyError, TypeError):  # unreadable: run it again, and overwrite
-            return None
 
     def _verdict(self, tests: ProblemTests, code: str, parsed: bool, cases: CaseRuns) -> HarnessResult:
         """`code`'s run. One the verdict's budget cut is a `timeout`, unless the problem's reference is cut
@@ -242,16 +234,17 @@ class CodeScorer:
         return f"{why} (CORRGRPO_CODE_VERDICT_BUDGET_S)"
 
     def _expected_seconds(self, problem: AnyProblem | None) -> float:
-        """The reference's time when this replica knows it, else infinity (dict reads: fine on the event
-        loop)."""
-        tests = self.prepared.peek(problem_content(problem)) if problem is not None else None
+        """The reference's time when this replica knows it, else infinity (dict reads: fine on the loop)."""
+        tests = self.prepared.peek(problem) if problem is not None else None
         known = self.efficiency.reference_times.known(tests) if tests is not None else None
         return known.t_ref if known is not None and known.t_ref is not None else math.inf
 
-    def prepare(self, problem: AnyProblem) -> ProblemTests:
-        """Once per distinct problem (LRU): splitting a big check and parsing the reference cost seconds."""
-        content, case_s = problem_content(problem), self.settings.code_case_s
-        return self.prepared.get(content, lambda: ProblemTests.of(problem, content_hash(content), case_s))
+
+def stored_verdict(data: bytes | None) -> HarnessResult | None:
+    try:
+        return HarnessResult.load(data) if data is not None else None
+    except (ValueError, KeyError, TypeError):  # unreadable: run it again, and overwrite
+        return None
 
 
 def _raised_assertion(result: HarnessResult) -> bool:
