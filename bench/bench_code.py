@@ -126,9 +126,8 @@ def interleaved(items: list[CodeItem], rounds: int = ROUNDS) -> tuple[dict[str, 
                 failed = [status for status in threads.map(floor, programs) if status != 0]
             assert not failed, f"{len(failed)} canonical solutions failed on the fork floor"
 
-        def in_the_pool() -> (
-            None
-        ):  # the sandbox alone: what the HTTP path adds on top of it is the service's own cost
+        # the sandbox alone: what the HTTP path adds on top of it is the service's own cost
+        def in_the_pool() -> None:
             with ThreadPoolExecutor(WORKERS) as threads:
                 failed = [r for r in threads.map(pool.run, programs) if r.exit_code != 0]
             why = [(r.exit_code, r.signal, r.timed_out, r.anomaly, r.stderr[-200:]) for r in failed]

@@ -241,8 +241,7 @@ def test_a_pathological_pair_stops_at_the_budget() -> None:
     assert ast_similarity("x\n" * 3000, "x = (" + "x + " * 1500 + "x)") == 0.0  # scored 0, not stalled
 
 
-# --- efficiency: clip(1 - t / t_ref, 0, 1), applied only when both times are positive
-# ----------------------------------
+# --- efficiency: clip(1 - t / t_ref, 0, 1), applied only when both times are positive ---------------------
 @pytest.mark.parametrize(
     ("t", "t_ref", "expected"),
     [
@@ -308,8 +307,7 @@ ASSERTING = H0.reference.replace("return False", "assert False, 'no pair'")
 N0 = len(structure(ast.parse(H0.reference.strip())))
 
 # name, response, (format, syntax, compile, runtime, correct), similarity (a number, a source to compare with,
-# or
-# None: the extracted code itself), stage
+# or None: the extracted code itself), stage
 H0_CASES = [
     ("fenced", f"```python\n{H0.reference}\n```", (1, 1, 1, 1, 1), 1.0, "passed"),
     ("unfenced", f"Here you go:\n{H0.reference}", (0, 1, 1, 1, 1), H0_BODY, "passed"),  # from `def ...(` on

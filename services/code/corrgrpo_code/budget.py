@@ -104,8 +104,7 @@ class BudgetedSandbox:
             spent_s = result.cpu_s
         finally:
             budget.release(limit, spent_s)
-        # Over the lowered limit: SIGXCPU at it, or killed past it (a wall timeout is the run's, not the
-        # budget's)
+        # Over the lowered limit: SIGXCPU at it, or killed past it (a wall timeout is the run's own)
         if limit < limits.cpu_s and (result.signal == signal.SIGXCPU or result.cpu_s > limit):
             cut = f"a run cut at the {limit:g} CPU-s left of the {budget.name} budget's {budget.total_s:g}"
             raise OverBudget(cut, budget, result)

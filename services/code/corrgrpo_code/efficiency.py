@@ -33,19 +33,16 @@ from .settings import FEWEST_PAIRS, CodeSettings
 from .stdio import CaseRuns
 
 log = logging.getLogger("corrgrpo.code")
-# MAD -> sigma of a normal sample, times the median's loss to the mean
-MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)
+MAD_TO_SE = 1.4826 * math.sqrt(math.pi / 2)  # MAD -> a normal sample's sigma, times the median's loss
 # A later run of a program costs at least this share of its cheapest run so far, at most its inverse times its
-# dearest (one run's CPU time varies with CV 0.14, p90 0.22). Misjudged, it only withholds pay, never pays
-# noise.
+# dearest (one run's CPU time varies with CV 0.14, p90 0.22). Misjudged, it withholds pay, never pays noise.
 COST_FLOOR = 0.75
 SHORTEST_RUN_S = 1e-6  # a zero CPU time (a coarse clock) still gives a finite log ratio
 LOCK_TTL_S = 120.0  # a replica that died while measuring t_ref frees the lock after this
 WAIT_POLL_S = 0.05
 REFERENCE_MEMO_S = 300.0  # how long a replica keeps a successful t_ref in memory instead of asking the store
 REMEMBERED = 256  # problems whose t_ref a replica keeps in memory
-# a correct program: its problem's tests, its code, its verdict's CPU s
-Timed = tuple[ProblemTests, str, float]
+Timed = tuple[ProblemTests, str, float]  # a correct program: its problem's tests, code, verdict's CPU s
 
 
 @dataclass(frozen=True)
@@ -232,10 +229,15 @@ def calibrate(
         try:
             times = time_pairs(run, code, tests.reference.code, Calibration.of(settings), budget, verdict_s)
         except TimingRunFailed as failed:
-            why = (
-                {"t_ref_error": str(failed)} if failed.side == "reference" else {"timing_error": str(failed)}
+            ours, why = failed.side == "candidate", str(failed)
+            return Timing(
+                0.0,
+                None,
+                "paired",
+                t_ref_error=None if ours else why,
+                timing_error=why if ours else None,
+                timing_cpu_s=budget.spent_s,
             )
-            return Timing(0.0, None, "paired", **why, timing_cpu_s=budget.spent_s)
         except OverBudget as cut:
             return Timing(0.0, None, "paired", timing_budget=str(cut), timing_cpu_s=budget.spent_s)
     calibration, spent_s = Calibration.of(settings), budget.spent_s

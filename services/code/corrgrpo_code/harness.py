@@ -258,8 +258,7 @@ class HarnessResult:
     exec: ExecResult | None = None
     judge: ExecResult | None = None  # the judge run, when one was needed
     # the assembled program passed compile() in the sandbox before any of it ran (False: it did not, stage
-    # syntax);
-    # None when the run never got that far (the parent's parse decided `syntax`, or an anomaly)
+    # syntax); None when the run never got that far (the parent's parse decided `syntax`, or an anomaly)
     compiled: bool | None = None
     budget_cut: bool = False  # a verdict's budget, not the run's own limit, ended it (`stdio.run_stdin`)
 
@@ -508,9 +507,7 @@ def run_assert(
     if early:
         return HarnessResult(early[0], "assert", 0, 1, early[1], result, compiled=compiled)
     last = messages[-1]
-    if (
-        out_of_time(result, limits) or "timeout" in last
-    ):  # the whole run's limits, or the candidate's process alone
+    if out_of_time(result, limits) or "timeout" in last:  # the whole run's limits, or the candidate's alone
         detail = str(last.get("timeout") or _over_time(result, limits))
         return HarnessResult("timeout", "assert", 0, 1, detail, result, compiled=compiled)
     if result.exit_code == 0 and result.signal is None and last.get("done") is True:

@@ -42,11 +42,9 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 LINE_CAP = 1 << 28  # the longest message the judge reads from the candidate
 LONG_LINE = 1 << 14  # a message this long is decoded with the collector paused
 COMPILED = b'{"compiled": true}\n'
-INT_BITS = (
-    14_000  # a longer int (about 4,200 digits) crosses as hex: JSON writes ints in decimal, and Python's
-)
-# int/str conversion refuses over 4,300 digits (sys.get_int_max_str_digits), where hex() and int(..., 16)
-# never do
+# A longer int (about 4,200 digits) crosses as hex: JSON writes ints in decimal, and Python's int/str
+# conversion refuses over 4,300 digits (sys.get_int_max_str_digits), where hex() and int(..., 16) never do.
+INT_BITS = 14_000
 
 
 def send(message: Any, fd: int = CHANNEL) -> None:
@@ -168,15 +166,11 @@ def run_io(prelude: str, solution: str, entry: str, calls: list[str], independen
 
 
 # Assert mode's channel between judge and candidate. Tagged JSON (`encode`) has no identity, so it cannot
-# carry
-# a linked list, a tree with shared nodes, or an argument the candidate mutates in place. `pack` writes an
-# object
-# graph instead: scalars inline, every container and instance an entry of `objects`, referenced as {"@":
-# index},
-# and a value that is not data as {"!": its type's name}. Instances travel as their class's name and
-# attributes, and
-# only classes the prelude defines are accepted (rebuilt with the receiver's own class, without running
-# __init__).
+# carry a linked list, a tree with shared nodes, or an argument the candidate mutates in place. `pack` writes
+# an object graph instead: scalars inline, every container and instance an entry of `objects`, referenced as
+# {"@": index}, and a value that is not data as {"!": its type's name}. Instances travel as their class's name
+# and attributes, and only classes the prelude defines are accepted (rebuilt with the receiver's own class,
+# without running __init__).
 
 KINDS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", dict: "dict", bytes: "bytes"}
 MUTABLE = ("obj", "list", "dict", "set")  # rebuilt as empty shells first, filled once every entry exists
@@ -447,9 +441,8 @@ class Candidate:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # the common call, positional scalars only, goes as a plain JSON array, and a scalar answer to any
-        # call that
-        # changed nothing it received comes back as `value`: the graph's bookkeeping cost ~0.1 ms a call on
-        # each side
+        # call that changed nothing it received comes back as `value`: the graph's bookkeeping cost ~0.1 ms a
+        # call on each side
         sent: list[Any] = []
         if not kwargs and scalars(args):
             self.send(args)
@@ -460,9 +453,8 @@ class Candidate:
         reply = self.receive()
         if "raised" in reply:
             raise raised(reply.get("raised"), reply.get("message"))
-        if (
-            "value" in reply
-        ):  # "nothing changed" is the candidate's word here as UNCHANGED entries are in "returned"
+        if "value" in reply:
+            # "nothing changed" is the candidate's word here, as UNCHANGED entries are in "returned"
             value = reply["value"]
             if type(value) not in SCALAR_TYPES:
                 raise PackError("the candidate's value is not a scalar")
@@ -522,9 +514,8 @@ def run_assert(prelude: str, solution: str, entry: str) -> None:
             test = sys.stdin.buffer.read().decode()
             exec(compile(prelude, "<prelude>", "exec"), ns)
             candidate.classes = program_classes(ns)
-            if (
-                entry.isidentifier()
-            ):  # a prelude helper or the test calling the function by name calls the candidate
+            if entry.isidentifier():
+                # a prelude helper or the test calling the function by name calls the candidate
                 ns[entry] = candidate
             exec(compile(test, "<test>", "exec"), ns)
             check: Callable[[Any], Any] | BaseException = ns["check"]

@@ -80,8 +80,7 @@ def _reference(solutions: Any) -> str | None:
     return found[0] if isinstance(found, list) and found and isinstance(found[0], str) else None
 
 
-# What call-based rows' starter code assumes is imported (`List[int]` in a signature), as their harnesses
-# provide it
+# What call-based rows' starter code assumes is imported (`List[int]` in a signature), as their harnesses do
 CALL_PRELUDE = (
     "from typing import *\nfrom collections import *\nfrom functools import *\nfrom itertools import *\n"
     "import math\n"

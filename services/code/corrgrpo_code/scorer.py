@@ -33,11 +33,10 @@ from .settings import CodeSettings
 from .similarity import TooManyPairs
 from .stdio import CasePool, CaseRuns
 
-PREPARED = 256  # distinct problems whose unjudgeable verdict is kept
+UNJUDGEABLE_KEPT = 256  # judged problems whose reference-cut check is kept
 UNSTORED = ("anomaly", "timeout")  # verdicts of the machine's load, not of the program: never stored
 log = logging.getLogger("corrgrpo.code")
-# the harness's error text for a raised AssertionError
-_ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")
+_ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")  # the harness's text for a raised AssertionError
 Verdict = tuple[HarnessResult, str]  # a program's verdict, and where it came from: `run` or `store`
 
 
@@ -132,7 +131,7 @@ class CodeScorer:
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
         self.cases = CasePool(sandbox, workers)
         self.prepared = PreparedProblems(settings.code_case_s)
-        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(PREPARED)  # why, or None
+        self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(UNJUDGEABLE_KEPT)  # why, or None
         reference_times = ReferenceTimes(sandbox, store, self.pool, settings)
         self.efficiency = Efficiency(sandbox, settings, self.pool, reference_times)
 
@@ -149,18 +148,15 @@ class CodeScorer:
         for job in sorted(jobs, key=lambda job: -self._expected_seconds(job.problem)):
             batch.pending.put(job)
         try:
-            await asyncio.gather(
-                *(loop.run_in_executor(self.pool, self._lane, batch) for _ in jobs[: self.lanes])
-            )
+            lanes = (loop.run_in_executor(self.pool, self._lane, batch) for _ in jobs[: self.lanes])
+            await asyncio.gather(*lanes)
             timed = [job for job in jobs if job.timed is not None and job.error is None]
             programs = [(job.timed, job.code, job.cpu_s) for job in timed if job.timed is not None]
             timings = await self.efficiency.measure(programs, batch.verdicts.cancelled)
             for job, timing in zip(timed, timings, strict=True):
                 job.add(timing)
-        except (
-            asyncio.CancelledError
-        ):  # the client went away: end the batch's runs now, not at their wall limit
-            batch.verdicts.cancelled.set()
+        except asyncio.CancelledError:
+            batch.verdicts.cancelled.set()  # the client went away: end the runs now, not at their wall limit
             raise
         return [job.answer() for job in jobs]
 
@@ -179,8 +175,8 @@ class CodeScorer:
                     job.conclude(isolation, efficiency)
 
     def evaluate(self, job: Job, batch: Batch) -> None:
-        """extract → parse → run → conclude (blocking). A copy of a program another lane runs is left to
-        `_lane`."""
+        """extract → parse → run → conclude (blocking). A copy of a program that another lane runs is
+        concluded later, by `_lane`."""
         if job.problem is None:
             job.error = no_problem(job.item)
             return
