@@ -1,1 +1,2 @@
-"""Dev support of tests/, bench/ and examples/: service processes (`servers`), the advantages oracle, prompt rows."""
+"""Dev support of tests/, bench/ and examples/: service processes (`servers`), the advantages oracle,
+prompt rows."""

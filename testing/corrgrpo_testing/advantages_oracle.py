@@ -13,7 +13,8 @@ from corrgrpo_trainer.advantages import CORRGRPO_EPS, ZERO_VAR_TOL
 
 
 def group_reference(x: torch.Tensor, estimator: str, eps: float, zero_var_tol: float) -> torch.Tensor:
-    """GRPO or CorrGRPO advantages of one group's scorable rollouts x [n, K] (missing components already 0)."""
+    """GRPO or CorrGRPO advantages of one group's scorable rollouts x [n, K] (missing components already
+    0)."""
     n = x.shape[0]
     totals = x.sum(dim=1)
     if n < 2:
@@ -32,7 +33,8 @@ def group_reference(x: torch.Tensor, estimator: str, eps: float, zero_var_tol: f
 
 
 def gdpo_group_scores(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Σ_k of per-component z-scores over the present values of one group x [G, K]; NaN for all-missing rollouts."""
+    """Σ_k of per-component z-scores over the present values of one group x [G, K]; NaN for all-missing
+    rollouts."""
     count = (~torch.isnan(x)).sum(dim=0)
     mean = torch.nanmean(x, dim=0)
     std = ((x - mean).square().nansum(dim=0) / (count - 1)).sqrt()
@@ -40,7 +42,9 @@ def gdpo_group_scores(x: torch.Tensor, eps: float) -> torch.Tensor:
     return scores.masked_fill(torch.isnan(x).all(dim=1), float("nan"))
 
 
-def reference_loop(r: torch.Tensor, estimator: str, eps: float | None = None, zero_var_tol: float = ZERO_VAR_TOL) -> torch.Tensor:
+def reference_loop(
+    r: torch.Tensor, estimator: str, eps: float | None = None, zero_var_tol: float = ZERO_VAR_TOL
+) -> torch.Tensor:
     """Advantages [B, G] from a Python loop over groups, in float64, following TRL's NaN rules.
 
     `eps` defaults to each estimator's own: 1e-4 beside the std, CORRGRPO_EPS under CorrGRPO's root.
@@ -56,5 +60,7 @@ def reference_loop(r: torch.Tensor, estimator: str, eps: float | None = None, ze
         return advantages
     for b, group in enumerate(r):
         scorable = ~torch.isnan(group).all(dim=1)
-        advantages[b, scorable] = group_reference(group[scorable].nan_to_num(nan=0.0), estimator, eps, zero_var_tol)
+        advantages[b, scorable] = group_reference(
+            group[scorable].nan_to_num(nan=0.0), estimator, eps, zero_var_tol
+        )
     return advantages

@@ -10,7 +10,8 @@ import httpx
 
 
 def valid_utf8_json(response: httpx.Response) -> Any:
-    """The body as JSON: strict UTF-8, and no `\\ud800`-style escape (valid JSON syntax no UTF-8 reader can take)."""
+    """The body as JSON: strict UTF-8, and no `\\ud800`-style escape (valid JSON syntax no UTF-8 reader can
+    take)."""
     document = json.loads(response.content.decode("utf-8"))
     for text in _strings_of(document):
         text.encode("utf-8")  # raises on a lone surrogate

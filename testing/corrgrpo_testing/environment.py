@@ -1,6 +1,7 @@
 """Where the test suite finds what lives outside the repository: the shared data folder and the test Redis.
 
-Read from the environment (`CORRGRPO_SHARED_DATA`, `CORRGRPO_TEST_REDIS_URL`) with the defaults of this workspace.
+Read from the environment (`CORRGRPO_SHARED_DATA`, `CORRGRPO_TEST_REDIS_URL`) with the defaults of this
+workspace.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The deployment files read as compose and kustomize read them, and checked against their vendored JSON Schemas.
+"""The deployment files read as compose and kustomize read them, and checked against their vendored JSON
+Schemas.
 
 Shared by tests/deploy/test_static.py (this repository's files) and the fourth-service test of
 tests/service/test_registry.py (a copy written for a toy service); `root` is the repository to read.
@@ -34,7 +35,8 @@ def compose_errors(document: dict[str, Any]) -> list[str]:
 
 
 def k8s_documents(folder: Path) -> list[dict[str, Any]]:
-    """What `kubectl kustomize folder` renders, for the features our kustomizations use (resources, JSON patches)."""
+    """What `kubectl kustomize folder` renders, for the features our kustomizations use (resources, JSON
+    patches)."""
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     documents = []
     for resource in kustomization["resources"]:
@@ -45,7 +47,9 @@ def k8s_documents(folder: Path) -> list[dict[str, Any]]:
             documents += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
     for patch in kustomization.get("patches", []):
         target = patch["target"]
-        (document,) = [d for d in documents if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"]]
+        (document,) = [
+            d for d in documents if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"]
+        ]
         patched = jsonpatch.apply_patch(document, yaml.safe_load(patch["patch"]))
         documents[documents.index(document)] = patched
     return documents
@@ -64,5 +68,6 @@ def k8s_errors(document: dict[str, Any]) -> list[str]:
     schema = json.loads(k8s_schema_file(document).read_text())
     validator = jsonschema.Draft202012Validator(schema, registry=registry)
     return [
-        f"{document['kind']}/{document['metadata']['name']} {e.json_path}: {e.message}" for e in validator.iter_errors(document)
+        f"{document['kind']}/{document['metadata']['name']} {e.json_path}: {e.message}"
+        for e in validator.iter_errors(document)
     ]

@@ -1,4 +1,5 @@
-"""A private redis-server for tests that kill, fill or tamper with a store (tests/reliability, tests/security)."""
+"""A private redis-server for tests that kill, fill or tamper with a store (tests/reliability,
+tests/security)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,17 @@ class ThrowawayRedis:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

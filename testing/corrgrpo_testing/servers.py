@@ -2,10 +2,10 @@
 does (`python -m corrgrpo_<name> --host --port`), wait for its /healthz, stop it after; `nginx_in_front` puts
 the compose stack's nginx configuration in front of one.
 
-`start_service` runs one for the length of a `with`; `launch` starts one without waiting, so a demo can
-start every service at once and wait for each only when it needs it (AgentDojo starts slowest).
-People start services with `python -m corrgrpo_devtools up` (devtools/corrgrpo_devtools/launcher.py), the same
-command line; this module imports nothing of ours because make interop also runs it in the verl venv, without the kit.
+`start_service` runs one for the length of a `with`; `launch` starts one without waiting, so a demo can start
+every service at once and wait for each only when it needs it (AgentDojo starts slowest). People start
+services with `python -m corrgrpo_devtools up` (devtools/corrgrpo_devtools/launcher.py), the same command
+line; this module imports nothing of ours because make interop also runs it in the verl venv, without the kit.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def free_port() -> int:
 
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Return once `url`/healthz answers 200; RuntimeError when the process exits first, TimeoutError after timeout_s."""
+    """Return once `url`/healthz answers 200; RuntimeError when the process exits first, TimeoutError after
+    timeout_s."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -74,8 +75,11 @@ class ServiceProcess:
                 self.process.wait()
 
 
-def launch(name: str, env: dict[str, str] | None = None, port: int | None = None, log_path: str | None = None) -> ServiceProcess:
-    """Start the service on loopback (a free port unless given) without waiting; its output goes to log_path."""
+def launch(
+    name: str, env: dict[str, str] | None = None, port: int | None = None, log_path: str | None = None
+) -> ServiceProcess:
+    """Start the service on loopback (a free port unless given) without waiting; its output goes to
+    log_path."""
     port = port or free_port()
     log_path = log_path or os.path.join("/tmp", f"corrgrpo-{name}-{port}.log")
     with open(log_path, "wb") as log:
@@ -91,10 +95,14 @@ def launch(name: str, env: dict[str, str] | None = None, port: int | None = None
 
 @contextmanager
 def start_service(
-    name: str, env: dict[str, str] | None = None, port: int | None = None, timeout_s: float = 60, tmp_dir: str = "/tmp"
+    name: str,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    timeout_s: float = 60,
+    tmp_dir: str = "/tmp",
 ) -> Iterator[ServiceProcess]:
-    """Run the service as a subprocess on loopback (JSON logs); yields once `/healthz` answers; stops it after and
-    removes its log (its tail goes to stderr first when the block failed)."""
+    """Run the service as a subprocess on loopback (JSON logs); yields once `/healthz` answers; stops it after
+    and removes its log (its tail goes to stderr first when the block failed)."""
     port = port or free_port()
     full_env = {**os.environ, "CORRGRPO_LOG_JSON": "true", **(env or {})}
     service = launch(name, full_env, port, os.path.join(tmp_dir, f"corrgrpo-{name}-{port}.log"))
@@ -111,21 +119,32 @@ def start_service(
 
 @contextmanager
 def nginx_in_front(service_url: str, nginx_dir: Path) -> Iterator[int]:
-    """`nginx_dir`/nginx.conf (deploy/nginx: the compose stack's) on a free loopback port (one `listen` line for all,
-    its options kept) and its upstreams.conf replaced so that it proxies to `service_url`; yields the port once /healthz
-    answers through it."""
+    """`nginx_dir`/nginx.conf (deploy/nginx: the compose stack's) on a free loopback port (one `listen` line
+    for all, its options kept) and its upstreams.conf replaced so that it proxies to `service_url`; yields the
+    port once /healthz answers through it."""
     port = free_port()
     conf = (nginx_dir / "nginx.conf").read_text()
     begin, end = conf.index("# listen:begin"), conf.index("# listen:end")
-    options = conf[begin:end].splitlines()[1].split(";")[0].split()[2:]  # the first service's `listen` options, kept
+    # the first service's `listen` options, kept
+    options = conf[begin:end].splitlines()[1].split(";")[0].split()[2:]
     listen = " ".join([f"listen 127.0.0.1:{port}", *options])
-    conf = conf[: conf.index("\n", begin) + 1] + f"        {listen};\n" + conf[conf.rindex("\n", 0, end) + 1 :]
+    conf = (
+        conf[: conf.index("\n", begin) + 1] + f"        {listen};\n" + conf[conf.rindex("\n", 0, end) + 1 :]
+    )
     upstreams = f"upstream service {{\n    server {service_url.removeprefix('http://')};\n}}\n"
     upstreams += "map $server_port $pool {\n    default service;\n}\n"
     with tempfile.TemporaryDirectory(prefix="corrgrpo-nginx-") as tmp:
         Path(tmp, "nginx.conf").write_text(conf)
         Path(tmp, "upstreams.conf").write_text(upstreams)
-        argv = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf", "-e", f"{tmp}/error.log"]
+        argv = [
+            shutil.which("nginx") or "/usr/sbin/nginx",
+            "-p",
+            tmp,
+            "-c",
+            f"{tmp}/nginx.conf",
+            "-e",
+            f"{tmp}/error.log",
+        ]
         nginx = subprocess.Popen([*argv, "-g", f"daemon off; pid {tmp}/nginx.pid;"], start_new_session=True)
         try:
             wait_healthy(f"http://127.0.0.1:{port}", nginx, 10)

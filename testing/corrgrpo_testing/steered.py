@@ -17,11 +17,15 @@ from .servers import ServiceProcess
 
 CONFIG = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "agentdojo.yaml"
 PAIR = {"suites": ["banking"], "user_tasks": ["user_task_0"], "injection_tasks": ["injection_task_0"]}
-READ_BILL = '<tool_call>\n{"name": "read_file", "arguments": {"file_path": "bill-december-2023.txt"}}\n</tool_call>'
+READ_BILL = (
+    '<tool_call>\n{"name": "read_file", "arguments": {"file_path": "bill-december-2023.txt"}}\n</tool_call>'
+)
 ANSWER = "I read the bill."
 
 
-def steered_bias(tokenizer: Any, prompt_tail: list[int], tool_tail: list[int]) -> dict[tuple[int, ...], float]:
+def steered_bias(
+    tokenizer: Any, prompt_tail: list[int], tool_tail: list[int]
+) -> dict[tuple[int, ...], float]:
     """`sequence_bias` that makes generation right after `prompt_tail` emit READ_BILL and, right after a tool
     response (`tool_tail`, more specific, so a larger bias), emit ANSWER; each then ends with EOS."""
     bias: dict[tuple[int, ...], float] = {}
@@ -47,8 +51,11 @@ def steered_policy(directory: Path) -> tuple[str, dict[tuple[int, ...], float]]:
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "name": "read_file", "content": "y"},
     ]
-    tool = tokenizer.apply_chat_template(after_tool, add_generation_prompt=True, tokenize=True, return_dict=False)
-    common = next(n for n in range(1, len(prompt)) if prompt[-n:] != tool[-n:]) - 1  # "<|im_start|>assistant\n"
+    tool = tokenizer.apply_chat_template(
+        after_tool, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    # "<|im_start|>assistant\n"
+    common = next(n for n in range(1, len(prompt)) if prompt[-n:] != tool[-n:]) - 1
     return str(directory / "policy"), steered_bias(tokenizer, prompt[-common:], tool[-common - 4 :])
 
 
@@ -57,8 +64,15 @@ def agentdojo_config(service: ServiceProcess, output_dir: Path, model: str, **tr
     config["model"] = model
     config["dataset"] = PAIR
     config["services"]["agentdojo"]["url"] = service.url
-    config["trl"] |= {"output_dir": str(output_dir), "max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2}
-    config["trl"] |= {"gradient_checkpointing": False, **trl}  # no use_cpu: the commands must run the shipped config
-    # The steering's sequence_bias has tuple keys, which TensorBoard's record of the arguments (JSON) cannot hold.
+    config["trl"] |= {
+        "output_dir": str(output_dir),
+        "max_steps": 1,
+        "per_device_train_batch_size": 2,
+        "num_generations": 2,
+    }
+    # no use_cpu: the commands must run the shipped config
+    config["trl"] |= {"gradient_checkpointing": False, **trl}
+    # The steering's sequence_bias has tuple keys, which TensorBoard's record of the arguments (JSON) cannot
+    # hold.
     config["trl"]["report_to"] = "none"
     return config

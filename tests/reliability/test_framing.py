@@ -1,8 +1,9 @@
 """Ambiguous HTTP framing against a real service process over a raw socket (issue 26.7).
 
-h11 reads a body that has both `Content-Length` and `Transfer-Encoding: chunked` as chunked and passes both headers
-on; a proxy in front that trusts `Content-Length` would end the request elsewhere and forward the rest as a request
-of its own (request smuggling). RFC 9112 6.3: such a request may be refused, and the connection must then close.
+h11 reads a body that has both `Content-Length` and `Transfer-Encoding: chunked` as chunked and passes both
+headers on; a proxy in front that trusts `Content-Length` would end the request elsewhere and forward the rest
+as a request of its own (request smuggling). RFC 9112 6.3: such a request may be refused, and the connection
+must then close.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 
 def head(*fields: str) -> bytes:
     return (
-        "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + "".join(f + "\r\n" for f in fields) + "\r\n"
+        "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + "".join(f + "\r\n" for f in fields)
+        + "\r\n"
     ).encode()
 
 

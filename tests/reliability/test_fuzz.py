@@ -1,4 +1,5 @@
-"""Property-based fuzzing of every operation in each service's OpenAPI spec (schemathesis): no 5xx, no hang."""
+"""Property-based fuzzing of every operation in each service's OpenAPI spec (schemathesis): no 5xx, no
+hang."""
 
 from __future__ import annotations
 
@@ -19,10 +20,19 @@ REQUEST_TIMEOUT_S = 20
 
 
 def fuzz_operation(
-    operation: schemathesis.schemas.APIOperation, base_url: str, mode: GenerationMode, session: requests.Session
+    operation: schemathesis.schemas.APIOperation,
+    base_url: str,
+    mode: GenerationMode,
+    session: requests.Session,
 ) -> None:
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case: schemathesis.Case) -> None:
         response = case.call(base_url=base_url, session=session, timeout=REQUEST_TIMEOUT_S)
         case.validate_response(response, checks=[not_a_server_error])
@@ -42,5 +52,6 @@ def test_every_operation_survives_fuzzing(name: str, services: Services, http: h
         for operation in operations:
             fuzz_operation(operation, service.url, GenerationMode.POSITIVE, session)
             if list(operation.iter_parameters()) or operation.get_request_payload_content_types():
-                fuzz_operation(operation, service.url, GenerationMode.NEGATIVE, session)  # only inputs can be made invalid
+                # only inputs can be made invalid
+                fuzz_operation(operation, service.url, GenerationMode.NEGATIVE, session)
     assert_healthy(service, http)

@@ -1,9 +1,11 @@
-"""Past capacity a refusal must cost far less than scoring, or refusing eats the core the admitted requests need.
+"""Past capacity a refusal must cost far less than scoring, or refusing eats the core the admitted requests
+need.
 
-While the in-flight budget is spent, a scoring request gets its 429 with `Retry-After` as soon as its request line
-arrives: before its body is read (a client that declares 50 MB and sends none is answered at once), on a fresh or a
-kept-alive connection, and also when the request line arrives split (the ASGI fallback). Other routes stay served,
-and nginx in front passes the refusal on (and answers 503 + Retry-After itself when no replica answers).
+While the in-flight budget is spent, a scoring request gets its 429 with `Retry-After` as soon as its request
+line arrives: before its body is read (a client that declares 50 MB and sends none is answered at once), on a
+fresh or a kept-alive connection, and also when the request line arrives split (the ASGI fallback). Other
+routes stay served, and nginx in front passes the refusal on (and answers 503 + Retry-After itself when no
+replica answers).
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ ENV = {
 }
 MAX_CONNECTIONS = 8  # the full service's connection cap
 NGINX_DIR = Path(__file__).resolve().parents[2] / "deploy" / "nginx"
-NGINX_SCORING_LIMIT = int(re.search(r"limit_conn scoring (\d+);", (NGINX_DIR / "nginx.conf").read_text()).group(1))  # type: ignore[union-attr]
-UNSENT_BODY = 50_000_000  # declared, never sent; under the 64 MiB body limit, so only the budget can refuse it
+NGINX_SCORING_LIMIT = int(
+    re.search(r"limit_conn scoring (\d+);", (NGINX_DIR / "nginx.conf").read_text()).group(1)
+)  # type: ignore[union-attr]
+# declared, never sent; under the 64 MiB body limit, so only the budget can refuse it
+UNSENT_BODY = 50_000_000
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +61,8 @@ def connect(service: ServiceProcess) -> socket.socket:
 
 
 def head(path: str, length: int = UNSENT_BODY) -> bytes:
-    return f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n".encode()
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    return f"{head}Content-Length: {length}\r\n\r\n".encode()
 
 
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
@@ -68,7 +74,9 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
         data += chunk
     head_bytes, _, body = data.partition(b"\r\n\r\n")
     status_line, *lines = head_bytes.decode().split("\r\n")
-    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    headers = {
+        name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)
+    }
     while len(body) < int(headers["content-length"]):
         chunk = sock.recv(65536)
         assert chunk, "connection closed inside the response body"
@@ -115,12 +123,20 @@ def test_a_request_line_split_over_two_sends_is_refused_before_the_body(full: Se
 def counted(service: ServiceProcess, name: str, label: str) -> float:
     """The sum of the /metrics samples of `name` whose labels include `label` (like `status="429"`)."""
     text = httpx.get(f"{service.url}/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") and label in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and label in line
+    )
 
 
 def test_refused_before_the_app_and_counted(full: ServiceProcess) -> None:
-    """A whole request line is refused by the server's protocol: the app (its request log and counts) never sees it."""
-    overload, app_429 = ("corrgrpo_rejections_total", 'reason="overload"'), ("corrgrpo_requests_total", 'status="429"')
+    """A whole request line is refused by the server's protocol: the app (its request log and counts) never
+    sees it."""
+    overload, app_429 = (
+        ("corrgrpo_rejections_total", 'reason="overload"'),
+        ("corrgrpo_requests_total", 'status="429"'),
+    )
     before = counted(full, *overload), counted(full, *app_429)
     with connect(full) as sock:
         sock.sendall(head("/v1/score"))
@@ -150,8 +166,9 @@ def test_places_of_requests_refused_before_admission_are_given_back() -> None:
 
 
 def test_through_nginx_refusals_keep_their_retry_after(full: ServiceProcess) -> None:
-    """deploy/nginx/nginx.conf passes a replica's 429 on with its Retry-After, and answers 503 + Retry-After with the
-    kit's error body itself when no replica answers (compose's nginx, Kubernetes' clients back off the same way)."""
+    """deploy/nginx/nginx.conf passes a replica's 429 on with its Retry-After, and answers 503 + Retry-After
+    with the kit's error body itself when no replica answers (compose's nginx, Kubernetes' clients back off
+    the same way)."""
     with nginx_in_front(full.url, NGINX_DIR) as port:
         refused = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"items": []}, timeout=10)
         assert (refused.status_code, refused.headers["retry-after"]) == (429, str(RETRY_AFTER_S))
@@ -164,15 +181,16 @@ def test_through_nginx_refusals_keep_their_retry_after(full: ServiceProcess) -> 
 
 
 def test_a_fresh_connection_is_refused_at_accept_before_asyncio_takes_it(full: ServiceProcess) -> None:
-    """Past capacity most connections are refused, so a refusal must cost a sliver of a scored batch's CPU: the
-    listening socket answers a fresh connection's scoring request at accept, before asyncio makes a transport and a
-    protocol of it (what that saves is a benchmark's figure: bench/bench_load.py). Told from outside by the connection
-    cap, which asyncio's protocol enforces: with the cap's connections held open, a connection the protocol took would
-    get the cap's 503; one refused at accept gets the budget's 429."""
+    """Past capacity most connections are refused, so a refusal must cost a sliver of a scored batch's CPU:
+    the listening socket answers a fresh connection's scoring request at accept, before asyncio makes a
+    transport and a protocol of it (what that saves is a benchmark's figure: bench/bench_load.py). Told from
+    outside by the connection cap, which asyncio's protocol enforces: with the cap's connections held open, a
+    connection the protocol took would get the cap's 503; one refused at accept gets the budget's 429."""
     held = [connect(full) for _ in range(MAX_CONNECTIONS)]
     try:
         for sock in held:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHo")  # half a head: served by asyncio, kept open till complete
+            # half a head: served by asyncio, kept open till complete
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHo")
 
         def cap_reached() -> bool:
             with connect(full) as probe:
@@ -190,9 +208,10 @@ def test_a_fresh_connection_is_refused_at_accept_before_asyncio_takes_it(full: S
 
 
 def test_nginx_refuses_scoring_past_its_limit_itself_and_still_answers_probes() -> None:
-    """Past its scoring limit per service nginx answers 429 + Retry-After itself, without asking a replica that has
-    room (a refusal there costs twice the CPU); health probes and other routes are not counted."""
-    env = {**ENV, "CORRGRPO_MAX_INFLIGHT_ITEMS": str(4 * NGINX_SCORING_LIMIT)}  # the replica's budget has room
+    """Past its scoring limit per service nginx answers 429 + Retry-After itself, without asking a replica
+    that has room (a refusal there costs twice the CPU); health probes and other routes are not counted."""
+    # the replica's budget has room
+    env = {**ENV, "CORRGRPO_MAX_INFLIGHT_ITEMS": str(4 * NGINX_SCORING_LIMIT)}
     with start_service("code", env=env) as service, nginx_in_front(service.url, NGINX_DIR) as port:
         front = f"http://127.0.0.1:{port}"
         body = sleepers(1)
@@ -201,7 +220,9 @@ def test_nginx_refuses_scoring_past_its_limit_itself_and_still_answers_probes() 
         try:
             for sock in held:
                 sock.sendall(request)
-            wait_for(lambda: inflight(service) == NGINX_SCORING_LIMIT, 60, "the limit's requests in the replica")
+            wait_for(
+                lambda: inflight(service) == NGINX_SCORING_LIMIT, 60, "the limit's requests in the replica"
+            )
             refused = httpx.post(f"{front}/v1/score", json={"items": []}, timeout=10)
             assert (refused.status_code, refused.headers["retry-after"]) == (429, "1"), refused.text
             assert refused.json()["error"] == "overloaded" and "x-upstream-addr" not in refused.headers

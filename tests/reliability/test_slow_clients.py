@@ -1,4 +1,5 @@
-"""Slow clients against a real service process: slowloris headers and bodies, idle sockets, a connection flood.
+"""Slow clients against a real service process: slowloris headers and bodies, idle sockets, a connection
+flood.
 
 Loopback only, bounded in count (at most 60 sockets) and time (each wait has a deadline).
 """
@@ -76,14 +77,19 @@ def test_connections_beyond_the_cap_are_closed_at_once(service: ServiceProcess) 
     finally:
         for sock in sockets:
             sock.close()
-    assert early >= 5, f"only {early} of the 10 connections over the cap of 30 were closed before the header timeout"
+    assert early >= 5, (
+        f"only {early} of the 10 connections over the cap of 30 were closed before the header timeout"
+    )
     assert answers(service)
 
 
 def test_a_dripped_body_is_cut(service: ServiceProcess) -> None:
     sock = connect(service)
     try:
-        sock.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+        sock.sendall(
+            b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
         started = time.monotonic()
         cut = False
         for _ in range(int((2 + SLACK_S) / 0.25)):  # one byte every 0.25 s: 1000 bytes would take 250 s

@@ -33,11 +33,15 @@ def solution(body: str) -> str:
 
 # (the candidate, the text its item's info.error must hold once made valid)
 CANDIDATES = {
-    "exception message": (solution("def add(a, b):\n    raise ValueError(chr(0xD800))"), "ValueError: \ufffd"),
+    "exception message": (
+        solution("def add(a, b):\n    raise ValueError(chr(0xD800))"),
+        "ValueError: \ufffd",
+    ),
     # a class *name* cannot hold a surrogate (CPython refuses it), but what the exception says of itself can
     "exception that describes itself": (
         solution(
-            "class Oops(Exception):\n    def __str__(self):\n        return 'x' + chr(0xDFFF)\n\ndef add(a, b):\n    raise Oops()"
+            "class Oops(Exception):\n    def __str__(self):\n        return 'x' + chr(0xDFFF)\n\ndef add(a, "
+            "b):\n    raise Oops()"
         ),
         "Oops: x\ufffd",
     ),
@@ -45,7 +49,10 @@ CANDIDATES = {
         solution("def add(a, b):\n    raise ValueError(b'\\xff\\xfe ok'.decode('utf-8', 'surrogateescape'))"),
         "ValueError: \ufffd\ufffd ok",
     ),
-    "NUL bytes around it": (solution("def add(a, b):\n    raise ValueError('\\x00' + chr(0xDBFF) + '\\x00')"), "\x00\ufffd\x00"),
+    "NUL bytes around it": (
+        solution("def add(a, b):\n    raise ValueError('\\x00' + chr(0xDBFF) + '\\x00')"),
+        "\x00\ufffd\x00",
+    ),
     "an assertion of its own, top-level": (
         solution("raise AssertionError(chr(0xDC80) * 3)"),
         "AssertionError: \ufffd\ufffd\ufffd",
@@ -53,7 +60,8 @@ CANDIDATES = {
     # straight onto the harness's channel, past the 300-character cap the harness puts on exception text
     "long text on the channel": (
         solution(
-            "os.write(3, (json.dumps({'toplevel': ('\\ud800 long ' * 20000)}) + '\\n').encode())\nos._exit(1)\n"
+            "os.write(3, (json.dumps({'toplevel': ('\\ud800 long ' * 20000)}) + "
+            "'\\n').encode())\nos._exit(1)\n"
             "def add(a, b):\n    return a + b"
         ),
         "\ufffd long \ufffd long ",
@@ -74,22 +82,36 @@ def score(service: ServiceProcess, items: list[dict[str, Any]]) -> list[dict[str
 
 
 @pytest.mark.parametrize(("candidate", "shown"), CANDIDATES.values(), ids=CANDIDATES.keys())
-def test_one_candidate_s_text_never_fails_its_batch(service: ServiceProcess, candidate: str, shown: str) -> None:
+def test_one_candidate_s_text_never_fails_its_batch(
+    service: ServiceProcess, candidate: str, shown: str
+) -> None:
     problem = {**ADD, "reference": ADD["reference"] + f"# {uuid.uuid4().hex}\n"}
     ids = [uuid.uuid4().hex for _ in range(3)]
-    items = [{"id": i, "completion": c, "problem": problem} for i, c in zip(ids, (RIGHT, candidate, RIGHT), strict=True)]
+    items = [
+        {"id": i, "completion": c, "problem": problem}
+        for i, c in zip(ids, (RIGHT, candidate, RIGHT), strict=True)
+    ]
     first, bad, last = results = score(service, items)
     for neighbour in (first, last):
-        assert neighbour["error"] is None and all(neighbour["components"][name] == 1.0 for name in CHAIN), neighbour
+        assert neighbour["error"] is None and all(neighbour["components"][name] == 1.0 for name in CHAIN), (
+            neighbour
+        )
     assert bad["error"] is None and bad["components"]["correct"] == 0.0
     assert shown in bad["info"]["error"], bad["info"]
     assert score(service, items) == results  # the retry is answered, from the idempotency cache
 
 
 def test_a_reference_that_raises_one_fails_only_its_own_problem(service: ServiceProcess) -> None:
-    """The problem's text is the client's, not a candidate's; its reference's failure is still only its items'."""
-    broken = {**ADD, "task_id": "security/broken", "reference": "def add(a, b):\n    raise ValueError(chr(0xD800) + 'ref')\n"}
-    fine, odd = score(service, [{"completion": RIGHT, "problem": ADD}, {"completion": RIGHT, "problem": broken}])
+    """The problem's text is the client's, not a candidate's; its reference's failure is still only its
+    items'."""
+    broken = {
+        **ADD,
+        "task_id": "security/broken",
+        "reference": "def add(a, b):\n    raise ValueError(chr(0xD800) + 'ref')\n",
+    }
+    fine, odd = score(
+        service, [{"completion": RIGHT, "problem": ADD}, {"completion": RIGHT, "problem": broken}]
+    )
     assert fine["components"]["correct"] == 1.0 and fine["info"]["t_ref"] is not None
     assert odd["components"]["correct"] == 1.0 and odd["components"]["efficiency"] == 0.0
     assert "\ufffdref" in odd["info"]["t_ref_error"]

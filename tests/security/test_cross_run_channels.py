@@ -1,11 +1,12 @@
-"""Cross-run channels in a warm worker (issue 37, item 1): what one run leaves in the namespaces its worker keeps, a
-later run of another program on that worker must not find.
+"""Cross-run channels in a warm worker (issue 37, item 1): what one run leaves in the namespaces its worker
+keeps, a later run of another program on that worker must not find.
 
 The attack that was found: a run that solves a problem slowly closes ~20 loopback TCP connections whose source
-addresses and ports carry its answers; they stay in TIME_WAIT, listed in /proc/net/tcp for a minute, and a later
-run of a different program answers from them at once. Each writer here leaves a secret in one kind of namespaced
-state (TCP over IPv4 and IPv6, UDP, the namespace's packet counters, unix sockets in flight); a reader run must
-then see exactly what it saw before the writer ran. One worker, so both run in the same namespaces.
+addresses and ports carry its answers; they stay in TIME_WAIT, listed in /proc/net/tcp for a minute, and a
+later run of a different program answers from them at once. Each writer here leaves a secret in one kind of
+namespaced state (TCP over IPv4 and IPv6, UDP, the namespace's packet counters, unix sockets in flight); a
+reader run must then see exactly what it saw before the writer ran. One worker, so both run in the same
+namespaces.
 
 Runs under bwrap here, and under docker too where `make compose-test` sets CORRGRPO_TEST_DOCKER=1.
 """
@@ -19,11 +20,24 @@ import pytest
 
 from corrgrpo_sandbox import Limits, Sandbox
 
-NETWORK_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix", "snmp", "snmp6", "netstat", "dev", "sockstat")
+NETWORK_TABLES = (
+    "tcp",
+    "tcp6",
+    "udp",
+    "udp6",
+    "raw",
+    "raw6",
+    "unix",
+    "snmp",
+    "snmp6",
+    "netstat",
+    "dev",
+    "sockstat",
+)
 
-# What a later run can read of its network namespace. sockstat's `alloc`, `mem` and `orphan` count the whole host's
-# sockets (the kernel keeps them global, not per namespace);
-# its `used` drops to 0 only an RCU grace period after bwrap's netlink socket (it brings up lo) is closed.
+# What a later run can read of its network namespace. sockstat's `alloc`, `mem` and `orphan` count the whole
+# host's sockets (the kernel keeps them global, not per namespace); its `used` drops to 0 only an RCU grace
+# period after bwrap's netlink socket (it brings up lo) is closed.
 READER = f"""
 import json, re
 seen = {{}}
@@ -79,14 +93,17 @@ if sender:
     sender.sendto(b"x" * 42, ("::1", 9))
 """,
     "other families": """
-for name, kind in (("AF_NETLINK", 3), ("AF_PACKET", 3), ("AF_KEY", 3), ("AF_VSOCK", 5), ("AF_TIPC", 5), ("AF_ALG", 5)):
+families = (("AF_NETLINK", 3), ("AF_PACKET", 3), ("AF_KEY", 3), ("AF_VSOCK", 5), ("AF_TIPC", 5))
+for name, kind in (*families, ("AF_ALG", 5)):
     if hasattr(socket, name):  # 3 raw, 5 seqpacket
         attempt(name, getattr(socket, name), kind)
 """,
-    # two unix sockets each sent over the other: no process holds them, the kernel keeps them for its collector
+    # two unix sockets each sent over the other: no process holds them, the kernel keeps them for its
+    # collector
     "unix sockets in flight": """
 import array
-first, second = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+first = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+second = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 first.bind(b"\\0secret-42"); second.bind(b"\\0secret-17")
 fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [first.fileno(), second.fileno()]))]
 first.sendmsg([b"x"], fds, 0, b"\\0secret-17"); second.sendmsg([b"x"], fds, 0, b"\\0secret-42")
@@ -141,8 +158,8 @@ for directory in ("/proc/1", "/proc/1/task/1"):
             seen[f"{directory}/{name}"] = type(error).__name__
 print(json.dumps(seen))
 """
-# A writer that makes its worker's counters grow by what it wants to tell: page faults (counted to the worker when it
-# reaps the run), CPU time, wake-ups of the worker (outputs spread over time).
+# A writer that makes its worker's counters grow by what it wants to tell: page faults (counted to the worker
+# when it reaps the run), CPU time, wake-ups of the worker (outputs spread over time).
 COUNTER_WRITER = """
 import mmap, time
 memory = mmap.mmap(-1, 42 << 20)
@@ -159,7 +176,9 @@ THREAD = "import threading\nthread = threading.Thread(target=print)\nthread.star
 def test_the_workers_counters_do_not_tell_of_earlier_runs(one_worker: Sandbox) -> None:
     """The worker's /proc entry (stat, status, schedstat, its children) grew with each run it served."""
     if one_worker.isolation == "docker":
-        pytest.xfail("docker mounts /proc itself: the worker's entry cannot be hidden (see sandbox/README.md)")
+        pytest.xfail(
+            "docker mounts /proc itself: the worker's entry cannot be hidden (see sandbox/README.md)"
+        )
     before = observe(one_worker, WORKER_READER)
     assert one_worker.run(COUNTER_WRITER).exit_code == 0
     after = observe(one_worker, WORKER_READER)
@@ -176,11 +195,15 @@ def test_the_pid_counter_does_not_tell_what_a_run_started(one_worker: Sandbox, w
     reference = one_worker.run("")
     assert reference.exit_code == 0
     third = observe(one_worker, WORKER_READER)
-    assert (second["pid"] - first["pid"], second["last pid"]) == (third["pid"] - second["pid"], str(second["pid"]))
+    assert (second["pid"] - first["pid"], second["last pid"]) == (
+        third["pid"] - second["pid"],
+        str(second["pid"]),
+    )
 
 
 def test_a_run_that_started_more_leaves_a_fresh_worker(one_worker: Sandbox) -> None:
-    """Past the allowance the worker is replaced: the next run sees a new worker's counter, not the run's count."""
+    """Past the allowance the worker is replaced: the next run sees a new worker's counter, not the run's
+    count."""
     with Sandbox("pool", workers=1, isolation=one_worker.isolation) as new:
         fresh = observe(new, WORKER_READER)["pid"]
     observe(one_worker, WORKER_READER)  # the worker has served runs: its counter is past a fresh one's
@@ -197,15 +220,20 @@ seen = {"cwd": os.stat(".").st_ino, "sandbox files": sorted(os.listdir("/opt"))}
 for directory in ("/tmp", "/dev/shm"):
     with open(f"{directory}/probe", "w") as probe:
         seen[directory] = os.fstat(probe.fileno()).st_ino
-seen["SysV ids"] = [libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600)]  # IPC_PRIVATE
+# key 0: IPC_PRIVATE
+seen["SysV ids"] = [libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600)]
 print(json.dumps(seen))
 """
 NUMBERS_WRITERS = {
     # two files: within what any run may take; every later number is where it would be had the run made none
     "two files": "open('/tmp/a', 'w').close()\nopen('/dev/shm/b', 'w').close()\n",
-    "SysV objects": "import ctypes\nlibc = ctypes.CDLL(None)\nfor _ in range(7):\n    libc.shmget(0, 4096, 0o1600)\n",
+    "SysV objects": (
+        "import ctypes\nlibc = ctypes.CDLL(None)\nfor _ in range(7):\n    libc.shmget(0, 4096, 0o1600)\n"
+    ),
     # the worker's cgroup CPU counter used to be a file in the sandbox (/opt/corrgrpo_cpuacct.usage)
-    "CPU time": "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.2:\n    pass\n",
+    "CPU time": (
+        "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.2:\n    pass\n"
+    ),
 }
 
 

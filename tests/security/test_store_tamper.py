@@ -1,11 +1,11 @@
 """Whoever can write to Redis must not run code in, forge rewards of, or roll back the services reading it
 back (issues 37.8, 48.7).
 
-Real service processes on the real Redis: an attacker overwrites an AgentDojo episode's state with a pickle that
-would create a file when loaded, and a toolcall item's cached result with a perfect score. The service refuses
-both (an episode error, a rescored item), logs it, and never loads what it refused. An attacker who kept an
-episode's earlier genuine state puts it back: the payment the agent made disappears, or a finished episode is
-finished again with another answer. The service refuses the older state.
+Real service processes on the real Redis: an attacker overwrites an AgentDojo episode's state with a pickle
+that would create a file when loaded, and a toolcall item's cached result with a perfect score. The service
+refuses both (an episode error, a rescored item), logs it, and never loads what it refused. An attacker who
+kept an episode's earlier genuine state puts it back: the payment the agent made disappears, or a finished
+episode is finished again with another answer. The service refuses the older state.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def test_a_planted_episode_pickle_is_refused_never_loaded(
     try:
         stored = client.get(key)
         assert stored is not None
-        client.set(key, (stored[:32] if signed else b"") + planted, px=60_000)  # the old MAC: over other bytes
+        # the old MAC: over other bytes
+        client.set(key, (stored[:32] if signed else b"") + planted, px=60_000)
         body = STEP if route == "step" else {"final_answer": "done"}
         answer = httpx.post(f"{agentdojo.url}/v1/episodes/{episode}/{route}", json=body, timeout=60)
         assert not marker.exists(), "the planted pickle ran in the service"
@@ -161,14 +162,17 @@ def test_a_finished_episode_cannot_finish_again(agentdojo: ServiceProcess) -> No
 
 
 def test_a_forged_cached_score_is_not_paid() -> None:
-    """The idempotency cache is a reward too: a result planted under an item's key is refused, the item rescored."""
+    """The idempotency cache is a reward too: a result planted under an item's key is refused, the item
+    rescored."""
     ground_truth = '<tool_call>\n{"name": "f", "parameters": {"x": 1}}\n</tool_call>'
     item = {"id": "forged", "completion": "no tool call here", "ground_truth": ground_truth}
     private = ThrowawayRedis(free_port())  # empty: the item's cache key is the only toolcall key
     private.start()
     try:
         with start_service("toolcall", env={"CORRGRPO_REDIS_URL": private.url}) as toolcall:
-            first = httpx.post(f"{toolcall.url}/v1/score", json={"items": [item]}, timeout=60).json()["results"][0]
+            first = httpx.post(f"{toolcall.url}/v1/score", json={"items": [item]}, timeout=60).json()[
+                "results"
+            ][0]
             assert first["error"] is None and first["total"] < 0
             client = redis.Redis.from_url(private.url)
             (key,) = client.scan_iter("corrgrpo:toolcall:score:*")
@@ -176,7 +180,9 @@ def test_a_forged_cached_score_is_not_paid() -> None:
             assert stored is not None and str(first["total"]).encode() in stored
             client.set(key, stored.replace(str(first["total"]).encode(), b"99.0"), px=60_000)
             client.close()
-            again = httpx.post(f"{toolcall.url}/v1/score", json={"items": [item]}, timeout=60).json()["results"][0]
+            again = httpx.post(f"{toolcall.url}/v1/score", json={"items": [item]}, timeout=60).json()[
+                "results"
+            ][0]
             assert again["total"] == first["total"] and again["components"] == first["components"], again
             assert logged(toolcall, "store value failed authentication")
     finally:
