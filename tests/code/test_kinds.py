@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from corrgrpo_code import cache
-from corrgrpo_code.cache import key as run_key
+from corrgrpo_code.cache import store_key
 from corrgrpo_code.harness import HarnessResult, encode
 from corrgrpo_code.problem_tests import ProblemError, ReturnMatches, call_tests, mbpp_check
 from corrgrpo_code.split import split_check
@@ -147,17 +147,17 @@ def test_mbpp_names_its_function_or_fails_clearly() -> None:
 def test_run_keys_cover_program_problem_limits_isolation_and_the_code(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    key = run_key("print(1)", "p", Limits(), "bwrap")
-    assert key == run_key("print(1)", "p", Limits(), "bwrap")
+    key = store_key("print(1)", "p", Limits(), "bwrap")
+    assert key == store_key("print(1)", "p", Limits(), "bwrap")
     others = [
-        run_key("print(2)", "p", Limits(), "bwrap"),
-        run_key("print(1)", "q", Limits(), "bwrap"),
-        run_key("print(1)", "p", Limits(cpu_s=1), "bwrap"),
-        run_key("print(1)", "p", Limits(), "unsafe-none"),
+        store_key("print(2)", "p", Limits(), "bwrap"),
+        store_key("print(1)", "q", Limits(), "bwrap"),
+        store_key("print(1)", "p", Limits(cpu_s=1), "bwrap"),
+        store_key("print(1)", "p", Limits(), "unsafe-none"),
     ]
     assert key not in others and len(set(others)) == 4
     monkeypatch.setattr(cache, "MEANING", "another harness")
-    assert run_key("print(1)", "p", Limits(), "bwrap") != key
+    assert store_key("print(1)", "p", Limits(), "bwrap") != key
 
 
 def test_a_stored_verdict_reads_back_as_scoring_uses_it() -> None:

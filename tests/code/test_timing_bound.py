@@ -19,16 +19,17 @@ from typing import Any
 import pytest
 
 from corrgrpo_code.budget import BudgetedSandbox, OverBudget, TimingBudget
-from corrgrpo_code.cache import key as run_key
+from corrgrpo_code.cache import store_key
 from corrgrpo_code.efficiency import Calibration, PairedTimes
 from corrgrpo_code.extract import extract
 from corrgrpo_code.harness import CHILD_FILE, HarnessResult, main_program
 from corrgrpo_code.problem_tests import ProblemTests
 from corrgrpo_code.scorer import CodeScorer
 from corrgrpo_code.settings import CodeSettings
+from corrgrpo_code.stdio import CaseRuns, run_stdin
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto import ItemError
-from corrgrpo_proto.code import AnyProblem, CodeItem, CodeProblem, StdinProblem
+from corrgrpo_proto.code import AnyProblem, CodeItem, CodeProblem, StdinCase, StdinProblem
 from corrgrpo_sandbox import ExecResult, Limits, Sandbox
 
 BUDGET_S = 4.0
@@ -164,7 +165,7 @@ def test_a_run_the_budget_cuts_pays_nothing(
     store, settings = MemoryStore(), CodeSettings()
     prepared = ProblemTests.of(problem)
     limits = replace(settings.limits(), wall_s=60.0)  # what `scored` configures
-    key = run_key(
+    key = store_key(
         extract(f"```python\n{candidate}```", prepared.marker).code,
         prepared.judged_key,
         limits,
@@ -288,3 +289,15 @@ def test_pairs_stop_from_the_first_when_no_outcome_could_pay() -> None:
     assert not PairedTimes([1.0] * 13, [0.99] * 13).could_pay(calibration, budget)
     # 12 more could be the lower half
     assert PairedTimes([1.0] * 12, [0.99] * 12).could_pay(calibration, budget)
+
+
+def test_a_verdict_says_whether_its_budget_cut_it(sandbox: CountingSandbox) -> None:
+    """`budget_cut` is the budget's cut alone: not a case over its own limit, nor text a candidate writes."""
+    cases, limits = [StdinCase(input="", output="")] * 3, Limits(output_bytes=1 << 20)
+    budgeted = run_stdin(sandbox, burn(1.5), cases, limits, case_s=6, runs=CaseRuns(budget_s=2.0))
+    assert budgeted.stage == "timeout" and budgeted.budget_cut, budgeted
+    over_case = run_stdin(sandbox, burn(1.5), cases[:1], limits, case_s=1)
+    assert over_case.stage == "timeout" and not over_case.budget_cut, over_case
+    said = 'import sys\nprint("the verdict budget\'s 2 CPU-s", file=sys.stderr)\nsys.exit(1)\n'
+    written = run_stdin(sandbox, said, cases[:1], limits, case_s=1)
+    assert written.stage == "test_error" and not written.budget_cut, written

@@ -41,7 +41,7 @@ def _sources_hash() -> str:
 MEANING = _sources_hash()
 
 
-def key(*parts: object) -> str:
+def store_key(*parts: object) -> str:
     """A store key for `parts` (JSON-encodable, or by `repr`), under `MEANING`."""
     payload = json.dumps([MEANING, *parts], default=repr)
     return hashlib.sha256(payload.encode()).hexdigest()[:40]

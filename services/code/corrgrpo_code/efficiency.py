@@ -26,7 +26,7 @@ from corrgrpo_common import Store, StoreUnavailable
 from corrgrpo_sandbox import Sandbox
 
 from .budget import BudgetedSandbox, OverBudget, TimingBudget
-from .cache import BoundedMemo, key
+from .cache import BoundedMemo, store_key
 from .harness import HarnessResult
 from .problem_tests import ProblemTests
 from .settings import FEWEST_PAIRS, CodeSettings
@@ -316,7 +316,7 @@ class ReferenceTimes:
         """From the store, else measured once. Every key has a TTL; a failure a short one, so it is
         re-measured."""
         settings, loop = self.settings, asyncio.get_running_loop()
-        name = f"{settings.code_cache_prefix}tref:{key(tests.key, self.sandbox.isolation)}"
+        name = f"{settings.code_cache_prefix}tref:{store_key(tests.key, self.sandbox.isolation)}"
         try:
             deadline = loop.time() + LOCK_TTL_S
             while loop.time() < deadline:
@@ -374,7 +374,7 @@ class ReferenceTimes:
 
 
 @dataclass
-class Efficiency:
+class Timings:
     """The timings of a batch's correct programs: `paper`, one t_ref per distinct problem; `calibrated`, one
     paired timing per distinct program of a problem (copies in a batch share it, as they share a verdict)."""
 

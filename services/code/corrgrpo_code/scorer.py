@@ -23,9 +23,9 @@ from corrgrpo_proto import ItemError
 from corrgrpo_proto.code import AnyProblem, CodeItem
 from corrgrpo_sandbox import RunCancelled, Sandbox
 
-from .cache import BoundedMemo, Claim, SharedVerdicts, key
+from .cache import BoundedMemo, Claim, SharedVerdicts, store_key
 from .declaration import Components
-from .efficiency import Efficiency, ReferenceTimes, Timing
+from .efficiency import ReferenceTimes, Timing, Timings
 from .extract import Extracted, extract, parse_solution
 from .harness import HarnessResult
 from .problem_tests import PreparedProblems, ProblemError, ProblemTests, SandboxFault
@@ -37,7 +37,7 @@ UNJUDGEABLE_KEPT = 256  # judged problems whose reference-cut check is kept
 UNSTORED = ("anomaly", "timeout")  # verdicts of the machine's load, not of the program: never stored
 log = logging.getLogger("corrgrpo.code")
 _ASSERTION = re.compile(r"(?:test \d+: )?AssertionError\b")  # the harness's text for a raised AssertionError
-Verdict = tuple[HarnessResult, str]  # a program's verdict, and where it came from: `run` or `store`
+VerdictFrom = tuple[HarnessResult, str]  # a program's verdict, and where it came from: `run` or `store`
 
 
 @dataclass
@@ -49,7 +49,7 @@ class Job:
     tests: ProblemTests | None = None
     extracted: Extracted | None = None
     tree: ast.Module | None = None  # None: the code does not parse
-    claim: Claim[Verdict] | None = None  # the verdict it shares with the batch's copies of its program
+    claim: Claim[VerdictFrom] | None = None  # the verdict it shares with the batch's copies of its program
     components: Components | None = None
     info: dict[str, Any] = field(default_factory=dict)
     error: ItemError | None = None
@@ -110,7 +110,7 @@ class Batch:
     """What the lanes of one batch share: the jobs still to take, and the verdicts (with the cancel event)."""
 
     pending: queue.SimpleQueue[Job]
-    verdicts: SharedVerdicts[Verdict]
+    verdicts: SharedVerdicts[VerdictFrom]
 
     def next(self) -> Job | None:
         try:
@@ -133,7 +133,7 @@ class CodeScorer:
         self.prepared = PreparedProblems(settings.code_case_s)
         self.unjudgeable: BoundedMemo[str, str | None] = BoundedMemo(UNJUDGEABLE_KEPT)  # why, or None
         reference_times = ReferenceTimes(sandbox, store, self.pool, settings)
-        self.efficiency = Efficiency(sandbox, settings, self.pool, reference_times)
+        self.timings = Timings(sandbox, settings, self.pool, reference_times)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -152,7 +152,7 @@ class CodeScorer:
             await asyncio.gather(*lanes)
             timed = [job for job in jobs if job.timed is not None and job.error is None]
             programs = [(job.timed, job.code, job.cpu_s) for job in timed if job.timed is not None]
-            timings = await self.efficiency.measure(programs, batch.verdicts.cancelled)
+            timings = await self.timings.measure(programs, batch.verdicts.cancelled)
             for job, timing in zip(timed, timings, strict=True):
                 job.add(timing)
         except asyncio.CancelledError:
@@ -187,7 +187,7 @@ class CodeScorer:
             return
         parsed = parse_solution(extracted.code)  # the syntax check and the similarity share one parse
         job.tree = None if isinstance(parsed, str) else parsed
-        program = key(extracted.code, tests.judged_key, self.limits, self.sandbox.isolation)
+        program = store_key(extracted.code, tests.judged_key, self.limits, self.sandbox.isolation)
         job.claim = batch.verdicts.claim(program)
         if job.claim.owned:
             self._run(job, batch)
@@ -232,7 +232,7 @@ class CodeScorer:
     def _expected_seconds(self, problem: AnyProblem | None) -> float:
         """The reference's time when this replica knows it, else infinity (dict reads: fine on the loop)."""
         tests = self.prepared.peek(problem) if problem is not None else None
-        known = self.efficiency.reference_times.known(tests) if tests is not None else None
+        known = self.timings.reference_times.known(tests) if tests is not None else None
         return known.t_ref if known is not None and known.t_ref is not None else math.inf
 
 
