@@ -25,7 +25,7 @@ NO_PROGRAM = 111  # the child's exit status when its program never arrived
 
 
 def cpu_cap_s(cpu_s: float) -> int:
-    """The most CPU a run with limit `cpu_s` may spend: RLIMIT_CPU's hard limit, for its whole process tree."""
+    """The most CPU a run with limit `cpu_s` may spend, its whole process tree: RLIMIT_CPU's hard limit."""
     return max(1, math.ceil(cpu_s)) + 1
 
 
