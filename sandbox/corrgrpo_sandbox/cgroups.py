@@ -1,4 +1,5 @@
-"""Cgroup v1 directories of each worker: an exact CPU counter over every process a run starts, and a pids limit."""
+"""Cgroup v1 directories of each worker: an exact CPU counter over every process a run starts, and a pids
+limit."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ CGROUP_REMOVE_ROUNDS = 2000  # x 1 ms: killed processes leave a cgroup asynchron
 
 @functools.cache
 def cgroup_parents() -> dict[str, str]:
-    """Writable cgroup v1 directories of this process per controller (`cpuacct`, `cpu`, and `pids` where mounted),
-    or {} without `cpuacct` and `cpu`.
+    """Writable cgroup v1 directories of this process per controller (`cpuacct`, `cpu`, and `pids` where
+    mounted), or {} without `cpuacct` and `cpu`.
 
-    A worker in its own cgroup of each gets an exact CPU counter over every process it starts (even ones nobody
-    waited for), under contention one fair share of the CPU however many processes it runs, and a process limit
-    that holds for uid 0 too (RLIMIT_NPROC does not)."""
+    A worker in its own cgroup of each gets an exact CPU counter over every process it starts (even ones
+    nobody waited for), under contention one fair share of the CPU however many processes it runs, and a
+    process limit that holds for uid 0 too (RLIMIT_NPROC does not)."""
     mounts: dict[str, str] = {}
     with contextlib.suppress(OSError), open("/proc/self/mounts") as table:
         for line in table:
@@ -41,7 +42,9 @@ def cgroup_parents() -> dict[str, str]:
                 own[controller] = path
     if not {"cpuacct", "cpu"} <= set(mounts) <= set(own):
         return {}
-    parents = {controller: os.path.join(mounts[controller], own[controller].lstrip("/")) for controller in mounts}
+    parents = {
+        controller: os.path.join(mounts[controller], own[controller].lstrip("/")) for controller in mounts
+    }
     remove_stale_cgroups(parents)
     try:  # a process must be able to enter them too (nested containers may allow mkdir only)
         probe = WorkerCgroup(parents)
@@ -64,7 +67,8 @@ def remove_stale_cgroups(parents: dict[str, str]) -> None:
                 owner = name.split("-")[1] if name.startswith("corrgrpo-") and name.count("-") == 2 else ""
                 if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
                     with contextlib.suppress(OSError):
-                        os.rmdir(os.path.join(parent, name))  # fails, harmlessly, while processes remain in it
+                        # fails, harmlessly, while processes remain in it
+                        os.rmdir(os.path.join(parent, name))
 
 
 _cgroup_numbers = itertools.count()
@@ -104,8 +108,9 @@ class WorkerCgroup:
                 os.close(fd)
 
     def remove(self) -> None:
-        """Remove the cgroups once their processes are gone. The worker's sandboxed processes die after it, each
-        asynchronously (bwrap --die-with-parent, then its PID namespace); any still there are killed here."""
+        """Remove the cgroups once their processes are gone. The worker's sandboxed processes die after it,
+        each asynchronously (bwrap --die-with-parent, then its PID namespace); any still there are killed
+        here."""
         for path in self.paths:
             for _ in range(CGROUP_REMOVE_ROUNDS):
                 try:
@@ -127,7 +132,8 @@ def members(cgroup: str) -> set[int]:
 
 
 def kill_members(cgroup: str) -> None:
-    """SIGKILL every process in `cgroup`, each through a pidfd taken while it was listed (never a reused pid)."""
+    """SIGKILL every process in `cgroup`, each through a pidfd taken while it was listed (never a reused
+    pid)."""
     listed = members(cgroup)
     handles = {}
     for pid in listed:

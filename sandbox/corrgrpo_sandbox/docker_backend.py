@@ -1,13 +1,14 @@
 """The `docker` isolation: each warm worker runs in its own locked-down container (hosts without bubblewrap).
 
 `docker run -i` carries the worker protocol over the container's stdin/stdout; the worker (`worker/`, mounted
-read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and accounts its
-children's CPU by rusage + /proc (no cgroups of its own inside the container). The container: no network,
+read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and accounts
+its children's CPU by rusage + /proc (no cgroups of its own inside the container). The container: no network,
 read-only root, no capabilities, no-new-privileges, pids and memory limits, a non-root uid of its own, tmpfs
-scratch, an empty environment. The Docker SDK for Python checks the engine and the image and removes containers a
-dead service left behind (by label); `docker run` (the CLI) starts each worker. Settings (environment, read when
-the launcher is made): CORRGRPO_SANDBOX_DOCKER_IMAGE (an image with python3 >= 3.10, default the services' base
-image), CORRGRPO_SANDBOX_DOCKER_MEMORY_MB (default 2048), CORRGRPO_SANDBOX_DOCKER_PIDS (default 256).
+scratch, an empty environment. The Docker SDK for Python checks the engine and the image and removes
+containers a dead service left behind (by label); `docker run` (the CLI) starts each worker. Settings
+(environment, read when the launcher is made): CORRGRPO_SANDBOX_DOCKER_IMAGE (an image with python3 >= 3.10,
+default the services' base image), CORRGRPO_SANDBOX_DOCKER_MEMORY_MB (default 2048),
+CORRGRPO_SANDBOX_DOCKER_PIDS (default 256).
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from corrgrpo_sandbox.isolation import (
 
 DEFAULT_IMAGE = "python:3.11.7-slim-bookworm"
 LABEL = "corrgrpo.sandbox"  # value: "<hostname>:<pid>" of the process that started the worker
-CLIENT_ENV = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "HOME", "PATH")
+CLIENT_ENV = (
+    "DOCKER_HOST",
+    "DOCKER_CONTEXT",
+    "DOCKER_CONFIG",
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+    "HOME",
+    "PATH",
+)
 
 
 def owner() -> str:
@@ -50,9 +59,9 @@ def remove_leftovers(client: object) -> int:
     return removed
 
 
-# Each worker container gets its own uid, 2000000 + the pid of its `docker run` client (unique among live processes
-# on this host): RLIMIT_NPROC counts processes per uid across the host (no user namespace), so with one shared uid a
-# program forking in one container would make a neighbour's fork fail in another.
+# Each worker container gets its own uid, 2000000 + the pid of its `docker run` client (unique among live
+# processes on this host): RLIMIT_NPROC counts processes per uid across the host (no user namespace), so with
+# one shared uid a program forking in one container would make a neighbour's fork fail in another.
 UID_BASE = 2_000_000
 WITH_OWN_UID = (
     'u=$((UID_BASE + $$)); docker=$1; shift; exec "$docker" run --user "$u:$u" '
@@ -81,19 +90,22 @@ def docker_mount(host: str, inside: str) -> tuple[str, ...]:
 
 
 def docker_seal(image: str) -> tuple[str, ...]:
-    """The rest of `docker run`, up to and including the image; `env -i` gives the worker an empty environment."""
+    """The rest of `docker run`, up to and including the image; `env -i` gives the worker an empty
+    environment."""
     environment = (f"{name}={value}" for name, value in SANDBOX_ENV.items())
     return ("--workdir", "/tmp", "--entrypoint", "/usr/bin/env", image, "-i", *environment)
 
 
 @functools.cache
 def docker_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
-    """Check engine and image with the SDK, clear leftovers; `python` (the host's) is not used inside, and a run
-    imports the image's packages, not the caller's `packages`."""
+    """Check engine and image with the SDK, clear leftovers; `python` (the host's) is not used inside, and a
+    run imports the image's packages, not the caller's `packages`."""
     try:
         import docker
     except ImportError as error:
-        raise IsolationUnavailable("the Docker SDK for Python is missing: pip install 'corrgrpo-sandbox[docker]'") from error
+        raise IsolationUnavailable(
+            "the Docker SDK for Python is missing: pip install 'corrgrpo-sandbox[docker]'"
+        ) from error
     image = os.environ.get("CORRGRPO_SANDBOX_DOCKER_IMAGE", DEFAULT_IMAGE)
     try:
         client = docker.from_env(timeout=30)

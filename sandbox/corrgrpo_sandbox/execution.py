@@ -16,7 +16,8 @@ class Limits:
     memory_mb: int = 1024  # RLIMIT_AS
     file_mb: int = 16  # RLIMIT_FSIZE
     open_files: int = 64  # RLIMIT_NOFILE
-    processes: int = 16  # RLIMIT_NPROC, and the worker's pids cgroup where there is one (uid 0 too, see README)
+    # RLIMIT_NPROC, and the worker's pids cgroup where there is one (uid 0 too, see README)
+    processes: int = 16
     output_bytes: int = 65536  # cap for each of stdout / stderr / channel
 
     def __post_init__(self) -> None:
@@ -41,12 +42,15 @@ class ExecResult:
     channel: bytes  # what the child wrote to fd 3 (a pipe only the parent reads), capped
     truncated: bool  # any stream hit Limits.output_bytes
     timed_out: bool  # the wall-clock timeout fired or the CPU limit killed the child
-    cpu_s: float  # user+sys CPU of the run's whole process tree, from the kernel (cgroup cpuacct, else rusage + /proc)
-    wall_s: float  # monotonic wall time from the end of the child's set-up until every process of the run is gone
+    # user+sys CPU of the run's whole process tree, from the kernel (cgroup cpuacct, else rusage + /proc)
+    cpu_s: float
+    # monotonic wall time from the end of the child's set-up until every process of the run is gone
+    wall_s: float
     peak_rss_kb: int
     isolation: str  # "bwrap", "docker" or "unsafe-none"
     anomaly: str | None  # worker died / protocol broke: the execution is NOT trustworthy
 
 
 class RunCancelled(Exception):
-    """The caller cancelled the run (`Sandbox.cancellable`): its worker, and every process of the run, was killed."""
+    """The caller cancelled the run (`Sandbox.cancellable`): its worker, and every process of the run, was
+    killed."""

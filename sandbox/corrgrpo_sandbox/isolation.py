@@ -1,8 +1,9 @@
 """How a worker interpreter is started: one setting chooses the isolation, and nothing falls back silently.
 
-`auto` takes bubblewrap, else a registered `docker` launcher, else refuses; `unsafe-none` (no isolation at all)
-runs only when asked for by that name. A backend plugs in with `register_launcher(name, factory)`; the module
-`corrgrpo_sandbox.<name>_backend`, when it exists, is imported on first use so that it can register itself.
+`auto` takes bubblewrap, else a registered `docker` launcher, else refuses; `unsafe-none` (no isolation at
+all) runs only when asked for by that name. A backend plugs in with `register_launcher(name, factory)`; the
+module `corrgrpo_sandbox.<name>_backend`, when it exists, is imported on first use so that it can register
+itself.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 INSIDE_PACKAGE_DIR = "/opt/corrgrpo_sandbox"
 INSIDE_PRELOAD_DIR = "/opt/corrgrpo_preload"  # where the caller's preloaded module files appear, read-only
 TMP_SIZE_BYTES = 256 * 1024 * 1024  # the sandbox's /tmp is a tmpfs (RAM): cap it
-SHM_SIZE_BYTES = 64 * 1024 * 1024  # /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
+# /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
+SHM_SIZE_BYTES = 64 * 1024 * 1024
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 INSTALL_HINT = (
-    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged user namespaces, or root), "
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged user namespaces, "
+    "or root), "
     "or, only where the code you run is trusted, choose isolation 'unsafe-none'"
 )
 
@@ -51,14 +54,19 @@ class Launcher:
     head: tuple[str, ...]  # the isolating wrapper and its options; () for none
     # then the mounts of preloaded files (`mount`), then `seal` (e.g. making the root read-only), then:
     command: tuple[str, ...]  # the worker interpreter; the worker's arguments follow it
-    namespaced: bool  # alone in its own PID and network namespaces: kill(-1) is safe, their state the sandbox's
+    # alone in its own PID and network namespaces: kill(-1) is safe, their state the sandbox's
+    namespaced: bool
     scratch: tuple[str, ...]  # writable mounts the worker wipes after every run ("" = a fresh host temp dir)
-    # options that show one host file read-only at a path inside, placed after `head`; None: the worker sees the host
+    # options that show one host file read-only at a path inside, placed after `head`; None: the worker sees
+    # the host
     mount: Callable[[str, str], tuple[str, ...]] | None = None
-    cgroups: bool = True  # the worker's processes descend from the launched one (a cgroup entered before exec holds them)
+    # the worker's processes descend from the launched one (a cgroup entered before exec holds them)
+    cgroups: bool = True
     seal: tuple[str, ...] = ()
-    stdio: bool = False  # the protocol runs over the worker's stdin/stdout instead of passed fds (e.g. `docker run -i`)
-    environment: dict[str, str] = field(default_factory=dict)  # for the launched command (the worker gets none)
+    # the protocol runs over the worker's stdin/stdout instead of passed fds (e.g. `docker run -i`)
+    stdio: bool = False
+    # for the launched command (the worker gets none)
+    environment: dict[str, str] = field(default_factory=dict)
     resident_files: bool = False  # every file a run sees is a tmpfs copy: no page-cache bits between runs
 
 
@@ -66,7 +74,8 @@ LAUNCHERS: dict[str, Callable[[str, tuple[str, ...]], Launcher]] = {}
 
 
 def register_launcher(name: str, factory: Callable[[str, tuple[str, ...]], Launcher]) -> None:
-    """`factory(python, packages)` returns a working Launcher or raises IsolationUnavailable with the reason."""
+    """`factory(python, packages)` returns a working Launcher or raises IsolationUnavailable with the
+    reason."""
     LAUNCHERS[name] = factory
 
 
@@ -79,20 +88,39 @@ def bwrap_head(bwrap: str, rootfs: RootFs) -> tuple[str, ...]:
 
     The environment is cleared twice: bwrap is itself started with an empty environment (its PID 1 inside the
     sandbox keeps the environment it was started with, readable as /proc/1/environ) and --clearenv."""
-    # --as-pid-1: the worker is the namespace's init, with no bwrap init beside it that a program of the same uid
-    # could trace (the worker is non-dumpable) or signal (an init gets only the signals it handles)
-    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    # --as-pid-1: the worker is the namespace's init, with no bwrap init beside it that a program of the same
+    # uid could trace (the worker is non-dumpable) or signal (an init gets only the signals it handles)
+    args = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+    ]
     args += ["--as-pid-1"]
     args += ["--cap-drop", "ALL", "--clearenv"]
     for name, value in SANDBOX_ENV.items():
         args += ["--setenv", name, value]
     args += rootfs.bwrap_args(INSIDE_PACKAGE_DIR)
-    # /proc read-only: as uid 0 of its user namespace a program could otherwise write the namespaced sysctls (net,
-    # IPC, mqueue, UTS names) that outlive its run, /proc/<worker>/oom_score_adj, and, for a service running as root,
-    # host-wide ones under /proc/sys
-    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp"]
-    # the worker's /proc entry hidden (under an empty read-only tmpfs): its counters (page faults and CPU time of the
-    # runs it reaped, context switches, CPU time) grow with what each run did, and every later run could read them
+    # /proc read-only: as uid 0 of its user namespace a program could otherwise write the namespaced sysctls
+    # (net, IPC, mqueue, UTS names) that outlive its run, /proc/<worker>/oom_score_adj, and, for a service
+    # running as root, host-wide ones under /proc/sys
+    args += [
+        "--proc",
+        "/proc",
+        "--remount-ro",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(TMP_SIZE_BYTES),
+        "--tmpfs",
+        "/tmp",
+    ]
+    # the worker's /proc entry hidden (under an empty read-only tmpfs): its counters (page faults and CPU time
+    # of the runs it reaped, context switches, CPU time) grow with what each run did, and every later run
+    # could read them
     args += ["--tmpfs", "/proc/1", "--remount-ro", "/proc/1"]
     args += ["--size", str(SHM_SIZE_BYTES), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue"]
     return (*args, "--remount-ro", "/dev")
@@ -125,7 +153,8 @@ def bwrap_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
         raise IsolationUnavailable(f"bwrap probe exited {run.returncode}: {stderr}")
     if os.geteuid() == 0 and "pids" not in cgroup_parents():
         log.warning(
-            "corrgrpo_sandbox runs as uid 0 without a pids cgroup: the kernel ignores RLIMIT_NPROC; a run's processes "
+            "corrgrpo_sandbox runs as uid 0 without a pids cgroup: the kernel ignores RLIMIT_NPROC; a run's "
+            "processes "
             "are bounded by its CPU and wall limits over the whole process tree"
         )
     return Launcher(
@@ -142,12 +171,15 @@ def bwrap_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
 
 def unsafe_launcher(python: str) -> Launcher:
     message = (
-        "corrgrpo_sandbox: isolation 'unsafe-none': untrusted code runs with rlimits and a process group only, "
+        "corrgrpo_sandbox: isolation 'unsafe-none': untrusted code runs with rlimits and a process group "
+        "only, "
         "with the service's uid, file system and network"
     )
     warnings.warn(message, RuntimeWarning, stacklevel=4)
     log.warning(message)
-    return Launcher("unsafe-none", (), worker_command(python, str(PACKAGE_DIR)), namespaced=False, scratch=("",))
+    return Launcher(
+        "unsafe-none", (), worker_command(python, str(PACKAGE_DIR)), namespaced=False, scratch=("",)
+    )
 
 
 register_launcher("bwrap", bwrap_launcher)
@@ -176,4 +208,6 @@ def resolve_launcher(python: str, isolation: str, packages: tuple[str, ...] = ()
             return factory(python, packages)
         except IsolationUnavailable as error:
             reasons.append(f"{name}: {error}")
-    raise IsolationUnavailable(f"no working sandbox for isolation {isolation!r} ({'; '.join(reasons)}): {INSTALL_HINT}")
+    raise IsolationUnavailable(
+        f"no working sandbox for isolation {isolation!r} ({'; '.join(reasons)}): {INSTALL_HINT}"
+    )

@@ -1,7 +1,9 @@
-"""The worker handles of one `Sandbox`: warm ones taken and given back (`pool`), or one started per run (`fresh`).
+"""The worker handles of one `Sandbox`: warm ones taken and given back (`pool`), or one started per run
+(`fresh`).
 
-A warm worker is handed out up to `QUEUE_DEPTH` times at once (`worker_handle`): a caller gets the least busy worker,
-an idle one while there is one, so a request waits behind another's run only when every worker is running one."""
+A warm worker is handed out up to `QUEUE_DEPTH` times at once (`worker_handle`): a caller gets the least busy
+worker, an idle one while there is one, so a request waits behind another's run only when every worker is
+running one."""
 
 from __future__ import annotations
 
@@ -18,7 +20,13 @@ from corrgrpo_sandbox.worker_handle import CANCEL_POLL_S, QUEUE_DEPTH, WorkerHan
 class WorkerPool:
     """Hands out worker handles, replaces broken, spent and old ones, and closes them all. Thread-safe."""
 
-    def __init__(self, mode: Literal["pool", "fresh"], workers: int, recycle_after: int, new: Callable[[], WorkerHandle]) -> None:
+    def __init__(
+        self,
+        mode: Literal["pool", "fresh"],
+        workers: int,
+        recycle_after: int,
+        new: Callable[[], WorkerHandle],
+    ) -> None:
         self.mode = mode
         self.recycle_after = recycle_after
         self._new = new
@@ -27,8 +35,8 @@ class WorkerPool:
         self._free = threading.Condition(self._lock)  # notified when a worker can take one more request
         self.live: set[WorkerHandle] = set()  # started and not closed; `retired` ones take no new requests
         self._retiring: set[WorkerHandle] = set()  # live workers whose replacement is starting
-        # bwrap --die-with-parent is bound to the THREAD that started it: workers are started by one thread that
-        # lives as long as the sandbox, not by whichever caller's thread happened to replace a worker
+        # bwrap --die-with-parent is bound to the THREAD that started it: workers are started by one thread
+        # that lives as long as the sandbox, not by whichever caller's thread happened to replace a worker
         self._starter = ThreadPoolExecutor(1, thread_name_prefix="corrgrpo-sandbox-starter")
         try:
             for _ in range(workers if mode == "pool" else 0):
@@ -71,8 +79,9 @@ class WorkerPool:
         return worker
 
     def retire(self, old: WorkerHandle) -> None:
-        """On the starter thread: start `old`'s replacement, then retire `old` (closed once its requests are answered).
-        The pool keeps every worker while a replacement starts (~0.1 s), where closing first left a core idle."""
+        """On the starter thread: start `old`'s replacement, then retire `old` (closed once its requests are
+        answered). The pool keeps every worker while a replacement starts (~0.1 s), where closing first left a
+        core idle."""
         worker = self._new()
         with self._free:
             if self.closed or old not in self.live:  # closed, or `old` failed and was replaced meanwhile
@@ -89,9 +98,9 @@ class WorkerPool:
             old.close()
 
     def release(self, worker: WorkerHandle, healthy: bool) -> None:
-        """Back to the pool (its replacement started in the background once it is `recycle_after` runs old), or closed:
-        at once after an anomaly, a spent or lost worker (replaced, unless it was already), with its last request
-        when retired, and always in fresh mode."""
+        """Back to the pool (its replacement started in the background once it is `recycle_after` runs old),
+        or closed: at once after an anomaly, a spent or lost worker (replaced, unless it was already), with
+        its last request when retired, and always in fresh mode."""
         with self._free:
             worker.taken -= 1
             live = worker in self.live
@@ -109,7 +118,8 @@ class WorkerPool:
         if not ending:
             return
         worker.close()
-        if self.mode == "pool" and not worker.retired and not self.closed:  # a retired one's replacement is serving
+        # a retired one's replacement is serving
+        if self.mode == "pool" and not worker.retired and not self.closed:
             with contextlib.suppress(RuntimeError):  # closed meanwhile
                 self.start()
 

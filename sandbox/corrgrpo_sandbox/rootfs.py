@@ -120,7 +120,8 @@ def mount_of(path: Path) -> tuple[str, set[str]]:
 
 
 def python_paths(python: str) -> tuple[Path, Path, str, Path]:
-    """The standard library, extension module directory, cache tag and `purelib` of the interpreter `python`."""
+    """The standard library, extension module directory, cache tag and `purelib` of the interpreter
+    `python`."""
     done = subprocess.run([python, "-I", "-c", PROBE], capture_output=True, timeout=60, check=False, env={})
     if done.returncode != 0:
         error = done.stderr.decode(errors="replace")[-300:]
@@ -157,8 +158,8 @@ def loaded_objects(objects: list[Path]) -> list[Path]:
 
 
 def needed_files(python: str) -> tuple[list[Path], Path]:
-    """The host paths a worker of `python` needs, symlinks as named (their targets follow when copied), and the
-    real interpreter's `purelib` (not a venv's), where the caller's packages are shown."""
+    """The host paths a worker of `python` needs, symlinks as named (their targets follow when copied), and
+    the real interpreter's `purelib` (not a venv's), where the caller's packages are shown."""
     binary = Path(os.path.realpath(python))
     stdlib, dynload, tag, purelib = python_paths(str(binary))
     library = stdlib_files(stdlib, dynload, tag)
@@ -290,7 +291,9 @@ def package_sources(names: tuple[str, ...]) -> dict[str, Path]:
             raise RootFsError(f"package {name!r} is not installed beside the sandbox's caller")
         source = Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin)
         if any(path.suffix in (".so", ".pyd") for path in walk(source)) or source.suffix not in ("", ".py"):
-            raise RootFsError(f"package {name!r} is not pure Python: runs may import pure-Python packages only")
+            raise RootFsError(
+                f"package {name!r} is not pure Python: runs may import pure-Python packages only"
+            )
         sources[name] = source
     return sources
 
@@ -311,13 +314,16 @@ def copy_tree(source: Path, copy: Path) -> None:
 
 def build_rootfs(python: str, package: Path, packages: tuple[str, ...] = ()) -> RootFs:
     """The tmpfs copies for `python`, the sandbox `package` and the caller's pure-Python `packages`: found if
-    this uid made them before, else made. Apart: the interpreter's files change with the host, the rest with edits."""
+    this uid made them before, else made. Apart: the interpreter's files change with the host, the rest with
+    edits."""
     files, purelib = needed_files(python)
     sources = package_sources(packages)
     copied = [*files, *walk(package), *(path for source in sources.values() for path in walk(source))]
     base = rootfs_base(sum(path.stat().st_size for path in copied))
     prefix = base / f"{PREFIX}{os.geteuid()}"
-    root = made_once(Path(f"{prefix}-{digest([*files, purelib])}"), functools.partial(place_all, files, [purelib]))
+    root = made_once(
+        Path(f"{prefix}-{digest([*files, purelib])}"), functools.partial(place_all, files, [purelib])
+    )
     package_copy = Path(f"{prefix}-package-{content_digest(package)}")
     rootfs = RootFs(root, made_once(package_copy, functools.partial(copy_tree, package)))
     if not sources:

@@ -18,16 +18,24 @@ from typing import Literal
 from corrgrpo_sandbox.execution import ExecResult, Limits
 from corrgrpo_sandbox.isolation import resolve_launcher
 from corrgrpo_sandbox.pool import WorkerPool
-from corrgrpo_sandbox.worker_handle import WorkerBroken, WorkerHandle, WorkerLost, output_pipe_bytes, preload_files
+from corrgrpo_sandbox.worker_handle import (
+    WorkerBroken,
+    WorkerHandle,
+    WorkerLost,
+    output_pipe_bytes,
+    preload_files,
+)
 
 DEFAULT_LIMITS = Limits()
 REPLY_GRACE_S = 3.0  # beyond the wall limit: worker start-up, straggler kill, wipe, transfer
-LOST_RETRIES = 8  # a request whose worker broke on the run before it never started: run it elsewhere, this often
+# a request whose worker broke on the run before it never started: run it elsewhere, this often
+LOST_RETRIES = 8
 
 
 @functools.lru_cache(maxsize=64)
 def _encoded_limits(limits: Limits) -> bytes:
-    """The request header's limits, encoded once per distinct `Limits` (`asdict` cost a quarter of a run's parent time)."""
+    """The request header's limits, encoded once per distinct `Limits` (`asdict` cost a quarter of a run's
+    parent time)."""
     return json.dumps(asdict(limits)).encode()
 
 
@@ -41,10 +49,11 @@ class Sandbox:
     """Runs untrusted Python in a fresh child per call: forked from a warm sandboxed worker (`pool`) or a new
     sandboxed interpreter per run (`fresh`). Thread-safe; `run` blocks until the child is reaped.
 
-    `preload`: the caller's stdlib-only module files, which every worker imports under their own names (the file's
-    stem) before its first run, so that a run's program can use them at no cost; they are the only files of the
-    caller's that the sandbox shows inside (read-only). `packages`: import names of pure-Python packages of the
-    caller's environment that a run's program may import (bwrap: copied beside the standard library)."""
+    `preload`: the caller's stdlib-only module files, which every worker imports under their own names (the
+    file's stem) before its first run, so that a run's program can use them at no cost; they are the only
+    files of the caller's that the sandbox shows inside (read-only). `packages`: import names of pure-Python
+    packages of the caller's environment that a run's program may import (bwrap: copied beside the standard
+    library)."""
 
     def __init__(
         self,
@@ -77,8 +86,8 @@ class Sandbox:
 
     @contextlib.contextmanager
     def cancellable(self, event: threading.Event) -> Iterator[None]:
-        """Runs this thread starts inside the block raise `RunCancelled` soon after `event` is set, their worker
-        killed with every process of the run (a client that went away must not keep a worker busy)."""
+        """Runs this thread starts inside the block raise `RunCancelled` soon after `event` is set, their
+        worker killed with every process of the run (a client that went away must not keep a worker busy)."""
         self._cancel.event = event
         try:
             yield
@@ -86,28 +95,42 @@ class Sandbox:
             self._cancel.event = None
 
     def run(
-        self, source: str, *, stdin: bytes = b"", files: Mapping[str, bytes] | None = None, limits: Limits | None = None
+        self,
+        source: str,
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits | None = None,
     ) -> ExecResult:
         limits = limits or self.limits
         files = dict(files or {})
         for name in files:
             check_file_name(name)
-        # The body is the source, the files (JSON of base64; empty for none) and stdin, raw: the child decodes no JSON for
-        # a run without files (every object it touches costs a page copy), and splices stdin (worker.child.copy_stdin).
+        # The body is the source, the files (JSON of base64; empty for none) and stdin, raw: the child decodes
+        # no JSON for a run without files (every object it touches costs a page copy), and splices stdin
+        # (worker.child.copy_stdin).
         encoded_source = source.encode("utf-8", "surrogatepass")
         encoded_files = b""
         if files:
-            encoded_files = json.dumps({name: base64.b64encode(data).decode() for name, data in files.items()}).encode()
+            encoded_files = json.dumps(
+                {name: base64.b64encode(data).decode() for name, data in files.items()}
+            ).encode()
         body = [encoded_source, encoded_files, stdin]
-        header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (_encoded_limits(limits), *map(len, body))
+        header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (
+            _encoded_limits(limits),
+            *map(len, body),
+        )
         cancel: threading.Event | None = getattr(self._cancel, "event", None)
-        for _ in range(LOST_RETRIES):  # a request queued behind a run that broke its worker goes to another worker
+        # a request queued behind a run that broke its worker goes to another worker
+        for _ in range(LOST_RETRIES):
             worker = self._pool.take(cancel)
             started = time.monotonic()
             reply: dict | None = None
             streams: list[bytes] = []
             try:
-                reply, streams = worker.execute(header, body, limits.processes, limits.wall_s + REPLY_GRACE_S, cancel)
+                reply, streams = worker.execute(
+                    header, body, limits.processes, limits.wall_s + REPLY_GRACE_S, cancel
+                )
                 anomaly = reply["anomaly"]
             except WorkerLost as error:
                 anomaly = str(error)
@@ -115,11 +138,24 @@ class Sandbox:
             except WorkerBroken as error:
                 anomaly = str(error)
             finally:
-                self._pool.release(worker, healthy=reply is not None and not reply["anomaly"] and not reply["spent"])
+                self._pool.release(
+                    worker, healthy=reply is not None and not reply["anomaly"] and not reply["spent"]
+                )
             break
         if reply is None:
             return ExecResult(
-                None, None, b"", b"", b"", False, False, 0.0, time.monotonic() - started, 0, self.isolation, anomaly
+                None,
+                None,
+                b"",
+                b"",
+                b"",
+                False,
+                False,
+                0.0,
+                time.monotonic() - started,
+                0,
+                self.isolation,
+                anomaly,
             )
         return ExecResult(
             exit_code=reply["exit_code"],

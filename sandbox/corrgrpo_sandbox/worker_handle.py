@@ -1,10 +1,11 @@
-"""The parent's side of one worker: starting it inside its isolation, sending it requests and checking its replies.
+"""The parent's side of one worker: starting it inside its isolation, sending it requests and checking its
+replies.
 
-A worker serves one run at a time, but a second request may wait in its request pipe (`QUEUE_DEPTH`): the worker starts
-it as soon as it has written the reply before, without waiting for the parent to read that reply and send another (on
-a busy machine, the parent's threads got a core only after a fraction of a millisecond, each time). The replies come in
-the order of the requests; each caller reads its own in turn. A request queued behind a run that broke the worker
-never started: the caller gets `WorkerLost` and runs it elsewhere."""
+A worker serves one run at a time, but a second request may wait in its request pipe (`QUEUE_DEPTH`): the
+worker starts it as soon as it has written the reply before, without waiting for the parent to read that reply
+and send another (on a busy machine, the parent's threads got a core only after a fraction of a millisecond,
+each time). The replies come in the order of the requests; each caller reads its own in turn. A request queued
+behind a run that broke the worker never started: the caller gets `WorkerLost` and runs it elsewhere."""
 
 from __future__ import annotations
 
@@ -57,25 +58,30 @@ class WorkerBroken(Exception):
 
 
 class WorkerLost(Exception):
-    """The worker broke or ended before this request's run began (on an earlier run, or while the request was being
-    written): it never ran, and may run on another worker."""
+    """The worker broke or ended before this request's run began (on an earlier run, or while the request was
+    being written): it never ran, and may run on another worker."""
 
 
 def output_pipe_bytes(workers: int) -> int:
-    """How large each of a run's three output pipes may grow with `workers` running at once: a quarter of the user's
-    soft pipe budget between them (past that budget the kernel gives each new pipe the workers make two pages), within
-    the kernel's default size and `PIPE_MAX`. A worker asks for no more than the run's output cap."""
+    """How large each of a run's three output pipes may grow with `workers` running at once: a quarter of the
+    user's soft pipe budget between them (past that budget the kernel gives each new pipe the workers make two
+    pages), within the kernel's default size and `PIPE_MAX`. A worker asks for no more than the run's output
+    cap."""
     try:
         with open(PIPE_SOFT_LIMIT) as limit:
             soft_pages = int(limit.read())
     except (OSError, ValueError):
         return PIPE_DEFAULT
-    budget = soft_pages * os.sysconf("SC_PAGE_SIZE") // (4 * len(STREAMS) * workers) if soft_pages else PIPE_MAX
-    return 1 << (max(PIPE_DEFAULT, min(PIPE_MAX, budget)).bit_length() - 1)  # a power of two: the kernel rounds up
+    budget = (
+        soft_pages * os.sysconf("SC_PAGE_SIZE") // (4 * len(STREAMS) * workers) if soft_pages else PIPE_MAX
+    )
+    # a power of two: the kernel rounds up
+    return 1 << (max(PIPE_DEFAULT, min(PIPE_MAX, budget)).bit_length() - 1)
 
 
 def preload_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
-    """The caller's module files, checked: each a `.py` file named as a module that shadows no standard one."""
+    """The caller's module files, checked: each a `.py` file named as a module that shadows no standard
+    one."""
     files = tuple(Path(path).resolve(strict=True) for path in paths)
     names = [file.stem for file in files]
     for file in files:
@@ -87,7 +93,8 @@ def preload_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
 
 
 def preload_mounts(launcher: Launcher, files: tuple[Path, ...]) -> tuple[list[str], list[str]]:
-    """The launcher's options that show each file (alone of its directory) read-only inside, and its path there."""
+    """The launcher's options that show each file (alone of its directory) read-only inside, and its path
+    there."""
     if launcher.mount is None:  # no isolation: the worker reads the host's files
         return [], [str(file) for file in files]
     mounts, inside = [], []
@@ -98,7 +105,8 @@ def preload_mounts(launcher: Launcher, files: tuple[Path, ...]) -> tuple[list[st
 
 
 def checked_reply(text: bytes) -> dict:
-    """The worker's reply, every field present with its type and the streams' sizes possible; else WorkerBroken."""
+    """The worker's reply, every field present with its type and the streams' sizes possible; else
+    WorkerBroken."""
     try:
         reply = json.loads(text)
     except ValueError as error:
@@ -110,16 +118,22 @@ def checked_reply(text: bytes) -> dict:
     for name, kind in REPLY_FIELDS.items():
         if not isinstance(reply.get(name), kind) or (kind is int and isinstance(reply.get(name), bool)):
             raise WorkerBroken(f"worker reply field {name!r} is missing or mistyped")
-    if not 0 <= sum(reply[name] for name in STREAMS) <= MAX_REPLY_BYTES or min(reply[name] for name in STREAMS) < 0:
+    if (
+        not 0 <= sum(reply[name] for name in STREAMS) <= MAX_REPLY_BYTES
+        or min(reply[name] for name in STREAMS) < 0
+    ):
         raise WorkerBroken("worker reply announces impossible stream sizes")
     return reply
 
 
 class WorkerHandle:
-    """The parent's handle on one worker interpreter (sandboxed per `launcher`): starts it, sends it requests (up to
-    `QUEUE_DEPTH` in flight) and checks each reply (the worker's own side: `worker.server.WorkerServer`)."""
+    """The parent's handle on one worker interpreter (sandboxed per `launcher`): starts it, sends it requests
+    (up to `QUEUE_DEPTH` in flight) and checks each reply (the worker's own side:
+    `worker.server.WorkerServer`)."""
 
-    def __init__(self, launcher: Launcher, preload: tuple[Path, ...] = (), pipe_bytes: int = PIPE_DEFAULT) -> None:
+    def __init__(
+        self, launcher: Launcher, preload: tuple[Path, ...] = (), pipe_bytes: int = PIPE_DEFAULT
+    ) -> None:
         self.runs = 0
         self.retired = False  # replaced (`WorkerPool.retire`): closed once its last request is answered
         self.taken = 0  # requests the pool handed out on this worker and not yet given back (`WorkerPool`)
@@ -128,16 +142,21 @@ class WorkerHandle:
         # held while a caller reads its reply: the reply fd is closed only after it, never under the reader
         # (where its number, reused by a replacement's pipe, would hand it another run's reply)
         self._reading = threading.Lock()
-        self._turns = threading.Condition()  # guards the tickets: replies are read in the order requests were sent
+        # guards the tickets: replies are read in the order requests were sent
+        self._turns = threading.Condition()
         self._sent = self._answered = 0  # requests written, replies read
         self._tasks: int | None = None  # the process limit of the requests in flight
-        self.lost: str | None = None  # why the worker can serve nothing more: requests still queued never started
-        self.host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
+        # why the worker can serve nothing more: requests still queued never started
+        self.lost: str | None = None
+        self.host_scratch = [
+            tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path
+        ]
         scratch = [path for path in launcher.scratch if path] + self.host_scratch
         parents = cgroup_parents() if launcher.cgroups else {}
         self.cgroup = WorkerCgroup(parents) if parents else None
         counter_fds: tuple[int, ...] = ()
-        if self.cgroup is not None:  # an open file, not a path: a path the worker can read, every run could (past CPU)
+        # an open file, not a path: a path the worker can read, every run could (past CPU)
+        if self.cgroup is not None:
             counter_fds = (os.open(self.cgroup.cpu_counter, os.O_RDONLY | os.O_CLOEXEC),)
         if launcher.stdio:
             pass_fds: tuple[int, ...] = counter_fds
@@ -145,10 +164,19 @@ class WorkerHandle:
         else:
             request_read, self.request_fd = os.pipe()
             self.reply_fd, reply_write = os.pipe()
-            pass_fds, protocol = (request_read, reply_write, *counter_fds), (str(request_read), str(reply_write))
+            pass_fds, protocol = (
+                (request_read, reply_write, *counter_fds),
+                (str(request_read), str(reply_write)),
+            )
         counter = str(counter_fds[0]) if counter_fds else "-"
         mounts, inside = preload_mounts(launcher, preload)
-        arguments = [*protocol, "1" if launcher.namespaced else "0", counter, str(pipe_bytes), json.dumps(inside)]
+        arguments = [
+            *protocol,
+            "1" if launcher.namespaced else "0",
+            counter,
+            str(pipe_bytes),
+            json.dumps(inside),
+        ]
         try:
             self.process = subprocess.Popen(
                 [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments, *scratch],
@@ -172,13 +200,18 @@ class WorkerHandle:
             self.request_fd, self.reply_fd = self.process.stdin.fileno(), self.process.stdout.fileno()
 
     def execute(
-        self, header: bytes, body: list[bytes], processes: int, timeout: float, cancel: threading.Event | None = None
+        self,
+        header: bytes,
+        body: list[bytes],
+        processes: int,
+        timeout: float,
+        cancel: threading.Event | None = None,
     ) -> tuple[dict, list[bytes]]:
         """Send one request (the header the worker reads, the body's parts its child reads); the reply and the
-        streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the write).
-        Raises WorkerLost when this request never ran: an earlier one broke the worker, or it could not be sent whole.
-        `timeout` counts from this request's turn; a cancel is noticed from then on (before it, another's run holds
-        the worker)."""
+        streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the
+        write). Raises WorkerLost when this request never ran: an earlier one broke the worker, or it could
+        not be sent whole. `timeout` counts from this request's turn; a cancel is noticed from then on (before
+        it, another's run holds the worker)."""
         with self._sending:
             ticket = self._send(header, body, processes)
         with self._turns:
@@ -195,7 +228,8 @@ class WorkerHandle:
                 reply = checked_reply(self.read_exactly(size, deadline))
                 streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
             with self._turns:
-                if self.unread and self._sent == ticket + 1:  # nothing else asked: the worker writes only replies
+                # nothing else asked: the worker writes only replies
+                if self.unread and self._sent == ticket + 1:
                     raise WorkerBroken("worker wrote past its reply")
                 self._answered += 1
                 if reply["anomaly"] or reply["spent"]:  # the worker ends after this reply
@@ -207,8 +241,8 @@ class WorkerHandle:
         return reply, streams
 
     def _send(self, header: bytes, body: list[bytes], processes: int) -> int:
-        """Write one request behind those in flight (with the same process limit: it is the worker's, not the run's);
-        its ticket."""
+        """Write one request behind those in flight (with the same process limit: it is the worker's, not the
+        run's); its ticket."""
         with self._turns:
             while self.lost is None and self._answered < self._sent and self._tasks != processes:
                 self._turns.wait()
@@ -224,7 +258,8 @@ class WorkerHandle:
             self.end(f"cannot set the worker's process limit: {error!r}")
             raise WorkerBroken(f"cannot set the worker's process limit: {error!r}") from error
         try:
-            write_all(self.request_fd, [HEADER.pack(len(header)), header, *body])  # one write for a small request
+            # one write for a small request
+            write_all(self.request_fd, [HEADER.pack(len(header)), header, *body])
         except OSError as error:  # a program starts only once its whole request is read: this one never ran
             self.end(f"worker unreachable: {error!r}")
             raise WorkerLost(f"worker unreachable: {error!r}") from error
@@ -237,8 +272,8 @@ class WorkerHandle:
             self._turns.notify_all()
 
     def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
-        """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read); what it read
-        of the next request's reply stays in `unread` for that request's turn."""
+        """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read);
+        what it read of the next request's reply stays in `unread` for that request's turn."""
         while True:
             # checked before the read-ahead too: a cancelled caller's reply may have come with the one before
             if cancel is not None and cancel.is_set():

@@ -1,11 +1,11 @@
 """The curated mutation suite: every mutant of mutants.toml must be killed by the tests it names.
 
-Each mutant is a declared edit (one exact snippet of one file, found exactly once, replaced) applied to its own
-scratch copy of the tree (the tracked and untracked-not-ignored files), where only its tests run, with the copy's
-parts first on PYTHONPATH so that they, not the editable installs of this checkout, are the code under test.
-A mutant is killed when pytest reports a failed test (exit 1); one that passes survives, and any other outcome
-(snippet not found once, no such test, a collection error, a timeout) is an error. A baseline job runs every named
-test on an unmutated copy: it must pass with nothing skipped, or no kill means anything.
+Each mutant is a declared edit (one exact snippet of one file, found exactly once, replaced) applied to its
+own scratch copy of the tree (the tracked and untracked-not-ignored files), where only its tests run, with the
+copy's parts first on PYTHONPATH so that they, not the editable installs of this checkout, are the code under
+test. A mutant is killed when pytest reports a failed test (exit 1); one that passes survives, and any other
+outcome (snippet not found once, no such test, a collection error, a timeout) is an error. A baseline job runs
+every named test on an unmutated copy: it must pass with nothing skipped, or no kill means anything.
 
     python tests/mutants/run.py [--jobs N] [--check] [--no-baseline] [--rev COMMIT] [NAME ...]
 """
@@ -50,7 +50,9 @@ class Mutant:
         text = path.read_text()
         count = text.count(self.old)
         if count != 1:
-            raise ValueError(f"{self.name}: the snippet occurs {count} times in {self.file}, not once:\n{self.old}")
+            raise ValueError(
+                f"{self.name}: the snippet occurs {count} times in {self.file}, not once:\n{self.old}"
+            )
         path.write_text(text.replace(self.old, self.new))
 
 
@@ -67,7 +69,9 @@ def load(catalogue: Path = CATALOGUE) -> list[Mutant]:
     mutants = []
     for entry in tomllib.loads(catalogue.read_text())["mutant"]:
         if set(entry) != FIELDS:
-            raise ValueError(f"mutant {entry.get('name')!r}: fields {sorted(entry)}, expected {sorted(FIELDS)}")
+            raise ValueError(
+                f"mutant {entry.get('name')!r}: fields {sorted(entry)}, expected {sorted(FIELDS)}"
+            )
         if entry["old"] == entry["new"] or not entry["tests"]:
             raise ValueError(f"mutant {entry['name']!r}: changes nothing or names no test")
         mutants.append(Mutant(**{**entry, "tests": tuple(entry["tests"])}))
@@ -78,8 +82,8 @@ def load(catalogue: Path = CATALOGUE) -> list[Mutant]:
 
 
 def tree_files(rev: str | None = None, unpack_into: Path | None = None) -> tuple[Path, list[str]]:
-    """The folder the scratch copies are made from and its files: the checkout as a clone plus the work in progress
-    would have it (deleted files left out), or commit `rev` alone, unpacked into `unpack_into`."""
+    """The folder the scratch copies are made from and its files: the checkout as a clone plus the work in
+    progress would have it (deleted files left out), or commit `rev` alone, unpacked into `unpack_into`."""
     if rev is None:
         command = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
         listed = subprocess.run(command, cwd=REPO, check=True, capture_output=True).stdout.decode()
@@ -88,7 +92,9 @@ def tree_files(rev: str | None = None, unpack_into: Path | None = None) -> tuple
     unpack_into.mkdir()
     archive = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(unpack_into)], input=archive, check=True)
-    return unpack_into, sorted(str(path.relative_to(unpack_into)) for path in unpack_into.rglob("*") if path.is_file())
+    return unpack_into, sorted(
+        str(path.relative_to(unpack_into)) for path in unpack_into.rglob("*") if path.is_file()
+    )
 
 
 def scratch_copy(source: Path, files: list[str], into: Path) -> Path:
@@ -100,9 +106,13 @@ def scratch_copy(source: Path, files: list[str], into: Path) -> Path:
 
 
 def environment(root: Path) -> dict[str, str]:
-    """The copy's parts (every folder with a pyproject.toml) ahead of the editable installs, which point here."""
+    """The copy's parts (every folder with a pyproject.toml) ahead of the editable installs, which point
+    here."""
     parts = sorted(str(path.parent) for path in root.glob("**/pyproject.toml") if "bench" not in path.parts)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*parts, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([*parts, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     # The tests find ../shared/data beside the repository: beside this checkout, not beside the copy.
     env.setdefault("CORRGRPO_SHARED_DATA", str(REPO.parent / "shared" / "data"))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -119,7 +129,8 @@ def pytest_command(tests: list[str], *extra: str) -> list[str]:
 
 
 def imported_from(root: Path, env: dict[str, str]) -> str:
-    """'' when every part's package imports from the copy, else the ones that do not (the mutants would miss)."""
+    """'' when every part's package imports from the copy, else the ones that do not (the mutants would
+    miss)."""
     packages = [path.parent.name for path in root.glob("*/corrgrpo_*/__init__.py")]
     packages += [path.parent.name for path in root.glob("services/*/corrgrpo_*/__init__.py")]
     script = (  # found, not imported: an adapter's package needs its stack, which .venv lacks
@@ -137,7 +148,9 @@ def baseline(source: Path, files: list[str], tests: list[str], workdir: Path) ->
     root = scratch_copy(source, files, workdir / "baseline")
     env = environment(root)
     if wrong := imported_from(root, env):
-        return Outcome("baseline", "error", time.monotonic() - start, f"parts not imported from the copy: {wrong}")
+        return Outcome(
+            "baseline", "error", time.monotonic() - start, f"parts not imported from the copy: {wrong}"
+        )
     report = workdir / "baseline.xml"
     done = run_pytest(pytest_command(tests, f"--junitxml={report}"), root, env)
     seconds = time.monotonic() - start
@@ -180,7 +193,9 @@ def run_mutant(mutant: Mutant, source: Path, files: list[str], workdir: Path) ->
     if isinstance(done, str):
         return Outcome(mutant.name, "error", seconds, done)
     status = {0: "survived", 1: "killed"}.get(done.returncode, "error")
-    return Outcome(mutant.name, status, seconds, failed_tests(done.stdout) if status == "killed" else tail(done.stdout))
+    return Outcome(
+        mutant.name, status, seconds, failed_tests(done.stdout) if status == "killed" else tail(done.stdout)
+    )
 
 
 def check(mutants: list[Mutant], source: Path, files: list[str]) -> list[str]:
@@ -190,17 +205,27 @@ def check(mutants: list[Mutant], source: Path, files: list[str]) -> list[str]:
         text = (source / mutant.file).read_text() if mutant.file in files else ""
         if (count := text.count(mutant.old)) != 1:
             problems.append(f"{mutant.name}: the snippet occurs {count} times in {mutant.file}")
-        problems += [f"{mutant.name}: no test file {test}" for test in mutant.tests if test.split("::")[0] not in files]
+        problems += [
+            f"{mutant.name}: no test file {test}" for test in mutant.tests if test.split("::")[0] not in files
+        ]
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="run only these mutants (default: all)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once (default: cores)")
-    parser.add_argument("--check", action="store_true", help="only check that every snippet and test file is there")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run (while writing a mutant)")
-    parser.add_argument("--rev", help="mutate this commit alone, not the work tree (others' edits in progress)")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once (default: cores)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="only check that every snippet and test file is there"
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the unmutated run (while writing a mutant)"
+    )
+    parser.add_argument(
+        "--rev", help="mutate this commit alone, not the work tree (others' edits in progress)"
+    )
     args = parser.parse_args(argv)
     mutants = load()
     if unknown := set(args.names) - {mutant.name for mutant in mutants}:
@@ -208,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     mutants = [mutant for mutant in mutants if not args.names or mutant.name in args.names]
     tests = sorted({test for mutant in mutants for test in mutant.tests})
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="corrgrpo-mutants-") as work, ThreadPoolExecutor(args.jobs) as pool:
+    with (
+        tempfile.TemporaryDirectory(prefix="corrgrpo-mutants-") as work,
+        ThreadPoolExecutor(args.jobs) as pool,
+    ):
         workdir = Path(work)
         source, files = tree_files(args.rev, workdir / "source")
         if problems := check(mutants, source, files):

@@ -1,5 +1,6 @@
-"""The mutation suite's catalogue against the tree as it is (fast: nothing is run). A refactor that moves a guarded
-line fails here, in `make test`, naming the mutant whose snippet to update; `make mutants` runs the mutants."""
+"""The mutation suite's catalogue against the tree as it is (fast: nothing is run). A refactor that moves a
+guarded line fails here, in `make test`, naming the mutant whose snippet to update; `make mutants` runs the
+mutants."""
 
 from __future__ import annotations
 

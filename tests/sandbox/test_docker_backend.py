@@ -1,10 +1,10 @@
 """The `docker` isolation against a real engine: the key abuse tests of the bwrap suite, with docker's layout.
 
-Differences from bwrap that the expectations below state: the worker is the container's PID 1 (no bwrap init), so
-a run sees two processes, and a candidate's SIGKILL to its parent is ignored by the kernel (PID 1 of a namespace
-only gets signals it handles) instead of ending in an anomaly. The image's own empty /home, /var, /run exist.
-Collected only with CORRGRPO_TEST_DOCKER=1 (tests/sandbox/conftest.py): `make compose-test` runs it with an engine up,
-and no engine is a failure.
+Differences from bwrap that the expectations below state: the worker is the container's PID 1 (no bwrap init),
+so a run sees two processes, and a candidate's SIGKILL to its parent is ignored by the kernel (PID 1 of a
+namespace only gets signals it handles) instead of ending in an anomaly. The image's own empty /home, /var,
+/run exist. Collected only with CORRGRPO_TEST_DOCKER=1 (tests/sandbox/conftest.py): `make compose-test` runs
+it with an engine up, and no engine is a failure.
 """
 
 from __future__ import annotations
@@ -52,7 +52,10 @@ def observe(sandbox: Sandbox, source: str) -> object:
 def test_worker_containers_are_locked_down(sandbox: Sandbox, engine: object) -> None:
     label = f"{docker_backend.LABEL}={docker_backend.owner()}"
     deadline = time.monotonic() + 60
-    while len(containers := engine.containers.list(filters={"label": label})) < 2 and time.monotonic() < deadline:
+    while (
+        len(containers := engine.containers.list(filters={"label": label})) < 2
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)  # workers start in the background
     assert len(containers) == 2
     users = {container.attrs["Config"]["User"] for container in containers}
@@ -85,7 +88,8 @@ seen["procs"] = sum(p.isdigit() for p in os.listdir("/proc"))
 print(json.dumps(seen))
 """
     seen = observe(sandbox, source)
-    assert seen["net"] == 1  # EPERM: the seccomp filter refuses every socket but AF_UNIX (and there is only lo)
+    # EPERM: the seccomp filter refuses every socket but AF_UNIX (and there is only lo)
+    assert seen["net"] == 1
     assert seen["writes"] == [] and seen["uid"] >= docker_backend.UID_BASE
     assert seen["env"] == ["HOME", "LANG", "PATH", "TMPDIR"]
     assert seen["procs"] == 2  # the worker (PID 1) and this child: no host process is visible
@@ -101,7 +105,10 @@ def test_fork_bomb_is_contained_and_cleaned_up(sandbox: Sandbox) -> None:
 
 
 def test_daemons_and_files_do_not_survive_the_run(sandbox: Sandbox) -> None:
-    source = "import os, time\nopen('/tmp/left', 'w').write('x')\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+    source = (
+        "import os, time\nopen('/tmp/left', 'w').write('x')\nif os.fork() == 0:\n    os.setsid()\n"
+        "    time.sleep(60)\n"
+    )
     for _ in range(2):  # two workers: reach both
         assert sandbox.run(source).exit_code == 0
     for _ in range(2):
@@ -132,13 +139,19 @@ def test_leftover_containers_of_a_dead_service_are_removed(engine: object) -> No
         leftover.reload()
 
 
-HOLD = "import os, time\nfor _ in range(12):\n    if os.fork() == 0:\n        time.sleep(4)\n        os._exit(0)\ntime.sleep(4)\n"
-FORK = "import os\nfor _ in range(8):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\nprint('forked')\n"
+HOLD = (
+    "import os, time\nfor _ in range(12):\n    if os.fork() == 0:\n        time.sleep(4)\n"
+    "        os._exit(0)\ntime.sleep(4)\n"
+)
+FORK = (
+    "import os\nfor _ in range(8):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\n"
+    "print('forked')\n"
+)
 
 
 def test_a_neighbours_processes_do_not_count_against_a_run(sandbox: Sandbox) -> None:
-    """RLIMIT_NPROC counts per uid across the host: with one uid for every worker, the 13 processes a run holds
-    made the forks of a run in the other container fail (EAGAIN)."""
+    """RLIMIT_NPROC counts per uid across the host: with one uid for every worker, the 13 processes a run
+    holds made the forks of a run in the other container fail (EAGAIN)."""
     limits = Limits(processes=16, wall_s=20)
     with ThreadPoolExecutor(2) as pool:
         holding = pool.submit(sandbox.run, HOLD, limits=limits)
@@ -150,9 +163,13 @@ def test_a_neighbours_processes_do_not_count_against_a_run(sandbox: Sandbox) -> 
 
 
 def test_a_preloaded_file_alone_of_its_tree_is_mounted_read_only(engine: object, tmp_path: Path) -> None:
-    """One read-only `-v` per preloaded file: the worker imports it, a run cannot write it or see its folder."""
-    (tmp_path / "greeting.py").write_text("import os\nLOADED_IN = os.getpid()\n\ndef greet(name):\n    return f'hello {name}'\n")
-    (tmp_path / "greeting.py").chmod(0o666)  # writable by any uid: only the read-only mount can refuse the write
+    """One read-only `-v` per preloaded file: the worker imports it, a run cannot write it or see its
+    folder."""
+    (tmp_path / "greeting.py").write_text(
+        "import os\nLOADED_IN = os.getpid()\n\ndef greet(name):\n    return f'hello {name}'\n"
+    )
+    # writable by any uid: only the read-only mount can refuse the write
+    (tmp_path / "greeting.py").chmod(0o666)
     (tmp_path / "secret.txt").write_text("beside the module")
     program = (
         "import errno, json, os, sys\n"
@@ -163,9 +180,19 @@ def test_a_preloaded_file_alone_of_its_tree_is_mounted_read_only(engine: object,
         "    written = 'written'\n"
         "except OSError as error:\n"
         "    written = errno.errorcode[error.errno]\n"
-        "print(json.dumps([preloaded, greeting.greet('run'), greeting.LOADED_IN != os.getpid(), greeting.__file__,\n"
-        f"                  sorted(os.listdir('/opt/corrgrpo_preload')), os.path.exists({str(tmp_path)!r}), written]))\n"
+        "print(json.dumps([preloaded, greeting.greet('run'), greeting.LOADED_IN != os.getpid(), "
+        "greeting.__file__,\n"
+        f"                  sorted(os.listdir('/opt/corrgrpo_preload')), os.path.exists({str(tmp_path)!r}), "
+        f"written]))\n"
     )
     with Sandbox("pool", workers=1, isolation="docker", preload=[tmp_path / "greeting.py"]) as sandbox:
         seen = observe(sandbox, program)
-    assert seen == [True, "hello run", True, "/opt/corrgrpo_preload/greeting.py", ["greeting.py"], False, "EROFS"]
+    assert seen == [
+        True,
+        "hello run",
+        True,
+        "/opt/corrgrpo_preload/greeting.py",
+        ["greeting.py"],
+        False,
+        "EROFS",
+    ]

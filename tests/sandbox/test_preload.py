@@ -1,5 +1,5 @@
-"""The caller's preloaded module files: imported once per worker under their own names, visible read-only, and the
-only files of the caller's tree a run can see."""
+"""The caller's preloaded module files: imported once per worker under their own names, visible read-only, and
+the only files of the caller's tree a run can see."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_the_module_is_imported_before_the_run_and_once_per_worker(preloading: S
         "import json, os, sys\n"
         "preloaded = 'greeting' in sys.modules\n"  # before this program imports anything
         "import greeting\n"
-        "print(json.dumps([preloaded, greeting.greet('run'), greeting.LOADED_IN, os.getpid(), greeting.__file__]))\n"
+        "print(json.dumps([preloaded, greeting.greet('run'), greeting.LOADED_IN, os.getpid(), "
+        "greeting.__file__]))\n"
     )
     first, second = (json.loads(preloading.run(program).stdout) for _ in range(2))
     assert first[:2] == [True, "hello run"]
@@ -78,7 +79,12 @@ def test_the_preloaded_file_is_read_only(preloading: Sandbox) -> None:
 
 @pytest.mark.parametrize(
     ("name", "why"),
-    [("notes.txt", "not a Python module file"), ("json.py", "is taken"), ("worker.py", "is taken"), ("a-b.py", "not a")],
+    [
+        ("notes.txt", "not a Python module file"),
+        ("json.py", "is taken"),
+        ("worker.py", "is taken"),
+        ("a-b.py", "not a"),
+    ],
 )
 def test_a_file_that_cannot_be_preloaded_is_refused(tmp_path: Path, name: str, why: str) -> None:
     (tmp_path / name).write_text("X = 1\n")
@@ -91,7 +97,9 @@ def test_two_files_of_one_module_name_are_refused(tmp_path: Path) -> None:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "twin.py").write_text("X = 1\n")
     with pytest.raises(ValueError, match="is taken"):
-        Sandbox("fresh", preload=[tmp_path / "a" / "twin.py", tmp_path / "b" / "twin.py"], isolation="unsafe-none")
+        Sandbox(
+            "fresh", preload=[tmp_path / "a" / "twin.py", tmp_path / "b" / "twin.py"], isolation="unsafe-none"
+        )
 
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
@@ -100,7 +108,8 @@ def test_a_missing_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_docker_shows_each_preloaded_file_read_only_and_before_the_image(caller_tree: Path) -> None:
-    """The docker command line, built as `WorkerHandle` builds it (no engine needed): one read-only `-v` per file."""
+    """The docker command line, built as `WorkerHandle` builds it (no engine needed): one read-only `-v`
+    per file."""
     module = caller_tree / "greeting.py"
     launcher = Launcher(
         "docker",
@@ -112,7 +121,11 @@ def test_docker_shows_each_preloaded_file_read_only_and_before_the_image(caller_
         seal=docker_backend.docker_seal("an-image"),
     )
     mounts, inside = preload_mounts(launcher, (module,))
-    assert (mounts, inside) == (["-v", f"{module}:/opt/corrgrpo_preload/greeting.py:ro"], ["/opt/corrgrpo_preload/greeting.py"])
+    assert (mounts, inside) == (
+        ["-v", f"{module}:/opt/corrgrpo_preload/greeting.py:ro"],
+        ["/opt/corrgrpo_preload/greeting.py"],
+    )
     argv = [*launcher.head, *mounts, *launcher.seal]
     assert argv.index(mounts[1]) < argv.index("an-image")
-    assert [arg for arg in argv if str(caller_tree) in arg] == [mounts[1]]  # nothing else of the caller's tree
+    # nothing else of the caller's tree
+    assert [arg for arg in argv if str(caller_tree) in arg] == [mounts[1]]

@@ -1,8 +1,10 @@
-"""A run's process limit is its `Limits.processes` as RLIMIT_NPROC, soft and hard, set before its program starts.
+"""A run's process limit is its `Limits.processes` as RLIMIT_NPROC, soft and hard, set before its program
+starts.
 
-Where the service does not run as root and has no pids cgroup, RLIMIT_NPROC is the only bound on a run's processes
-(the kernel ignores it for uid 0, which the pids cgroup covers: test_sandbox_security.py); a raised limit would let
-a fork bomb take the host's process table, so the run itself must see exactly its limit, and never be able to raise it.
+Where the service does not run as root and has no pids cgroup, RLIMIT_NPROC is the only bound on a run's
+processes (the kernel ignores it for uid 0, which the pids cgroup covers: test_sandbox_security.py); a raised
+limit would let a fork bomb take the host's process table, so the run itself must see exactly its limit, and
+never be able to raise it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The sandbox's public names are `corrgrpo_sandbox.__all__`: no module of ours outside the sandbox's own tests and
-benchmark imports anything else of it (a module, or a name the package does not export).
+"""The sandbox's public names are `corrgrpo_sandbox.__all__`: no module of ours outside the sandbox's own
+tests and benchmark imports anything else of it (a module, or a name the package does not export).
 
 Exempt: `tests/sandbox` (these tests check the internals: the worker's protocol, cgroups, residue checks) and
 `bench/bench_sandbox.py` (its unsandboxed fork floor runs in a worker cgroup, as the pool's workers do)."""
@@ -49,7 +49,13 @@ def test_the_detector() -> None:
 
 
 def test_the_exported_names_are_the_executor_s() -> None:
-    assert sorted(corrgrpo_sandbox.__all__) == ["ExecResult", "IsolationUnavailable", "Limits", "RunCancelled", "Sandbox"]
+    assert sorted(corrgrpo_sandbox.__all__) == [
+        "ExecResult",
+        "IsolationUnavailable",
+        "Limits",
+        "RunCancelled",
+        "Sandbox",
+    ]
 
 
 def test_no_module_imports_past_the_public_names() -> None:

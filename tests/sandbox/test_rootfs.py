@@ -85,7 +85,8 @@ print(subprocess.run("echo shell", shell=True, capture_output=True, text=True).s
 print(subprocess.run([sys.executable, "-c", "print('child')"], capture_output=True, text=True).stdout.strip())
 answer = sqlite3.connect(":memory:").execute("select 6 * 7").fetchone()[0]
 print(answer, ctypes.CDLL(None).getpid() == os.getpid())
-site_packages = any(os.listdir(path) for path in sys.path if path.endswith("site-packages") and os.path.isdir(path))
+sites = [path for path in sys.path if path.endswith("site-packages") and os.path.isdir(path)]
+site_packages = any(os.listdir(path) for path in sites)
 print(site_packages, os.path.exists("/usr/bin/ldd"))
 """
 
@@ -173,7 +174,8 @@ def test_a_base_that_is_not_a_tmpfs_is_refused(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_noexec_tmpfs_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Docker mounts its tmpfs noexec: the interpreter's copy could not run there, so the next base is taken."""
+    """Docker mounts its tmpfs noexec: the interpreter's copy could not run there, so the next base is
+    taken."""
     noexec = tmp_path / "noexec"
     noexec.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,size=8m", "tmpfs", str(noexec)], check=True)

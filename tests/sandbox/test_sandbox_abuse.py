@@ -94,13 +94,23 @@ print("\\n".join(seen))
         result = spied_on.run(source)
     assert result.exit_code == 0, result.stderr
     assert secret.encode() not in result.stdout
-    assert b"CORRGRPO" not in result.stdout and b"PATH" in result.stdout  # it did read the environments it can see
+    # it did read the environments it can see
+    assert b"CORRGRPO" not in result.stdout and b"PATH" in result.stdout
 
 
 def test_service_files_are_invisible(sandbox: Sandbox, tmp_path: Path) -> None:
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text("the answers")
-    probes = ["/work", "/work/main/README.md", "/root/.bashrc", "/home", "/var", "/run", str(secret_file), "/tmp/pytest-of-root"]
+    probes = [
+        "/work",
+        "/work/main/README.md",
+        "/root/.bashrc",
+        "/home",
+        "/var",
+        "/run",
+        str(secret_file),
+        "/tmp/pytest-of-root",
+    ]
     source = f"""
 import json, os
 visible = []
@@ -121,13 +131,17 @@ def test_fork_bomb_is_contained_and_cleaned_up(pool_sandbox: Sandbox) -> None:
 
 
 def test_memory_bomb_fails_inside_the_limit(sandbox: Sandbox) -> None:
-    result = sandbox.run("blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))", limits=Limits(memory_mb=256))
+    result = sandbox.run(
+        "blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))",
+        limits=Limits(memory_mb=256),
+    )
     assert result.exit_code == 1 and b"MemoryError" in result.stderr
     assert result.peak_rss_kb < 300 * 1024
 
 
 def test_infinite_loop_is_stopped_by_the_cpu_limit(sandbox: Sandbox) -> None:
-    result = sandbox.run("while True:\n    pass", limits=Limits(cpu_s=1, wall_s=20))  # wall: slack for a loaded machine
+    # wall: slack for a loaded machine
+    result = sandbox.run("while True:\n    pass", limits=Limits(cpu_s=1, wall_s=20))
     assert result.timed_out and result.exit_code is None
     # the kernel enforces RLIMIT_CPU at its tick granularity, so rusage can read a little under the limit
     assert (result.signal == signal.SIGXCPU and result.cpu_s >= 0.8) or result.wall_s >= 20
@@ -137,11 +151,14 @@ def test_ignoring_sigxcpu_still_ends_in_sigkill(pool_sandbox: Sandbox) -> None:
     source = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass"
     result = pool_sandbox.run(source, limits=Limits(cpu_s=1, wall_s=20))
     assert result.timed_out and result.signal == signal.SIGKILL
-    assert result.cpu_s >= 1.6 or result.wall_s >= 20  # the hard limit one second later (or, very loaded, the wall)
+    # the hard limit one second later (or, very loaded, the wall)
+    assert result.cpu_s >= 1.6 or result.wall_s >= 20
 
 
 def test_sleeping_past_the_wall_timeout(sandbox: Sandbox) -> None:
-    result = sandbox.run("import time\nprint('before', flush=True)\ntime.sleep(60)", limits=Limits(wall_s=0.5))
+    result = sandbox.run(
+        "import time\nprint('before', flush=True)\ntime.sleep(60)", limits=Limits(wall_s=0.5)
+    )
     assert result.timed_out and result.signal == signal.SIGKILL
     assert result.stdout == b"before\n"
     assert 0.5 <= result.wall_s < 5
@@ -161,16 +178,19 @@ SIGNAL_THE_WORKER = [
     "import os\nos.kill(os.getppid(), 9)",
     "import os\ntry:\n    os.kill(-1, 9)\nexcept ProcessLookupError:\n    pass",  # nothing else it may signal
     "import os, signal\nos.kill(1, signal.SIGSTOP)",
-    "import os, signal\nos.kill(1, signal.SIGINT)",  # Python's own handler would raise KeyboardInterrupt in it
+    # Python's own handler would raise KeyboardInterrupt in it
+    "import os, signal\nos.kill(1, signal.SIGINT)",
     "import os, signal\nos.kill(1, signal.SIGTERM)",
     "import os, signal\nfd = os.pidfd_open(1)\nsignal.pidfd_send_signal(fd, signal.SIGKILL)",
 ]
 
 
 @pytest.mark.parametrize("attack", SIGNAL_THE_WORKER)
-def test_the_worker_is_init_and_no_signal_of_a_candidate_reaches_it(pool_sandbox: Sandbox, attack: str) -> None:
-    """The worker is its namespace's init (bwrap --as-pid-1): it gets only signals it handles from inside, and it
-    handles none. Before, a killed or stopped worker turned the candidate's run into an anomaly."""
+def test_the_worker_is_init_and_no_signal_of_a_candidate_reaches_it(
+    pool_sandbox: Sandbox, attack: str
+) -> None:
+    """The worker is its namespace's init (bwrap --as-pid-1): it gets only signals it handles from inside, and
+    it handles none. Before, a killed or stopped worker turned the candidate's run into an anomaly."""
     result = pool_sandbox.run(attack + "\nprint('still here')", limits=Limits(wall_s=2.0))
     assert (result.exit_code, result.anomaly, result.stdout) == (0, None, b"still here\n"), result
     assert pool_sandbox.run("import os\nprint(os.getppid())").stdout == b"1\n"
@@ -184,7 +204,8 @@ def test_signalling_the_worker_in_fresh_mode_changes_nothing(fresh_sandbox: Sand
 
 def test_daemons_do_not_survive_the_run(pool_sandbox: Sandbox) -> None:
     daemon = (
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(300)\n"
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        "
+        "time.sleep(300)\n"
         "    os._exit(0)\nprint('parent done')"
     )
     result = pool_sandbox.run(daemon)
@@ -195,7 +216,8 @@ def test_daemons_do_not_survive_the_run(pool_sandbox: Sandbox) -> None:
 
 
 @pytest.mark.parametrize(
-    ("source", "code"), [("import sys\nsys.exit(0)", 0), ("import os\nos._exit(0)", 0), ("import sys\nsys.exit('no')", 1)]
+    ("source", "code"),
+    [("import sys\nsys.exit(0)", 0), ("import os\nos._exit(0)", 0), ("import sys\nsys.exit('no')", 1)],
 )
 def test_early_exit_is_reported_as_it_happened(sandbox: Sandbox, source: str, code: int) -> None:
     result = sandbox.run("import os\nos.write(3, b'before')\n" + source + "\nos.write(3, b'after')")
@@ -203,9 +225,9 @@ def test_early_exit_is_reported_as_it_happened(sandbox: Sandbox, source: str, co
 
 
 def test_child_cannot_reach_the_workers_reply_pipe(pool_sandbox: Sandbox) -> None:
-    """The worker's pipes are closed in the child and the worker's /proc entry is hidden (were it not, the worker
-    being non-dumpable, /proc/1/fd/* could not be opened); a forged reply written anywhere it can reach changes
-    nothing."""
+    """The worker's pipes are closed in the child and the worker's /proc entry is hidden (were it not, the
+    worker being non-dumpable, /proc/1/fd/* could not be opened); a forged reply written anywhere it can reach
+    changes nothing."""
     forge = """
 import json, os, struct
 reply = json.dumps({"exit_code": 0, "anomaly": None}).encode()

@@ -1,6 +1,6 @@
-"""Issue 14 (sandbox part), against the real sandbox with bwrap: CPU of every process counts and is capped over
-the whole tree (14.2, 14.3), nothing of a run survives into the next one (14.5), no isolation means no run
-unless asked for by an unsafe name (14.7). Each test failed on the code before these fixes."""
+"""Issue 14 (sandbox part), against the real sandbox with bwrap: CPU of every process counts and is capped
+over the whole tree (14.2, 14.3), nothing of a run survives into the next one (14.5), no isolation means no
+run unless asked for by an unsafe name (14.7). Each test failed on the code before these fixes."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ pytestmark = pytest.mark.usefixtures("require_bwrap")
 
 def busy(seconds: float, indent: str) -> str:
     """Source that burns `seconds` of CPU, indented for a block."""
-    return f"{indent}end = time.process_time() + {seconds}\n{indent}while time.process_time() < end:\n{indent}    pass"
+    return (
+        f"{indent}end = time.process_time() + {seconds}\n{indent}while time.process_time() < end:\n"
+        f"{indent}    pass"
+    )
 
 
 @pytest.fixture
@@ -65,7 +68,9 @@ print("done")
 @pytest.mark.parametrize("ignore_sigchld", [False, True], ids=["orphan", "auto-reaped"])
 def test_cpu_of_a_grandchild_counts(pool_sandbox: Sandbox, ignore_sigchld: bool) -> None:
     """In every shape (test_guarantees_by_shape): ignoring SIGCHLD is refused, no CPU leaves with a child."""
-    result = pool_sandbox.run(GRANDCHILD_DOES_THE_WORK.format(ignore_sigchld=ignore_sigchld), limits=Limits(wall_s=30))
+    result = pool_sandbox.run(
+        GRANDCHILD_DOES_THE_WORK.format(ignore_sigchld=ignore_sigchld), limits=Limits(wall_s=30)
+    )
     stdout = b"refused\ndone\n" if ignore_sigchld else b"done\n"
     assert (result.exit_code, result.stdout, result.anomaly) == (0, stdout, None)
     assert result.cpu_s >= 0.5, result  # it reported ~0.01 s: only the direct child's own time
@@ -101,7 +106,9 @@ def test_a_dozen_setsid_busy_loops_are_capped_killed_and_counted() -> None:
     results: dict[str, ExecResult] = {}
     with Sandbox("pool", workers=2) as sandbox:
         hog = threading.Thread(
-            target=lambda: results.update(hog=sandbox.run(SETSID_BUSY_LOOPS, limits=Limits(cpu_s=1, wall_s=120)))
+            target=lambda: results.update(
+                hog=sandbox.run(SETSID_BUSY_LOOPS, limits=Limits(cpu_s=1, wall_s=120))
+            )
         )
         hog.start()
         time.sleep(0.3)  # the busy loops are running
@@ -140,7 +147,9 @@ def test_a_request_queued_behind_a_run_leaves_it_its_process_limit() -> None:
     if "pids" not in cgroup_parents():
         pytest.skip("no writable cgroup v1 pids controller here: RLIMIT_NPROC only (see README)")
     with Sandbox("pool", workers=1) as sandbox, ThreadPoolExecutor(1) as thread:
-        limited = thread.submit(sandbox.run, "import time\ntime.sleep(1.0)\n" + FORK_40, limits=Limits(processes=8))
+        limited = thread.submit(
+            sandbox.run, "import time\ntime.sleep(1.0)\n" + FORK_40, limits=Limits(processes=8)
+        )
         time.sleep(0.5)  # the run sleeps before it forks
         assert sandbox.run("print('next')", limits=Limits(processes=16)).stdout == b"next\n"
         assert int(limited.result().stdout) == 7
@@ -166,20 +175,34 @@ if shm >= 0:
 found["sem"] = libc.semget(0x5EC12E8, 1, 0o1666 if CREATE else 0o666) >= 0
 found["msg"] = libc.msgget(0x5EC12E9, 0o1666 if CREATE else 0o666) >= 0
 found["mq"] = rt.mq_open(b"/corrgrpo-left-over", os.O_RDWR | (os.O_CREAT if CREATE else 0), 0o666, None) >= 0
-found["tables"] = [len(open(f"/proc/sysvipc/{kind}").read().splitlines()) - 1 for kind in ("shm", "sem", "msg")]
+found["tables"] = [
+    len(open(f"/proc/sysvipc/{kind}").read().splitlines()) - 1 for kind in ("shm", "sem", "msg")
+]
 print(json.dumps(found))
 """
 
 
 def test_ipc_objects_do_not_outlive_their_run(one_worker: Sandbox) -> None:
-    """SysV IPC is refused (seccomp: its ids counted every object the namespace made, and segments outlived their
-    run and the memory limit); a POSIX message queue is wiped with /dev/mqueue."""
+    """SysV IPC is refused (seccomp: its ids counted every object the namespace made, and segments outlived
+    their run and the memory limit); a POSIX message queue is wiped with /dev/mqueue."""
     created = one_worker.run("CREATE = True\n" + SYSV_AND_POSIX_IPC)
     assert created.exit_code == 0, created.stderr
-    assert json.loads(created.stdout) == {"shm": False, "sem": False, "msg": False, "mq": True, "tables": [0, 0, 0]}
+    assert json.loads(created.stdout) == {
+        "shm": False,
+        "sem": False,
+        "msg": False,
+        "mq": True,
+        "tables": [0, 0, 0],
+    }
     later = one_worker.run("CREATE = False\n" + SYSV_AND_POSIX_IPC)
     assert later.exit_code == 0, later.stderr
-    assert json.loads(later.stdout) == {"shm": False, "sem": False, "msg": False, "mq": False, "tables": [0, 0, 0]}
+    assert json.loads(later.stdout) == {
+        "shm": False,
+        "sem": False,
+        "msg": False,
+        "mq": False,
+        "tables": [0, 0, 0],
+    }
 
 
 def test_locked_directories_are_wiped(one_worker: Sandbox) -> None:
@@ -193,7 +216,10 @@ for top in ("/tmp", "/dev/shm", "."):
 os.chmod("/dev/shm", 0)
 """
     assert one_worker.run(source).exit_code == 0
-    listing = "import os\nprint([sorted(os.listdir(d)) for d in ('.', '/tmp', '/dev/shm')], os.access('/dev/shm', os.W_OK))"
+    listing = (
+        "import os\n"
+        "print([sorted(os.listdir(d)) for d in ('.', '/tmp', '/dev/shm')], os.access('/dev/shm', os.W_OK))"
+    )
     result = one_worker.run(listing)
     assert result.stdout == b"[[], ['work'], []] True\n", result.stdout
 
@@ -220,12 +246,14 @@ print(json.dumps(sorted(digests)))
 
 
 def test_no_run_finds_a_previous_runs_program_or_data_in_memory(one_worker: Sandbox) -> None:
-    """The warm worker used to read every program, input and output into its heap; each child is a copy. Outputs
-    of several sizes: a copy of one left in the worker's heap survives or not by the allocator's size classes."""
+    """The warm worker used to read every program, input and output into its heap; each child is a copy.
+    Outputs of several sizes: a copy of one left in the worker's heap survives or not by the allocator's size
+    classes."""
     secret = f"CORRGRPOSECRET{secrets.token_hex(16)}".encode()
     own = one_worker.run(f"ANSWER = {secret.decode()!r}\n" + MEMORY_SCAN)  # the scan finds what is there
     assert hashlib.sha256(secret).hexdigest() in json.loads(own.stdout)
-    for padding in (0, 300, 600, 1200, 5000):  # program, input, file and output hold it; the very next run scans
+    # program, input, file and output hold it; the very next run scans
+    for padding in (0, 300, 600, 1200, 5000):
         spilled = one_worker.run(
             f"import sys\nANSWER = {secret.decode()!r}\n"
             f"print(ANSWER, sys.stdin.read(), open('expected.txt').read(), 'x' * {padding})",
@@ -235,13 +263,16 @@ def test_no_run_finds_a_previous_runs_program_or_data_in_memory(one_worker: Sand
         assert spilled.stdout.count(secret) == 3
         later = one_worker.run(MEMORY_SCAN)
         assert later.exit_code == 0, later.stderr
-        assert hashlib.sha256(secret).hexdigest() not in json.loads(later.stdout), f"found after a {padding}-byte pad"
+        assert hashlib.sha256(secret).hexdigest() not in json.loads(later.stdout), (
+            f"found after a {padding}-byte pad"
+        )
 
 
 def test_stdin_never_passes_through_the_childs_memory(one_worker: Sandbox) -> None:
-    """Assert mode's judge reads the test from stdin after forking the candidate, so a copy of stdin left in the
-    forking process's heap would be the candidate's to find: stdin is spliced from the request into its memfd.
-    (Before, stdin came base64-encoded inside the JSON body, and its freed copies stayed in the heap.)"""
+    """Assert mode's judge reads the test from stdin after forking the candidate, so a copy of stdin left in
+    the forking process's heap would be the candidate's to find: stdin is spliced from the request into its
+    memfd. (Before, stdin came base64-encoded inside the JSON body, and its freed copies stayed in the
+    heap.)"""
     secret = f"CORRGRPOSECRET{secrets.token_hex(16)}".encode()
     forked_scan = (
         f"import os, sys\nif os.fork() == 0:\n    os.close(0)\n    exec({MEMORY_SCAN!r})\n"
@@ -270,11 +301,14 @@ def test_no_isolation_refuses_with_instructions(tmp_path: Path, monkeypatch: pyt
 
 
 def test_without_cgroups_the_tree_is_still_counted_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hosts without writable cgroup v1 (containers, cgroup v2 only): rusage of every reaped process + /proc."""
+    """Hosts without writable cgroup v1 (containers, cgroup v2 only): rusage of every reaped process +
+    /proc."""
     monkeypatch.setattr("corrgrpo_sandbox.worker_handle.cgroup_parents", lambda: ())
     with Sandbox("pool", workers=1) as sandbox:
         assert all(worker.cgroup is None for worker in sandbox._pool.live)
-        orphaned = sandbox.run(GRANDCHILD_DOES_THE_WORK.format(ignore_sigchld=False), limits=Limits(wall_s=30))
+        orphaned = sandbox.run(
+            GRANDCHILD_DOES_THE_WORK.format(ignore_sigchld=False), limits=Limits(wall_s=30)
+        )
         assert (orphaned.exit_code, orphaned.stdout) == (0, b"done\n") and orphaned.cpu_s >= 0.5, orphaned
         hog = sandbox.run(SETSID_BUSY_LOOPS, limits=Limits(cpu_s=1, wall_s=120))
         assert hog.timed_out and 1.5 <= hog.cpu_s <= 5.0 and hog.wall_s < 60, hog

@@ -1,7 +1,7 @@
-"""Nothing a candidate does outlives its run (issue 26): the worker's limits, priority, affinity, scheduling and OOM
-score, the namespace's UTS names, sysctls and keyrings, and the processes that survive a run (only the worker) are
-out of a candidate's reach. Each attack reports which of its operations the kernel accepted (none may be), and a
-probe run on the same worker afterwards must see exactly what it saw before.
+"""Nothing a candidate does outlives its run (issue 26): the worker's limits, priority, affinity, scheduling
+and OOM score, the namespace's UTS names, sysctls and keyrings, and the processes that survive a run (only the
+worker) are out of a candidate's reach. Each attack reports which of its operations the kernel accepted (none
+may be), and a probe run on the same worker afterwards must see exactly what it saw before.
 
 Runs under bwrap here, and under docker too where `make compose-test` sets CORRGRPO_TEST_DOCKER=1.
 """
@@ -26,14 +26,18 @@ def read(path):
             return handle.read()
     except OSError as error:
         return type(error).__name__
-seen = {"own limits": [resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_")]}
+limits = [n for n in sorted(dir(resource)) if n.startswith("RLIMIT_")]
+seen = {"own limits": [resource.getrlimit(getattr(resource, n)) for n in limits]}
 for pid in sorted({1, os.getppid()}):
     for name in ("limits", "oom_score_adj", "status"):
         lines = read(f"/proc/{pid}/{name}").splitlines()  # less what changes as the worker works
-        seen[f"{pid} {name}"] = [l for l in lines if not l.startswith(("Vm", "Rss", "volunt", "nonvol", "State", "Sig"))]
+        changing = ("Vm", "Rss", "volunt", "nonvol", "State", "Sig")
+        seen[f"{pid} {name}"] = [l for l in lines if not l.startswith(changing)]
     seen[f"{pid} nice"] = read(f"/proc/{pid}/stat").rsplit(")", 1)[-1].split()[16:18]
 seen["uts"] = [socket.gethostname(), read("/proc/sys/kernel/domainname")]
-for path in ("kernel/msgmax", "kernel/shmmax", "fs/mqueue/msg_max", "net/ipv4/ip_forward", "net/core/somaxconn"):
+for path in (
+    "kernel/msgmax", "kernel/shmmax", "fs/mqueue/msg_max", "net/ipv4/ip_forward", "net/core/somaxconn"
+):
     seen[path] = read("/proc/sys/" + path)
 # keys a run could add (keyrings come and go with every session and uid on the host: `.user_reg` counts them)
 seen["keys"] = [line for line in read("/proc/keys").splitlines() if line.split()[7:8] != ["keyring"]]
@@ -60,12 +64,14 @@ ATTACKS = {
 for pid in targets:
     attempt(f"prlimit {pid} NOFILE", lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (63, 63)))
     attempt(f"prlimit {pid} CPU", lambda: resource.prlimit(pid, resource.RLIMIT_CPU, (1, 1)))
-    attempt(f"prlimit {pid} AS raw", lambda: libc.prlimit64(pid, resource.RLIMIT_AS, ctypes.c_void_p(0), None))
+    raw_as = lambda: libc.prlimit64(pid, resource.RLIMIT_AS, ctypes.c_void_p(0), None)
+    attempt(f"prlimit {pid} AS raw", raw_as)
 """,
     "priority": """
 for pid in targets:
     attempt(f"setpriority {pid}", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19))
-    attempt(f"ioprio_set {pid}", lambda: libc.syscall(251 if os.uname().machine == "x86_64" else 30, 1, pid, 7 | (3 << 13)))
+    ioprio_set = 251 if os.uname().machine == "x86_64" else 30
+    attempt(f"ioprio_set {pid}", lambda: libc.syscall(ioprio_set, 1, pid, 7 | (3 << 13)))
 attempt("setpriority PRIO_USER", lambda: os.setpriority(os.PRIO_USER, 0, 19))  # every process of the uid
 """,
     "affinity and scheduling": """
@@ -92,7 +98,8 @@ for pid in targets:
             memory.read(1)
     attempt(f"/proc/{pid}/mem", poke)
     attempt(f"pidfd_getfd {pid}", lambda: libc.syscall(438, os.pidfd_open(pid), 0, 0))
-    attempt(f"kcmp {pid}", lambda: libc.syscall(312 if os.uname().machine == "x86_64" else 272, pid, os.getpid(), 0, 0, 0))
+    kcmp = 312 if os.uname().machine == "x86_64" else 272
+    attempt(f"kcmp {pid}", lambda: libc.syscall(kcmp, pid, os.getpid(), 0, 0, 0))
 """,
     "keyrings": """
 add_key = 248 if os.uname().machine == "x86_64" else 217
@@ -111,8 +118,8 @@ for name in ("hostname", "domainname"):
 """,
     "sysctls": """
 # each is written with its own value: an attack that succeeds changes nothing, not even on the host
-for path in ("kernel/msgmax", "kernel/shmmax", "fs/mqueue/msg_max", "net/ipv4/ip_forward", "net/core/somaxconn",
-             "vm/swappiness", "kernel/sched_child_runs_first"):
+for path in ("kernel/msgmax", "kernel/shmmax", "fs/mqueue/msg_max", "net/ipv4/ip_forward",
+             "net/core/somaxconn", "vm/swappiness", "kernel/sched_child_runs_first"):
     def write():
         with open("/proc/sys/" + path) as handle:
             value = handle.read()
@@ -132,7 +139,9 @@ def probe(sandbox: Sandbox) -> dict[str, object]:
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_a_run_cannot_change_what_later_runs_see(one_worker: Sandbox, attack: str) -> None:
     before = probe(one_worker)
-    result = one_worker.run(PRELUDE + ATTACKS[attack] + "print(json.dumps(accepted))", limits=Limits(wall_s=5))
+    result = one_worker.run(
+        PRELUDE + ATTACKS[attack] + "print(json.dumps(accepted))", limits=Limits(wall_s=5)
+    )
     assert result.anomaly is None and result.exit_code == 0, result
     assert json.loads(result.stdout) == [], f"the kernel accepted: {result.stdout.decode()}"
     assert probe(one_worker) == before
@@ -142,9 +151,9 @@ def test_a_run_cannot_change_what_later_runs_see(one_worker: Sandbox, attack: st
 def test_the_candidate_may_still_set_its_own_limits_priority_and_affinity(one_worker: Sandbox) -> None:
     """The filter allows these calls on the caller itself (pid 0), as the C library and Python make them.
 
-    The priority only goes up from the one the worker inherited (the service's under bwrap, the Docker engine's under
-    docker): without CAP_SYS_NICE the kernel refuses any lower one (EACCES), so a fixed target such as 5 fails where
-    the engine runs niced (`nice make compose-test`)."""
+    The priority only goes up from the one the worker inherited (the service's under bwrap, the Docker
+    engine's under docker): without CAP_SYS_NICE the kernel refuses any lower one (EACCES), so a fixed target
+    such as 5 fails where the engine runs niced (`nice make compose-test`)."""
     source = """
 import os, resource
 start = os.getpriority(os.PRIO_PROCESS, 0)
@@ -166,7 +175,8 @@ print(start, resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_
 
 
 def test_a_changed_invariant_is_detected() -> None:
-    """The check after each run (`worker.residue.Invariants`) names what changed; run in a throwaway interpreter."""
+    """The check after each run (`worker.residue.Invariants`) names what changed; run in a throwaway
+    interpreter."""
     source = """
 import os, resource
 from corrgrpo_sandbox.worker import residue

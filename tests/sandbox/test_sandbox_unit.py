@@ -23,7 +23,10 @@ from corrgrpo_sandbox.worker_handle import PIPE_MAX, PIPE_SOFT_LIMIT, output_pip
 
 
 def test_stdout_stderr_exit_code_and_stdin(sandbox: Sandbox) -> None:
-    result = sandbox.run("import sys\nprint(sys.stdin.read().upper())\nprint('err', file=sys.stderr)\nsys.exit(4)", stdin=b"abc")
+    result = sandbox.run(
+        "import sys\nprint(sys.stdin.read().upper())\nprint('err', file=sys.stderr)\nsys.exit(4)",
+        stdin=b"abc",
+    )
     assert (result.exit_code, result.signal, result.anomaly) == (4, None, None)
     assert result.stdout == b"ABC\n"
     assert result.stderr == b"err\n"
@@ -43,7 +46,9 @@ def test_runs_as_main_in_private_cwd_with_files(sandbox: Sandbox) -> None:
 
 def test_cwd_is_empty_again_on_the_next_run(pool_sandbox: Sandbox) -> None:
     for _ in range(3):  # enough runs to land on both workers
-        pool_sandbox.run("for path in ('left.txt', '/tmp/top.txt', '/dev/shm/shared'):\n    open(path, 'w').write('x')")
+        pool_sandbox.run(
+            "for path in ('left.txt', '/tmp/top.txt', '/dev/shm/shared'):\n    open(path, 'w').write('x')"
+        )
     result = pool_sandbox.run("import os\nprint(os.listdir('.'), os.listdir('/tmp'), os.listdir('/dev/shm'))")
     assert result.stdout == b"[] ['work'] []\n"
 
@@ -52,7 +57,8 @@ def test_uncaught_exception_reports_traceback_without_worker_frames(sandbox: San
     result = sandbox.run("def f():\n    raise KeyError('k')\nf()")
     assert result.exit_code == 1
     assert b"KeyError: 'k'" in result.stderr and b'File "<program>", line 3' in result.stderr
-    assert b"/worker/" not in result.stderr  # no frame of the worker package (worker/child.py runs the program)
+    # no frame of the worker package (worker/child.py runs the program)
+    assert b"/worker/" not in result.stderr
 
 
 def test_syntax_error_is_exit_code_one(sandbox: Sandbox) -> None:
@@ -82,20 +88,26 @@ def test_cpu_time_of_a_busy_loop_is_measured_by_the_kernel(pool_sandbox: Sandbox
 
 
 def test_faked_clock_does_not_change_measured_cpu(pool_sandbox: Sandbox) -> None:
-    source = "import time\ntime.process_time = lambda: 0.0\ntime.monotonic = lambda: 0.0\nsum(range(3_000_000))"
+    source = (
+        "import time\ntime.process_time = lambda: 0.0\ntime.monotonic = lambda: 0.0\nsum(range(3_000_000))"
+    )
     result = pool_sandbox.run(source)
     assert result.exit_code == 0 and result.cpu_s > 0.02
 
 
 def test_file_size_limit(sandbox: Sandbox) -> None:
-    source = "try:\n    open('big', 'wb').write(b'x' * 3 * 1024 * 1024)\nexcept OSError as e:\n    print('refused', e.errno)"
+    source = (
+        "try:\n    open('big', 'wb').write(b'x' * 3 * 1024 * 1024)\nexcept OSError as e:\n"
+        "    print('refused', e.errno)"
+    )
     result = sandbox.run(source, limits=Limits(file_mb=1))
     assert result.stdout == b"refused 27\n"  # EFBIG (SIGXFSZ is ignored by the interpreter)
 
 
 def test_open_files_limit(pool_sandbox: Sandbox) -> None:
     source = (
-        "handles = []\ntry:\n    while True:\n        handles.append(open('/dev/null'))\nexcept OSError:\n    print(len(handles))"
+        "handles = []\ntry:\n    while True:\n        handles.append(open('/dev/null'))\nexcept OSError:\n   "
+        " print(len(handles))"
     )
     result = pool_sandbox.run(source, limits=Limits(open_files=20))
     assert result.exit_code == 0 and 10 <= int(result.stdout) < 20
@@ -123,7 +135,9 @@ def test_concurrent_runs_from_many_threads(pool_sandbox: Sandbox) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert {number: result.stdout for number, result in results.items()} == {n: f"{n * 2}\n".encode() for n in range(8)}
+    assert {number: result.stdout for number, result in results.items()} == {
+        n: f"{n * 2}\n".encode() for n in range(8)
+    }
 
 
 def test_worker_is_recycled_after_n_runs() -> None:
@@ -140,10 +154,12 @@ def test_worker_is_recycled_after_n_runs() -> None:
 
 
 def test_a_worker_started_by_a_thread_that_ended_still_runs() -> None:
-    """bwrap --die-with-parent fires when the starting THREAD ends: a replacement started in a caller's short-lived
-    thread used to die with it (every first run of a new thread pool's round: 'worker died (exit status -9)')."""
+    """bwrap --die-with-parent fires when the starting THREAD ends: a replacement started in a caller's
+    short-lived thread used to die with it (every first run of a new thread pool's round: 'worker died (exit
+    status -9)')."""
     with Sandbox("pool", workers=1, recycle_after=1) as sandbox:
-        # its worker is recycled and replaced; the thread lives on until bwrap has surely set up --die-with-parent
+        # its worker is recycled and replaced; the thread lives on until bwrap has surely set up
+        # --die-with-parent
         caller = threading.Thread(target=lambda: (sandbox.run("pass"), time.sleep(0.5)))
         caller.start()
         caller.join()
@@ -176,7 +192,10 @@ def test_closed_sandbox_refuses_runs() -> None:
 
 
 def test_non_daemon_threads_finish_before_exit(pool_sandbox: Sandbox) -> None:
-    source = "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.1), print('late'))).start()\nprint('main')"
+    source = (
+        "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.1), print('late'))).start()\n"
+        "print('main')"
+    )
     result = pool_sandbox.run(source)
     assert (result.exit_code, result.stdout) == (0, b"main\nlate\n")
 
@@ -223,14 +242,16 @@ def test_a_cancelled_run_ends_at_once_and_its_worker_is_replaced(pool_sandbox: S
     thread.join(30)
     assert not thread.is_alive() and isinstance(outcome.get("error"), RunCancelled)
     assert time.monotonic() - started < 20  # not the 60 s the run asked for
-    with pool_sandbox.cancellable(cancel), pytest.raises(RunCancelled):  # still set: a run under it never begins
+    # still set: a run under it never begins
+    with pool_sandbox.cancellable(cancel), pytest.raises(RunCancelled):
         pool_sandbox.run("print(1)")
     assert pool_sandbox.run("print(2)").stdout == b"2\n"  # outside the block, runs go on as before
 
 
 def test_a_request_queued_behind_a_run_that_breaks_its_worker_runs_on_the_replacement() -> None:
-    """The only worker holds a second request while it runs the first (`QUEUE_DEPTH`); the first is cancelled, which
-    kills the worker: the second never started there, and runs on its replacement as if nothing happened."""
+    """The only worker holds a second request while it runs the first (`QUEUE_DEPTH`); the first is cancelled,
+    which kills the worker: the second never started there, and runs on its replacement as if nothing
+    happened."""
     cancel = threading.Event()
 
     def sleep_a_minute() -> None:
@@ -241,11 +262,15 @@ def test_a_request_queued_behind_a_run_that_breaks_its_worker_runs_on_the_replac
         sleeping = threads.submit(sleep_a_minute)
         time.sleep(0.5)
         # larger than the pipe: it is still being written when the worker is killed
-        queued = threads.submit(sandbox.run, "import sys\nprint(len(sys.stdin.buffer.read()))", stdin=bytes(4 << 20))
+        queued = threads.submit(
+            sandbox.run, "import sys\nprint(len(sys.stdin.buffer.read()))", stdin=bytes(4 << 20)
+        )
         deadline = time.monotonic() + 10
         while [worker.taken for worker in sandbox._pool.live] != [2] and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert [worker.taken for worker in sandbox._pool.live] == [2], "the second request did not go to the busy worker"
+        assert [worker.taken for worker in sandbox._pool.live] == [2], (
+            "the second request did not go to the busy worker"
+        )
         cancel.set()
         with pytest.raises(RunCancelled):
             sleeping.result(20)
@@ -254,13 +279,19 @@ def test_a_request_queued_behind_a_run_that_breaks_its_worker_runs_on_the_replac
 
 
 def test_queued_requests_get_their_own_replies_while_runs_before_them_end_their_workers() -> None:
-    """Every third run starts processes, which spends its worker (replaced after its reply): the requests queued
-    behind it never started and run elsewhere; every run answers with its own output, none with a neighbour's."""
-    spend = "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\nprint({n})"
+    """Every third run starts processes, which spends its worker (replaced after its reply): the requests
+    queued behind it never started and run elsewhere; every run answers with its own output, none with a
+    neighbour's."""
+    spend = (
+        "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\n"
+        "print({n})"
+    )
     programs = [spend.format(n=n) if n % 3 == 0 else f"print({n})" for n in range(36)]
     with Sandbox("pool", workers=2) as sandbox, ThreadPoolExecutor(4) as threads:
         results = list(threads.map(sandbox.run, programs))
-    assert [(r.exit_code, r.stdout, r.anomaly) for r in results] == [(0, f"{n}\n".encode(), None) for n in range(36)]
+    assert [(r.exit_code, r.stdout, r.anomaly) for r in results] == [
+        (0, f"{n}\n".encode(), None) for n in range(36)
+    ]
 
 
 def test_a_request_cancelled_while_queued_leaves_the_run_before_it_alone() -> None:
@@ -284,11 +315,14 @@ def test_a_request_cancelled_while_queued_leaves_the_run_before_it_alone() -> No
 
 
 def cgroup_directories(sandbox: Sandbox) -> set[str]:
-    return {path for worker in sandbox._pool.live if worker.cgroup is not None for path in worker.cgroup.paths}
+    return {
+        path for worker in sandbox._pool.live if worker.cgroup is not None for path in worker.cgroup.paths
+    }
 
 
 def test_a_clean_close_leaves_no_cgroup_directory() -> None:
-    """Idle and busy workers alike (issue 38): every `corrgrpo-<pid>-<n>` directory is gone when close returns."""
+    """Idle and busy workers alike (issue 38): every `corrgrpo-<pid>-<n>` directory is gone when close
+    returns."""
     sandbox = Sandbox("pool", workers=2, isolation="bwrap")
     directories = cgroup_directories(sandbox)
     if not directories:
@@ -301,7 +335,8 @@ def test_a_clean_close_leaves_no_cgroup_directory() -> None:
 
 
 def test_a_cgroup_is_removed_even_with_a_process_left_in_it() -> None:
-    """A process that outlived its worker (it dies asynchronously after bwrap) is killed, not waited on for ever."""
+    """A process that outlived its worker (it dies asynchronously after bwrap) is killed, not waited on for
+    ever."""
     parents = cgroup_parents()
     if not parents:
         pytest.skip("no writable cgroup v1 here")
@@ -309,7 +344,10 @@ def test_a_cgroup_is_removed_even_with_a_process_left_in_it() -> None:
     straggler = subprocess.Popen(["sleep", "60"], preexec_fn=cgroup.enter)
     started = time.monotonic()
     cgroup.remove()
-    assert (straggler.wait(5), [os.path.exists(path) for path in cgroup.paths]) == (-9, [False] * len(cgroup.paths))
+    assert (straggler.wait(5), [os.path.exists(path) for path in cgroup.paths]) == (
+        -9,
+        [False] * len(cgroup.paths),
+    )
     assert time.monotonic() - started < 1
 
 

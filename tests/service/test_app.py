@@ -84,7 +84,9 @@ async def test_validation_errors_name_the_field() -> None:
         assert response.status_code == 422
         assert response.json()["details"][0]["loc"] == "weights.zzz"
         assert (await client.post("/v1/score", json={"items": []})).status_code == 422
-        response = await client.post("/v1/score", content=b"{not json", headers={"content-type": "application/json"})
+        response = await client.post(
+            "/v1/score", content=b"{not json", headers={"content-type": "application/json"}
+        )
         assert response.status_code == 422
 
 
@@ -114,7 +116,8 @@ async def test_every_request_is_counted_under_its_route_and_status_a_crash_as_50
     async def crash() -> None:
         raise ValueError("boom")
 
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # starlette re-raises after its 500 is sent
+    # starlette re-raises after its 500 is sent
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://toy") as toy:
         assert (await toy.get("/crash")).status_code == 500
         assert (await toy.get("/healthz")).status_code == 200

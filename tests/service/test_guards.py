@@ -71,8 +71,12 @@ async def test_bearer_token_guards_every_route_but_the_open_ones() -> None:
             assert refused.status_code == 401, wrong
         assert (await client.get("/v1/components")).status_code == 401
         assert (await client.get("/nowhere")).status_code == 401  # open only when named: 401, not 404
-        assert (await client.post("/v1/score", json=body, headers={"Authorization": "Bearer s3cret"})).status_code == 200
-        assert (await client.get("/v1/components", headers={"authorization": "bearer s3cret"})).status_code == 200
+        assert (
+            await client.post("/v1/score", json=body, headers={"Authorization": "Bearer s3cret"})
+        ).status_code == 200
+        assert (
+            await client.get("/v1/components", headers={"authorization": "bearer s3cret"})
+        ).status_code == 200
         for open_path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
             assert (await client.get(open_path)).status_code == 200, open_path
         assert (await client.get("/readyz")).json()["checks"]["auth"] == "bearer token"
@@ -119,7 +123,10 @@ async def test_hostile_json_gets_a_4xx(body: bytes, status: int, error: str) -> 
 
 
 def test_check_json_accepts_what_is_fine() -> None:
-    paired = b'{"s": "\\ud83d\\ude00", "code": "x = \'\\\\ud800\'", "n": [1.5, -2e10, 0.1, 12345678901234567890123, [[{}]]]}'
+    paired = (
+        b'{"s": "\\ud83d\\ude00", "code": "x = \'\\\\ud800\'", '
+        b'"n": [1.5, -2e10, 0.1, 12345678901234567890123, [[{}]]]}'
+    )
     checked = check_json(paired, JsonLimits(max_depth=8))
     assert isinstance(checked, Checked) and checked.document == json.loads(paired)
     assert isinstance(check_json(b'{"a": [[[]]]}', JsonLimits(max_depth=3)), Problem)
@@ -155,9 +162,13 @@ async def test_overload_gets_429_with_retry_after_and_recovers() -> None:
         assert refused.json()["error"] == "overloaded"
         gate.set()
         assert (await first).status_code == 200
-        assert (await client.post("/v1/score", json={"items": [{"value": 3}, {"value": 4}]})).status_code == 200
+        assert (
+            await client.post("/v1/score", json={"items": [{"value": 3}, {"value": 4}]})
+        ).status_code == 200
         # a batch larger than the whole budget still goes through when nothing else is in flight
-        assert (await client.post("/v1/score", json={"items": [{"value": v} for v in range(5)]})).status_code == 200
+        assert (
+            await client.post("/v1/score", json={"items": [{"value": v} for v in range(5)]})
+        ).status_code == 200
         metrics = (await client.get("/metrics")).text
         assert 'corrgrpo_rejections_total{reason="overload",service="toy"} 1.0' in metrics
         assert 'corrgrpo_inflight_items{service="toy"} 0.0' in metrics

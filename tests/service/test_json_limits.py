@@ -1,4 +1,5 @@
-"""Per-request size limits in-process: value count, entries per array/object, capped fields, each with its path."""
+"""Per-request size limits in-process: value count, entries per array/object, capped fields, each with its
+path."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def problem(document: object) -> tuple[int, str, str | None] | None:
 
 def test_values_are_counted_outside_strings_only() -> None:
     assert too_many_values(b"[1,2,3]", 3) and not too_many_values(b"[1,2,3]", 4)
-    assert not too_many_values(json.dumps(["a, [b], {c}" * 1000]).encode(), 2)  # marks inside a string do not count
+    # marks inside a string do not count
+    assert not too_many_values(json.dumps(["a, [b], {c}" * 1000]).encode(), 2)
     assert not too_many_values(json.dumps(['say \\"[,\\"', "x"]).encode(), 3)  # nor after escaped quotes
     assert problem({"items": [[1] * 9] * 9}) is None
     assert problem({"items": [[1] * 9] * 9 + [[0]] * 5}) == (413, "too_many_items", "items")
@@ -28,7 +30,8 @@ def test_values_are_counted_outside_strings_only() -> None:
 
 
 def marks(document: object) -> int:
-    """The marks `too_many_values` counts in a document's JSON: each container's opening bracket and commas."""
+    """The marks `too_many_values` counts in a document's JSON: each container's opening bracket and
+    commas."""
     if isinstance(document, list | dict):
         children = list(document.values()) if isinstance(document, dict) else document
         return max(1, len(children)) + sum(map(marks, children))
@@ -67,4 +70,5 @@ def test_a_capped_field_over_its_length_is_named() -> None:
     items = [{"ground_truth": "ok", "completion": "c" * 500}, {"ground_truth": "g" * 51}]
     assert problem({"items": items}) == (413, "field_too_long", "items.1.ground_truth")
     assert problem({"items": [{"ground_truth": "g" * 50}]}) is None
-    assert problem({"items": [{"ground_truth": ["not", "a", "string"]}]}) is None  # the schema's business (422)
+    # the schema's business (422)
+    assert problem({"items": [{"ground_truth": ["not", "a", "string"]}]}) is None

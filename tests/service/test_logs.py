@@ -1,5 +1,5 @@
-"""Plain-text logs (`make serve`, `python -m corrgrpo_devtools up`) carry what the JSON logs carry: a request's
-method, path, status and milliseconds, and any other `extra=` field, on the message's line."""
+"""Plain-text logs (`make serve`, `python -m corrgrpo_devtools up`) carry what the JSON logs carry: a
+request's method, path, status and milliseconds, and any other `extra=` field, on the message's line."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ def test_up_prints_each_request_with_method_path_status_and_ms() -> None:
     command = [sys.executable, "-m", "corrgrpo_devtools", "up", "toolcall", "--port", f"toolcall={port}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in process.stdout or []), daemon=True)
+    reader = threading.Thread(
+        target=lambda: lines.extend(line.rstrip("\n") for line in process.stdout or []), daemon=True
+    )
     reader.start()
     try:
         deadline = time.monotonic() + READY_S
@@ -52,6 +54,8 @@ def test_up_prints_each_request_with_method_path_status_and_ms() -> None:
         process.wait(60)
         reader.join(10)
     requests = [line for line in lines if line.startswith("[toolcall] ") and " request " in line]
-    pattern = r"\[toolcall\] \S+ \S+ INFO corrgrpo\.service request method={} path={} status={} ms=\d+(\.\d+)?$"
+    pattern = (
+        r"\[toolcall\] \S+ \S+ INFO corrgrpo\.service request method={} path={} status={} ms=\d+(\.\d+)?$"
+    )
     assert any(re.search(pattern.format("GET", "/v1/components", 200), line) for line in requests), requests
     assert any(re.search(pattern.format("POST", "/v1/score", 422), line) for line in requests), requests

@@ -1,4 +1,5 @@
-"""One test body, two stores: in-memory and the real Redis server; then what only Redis needs (authenticated values)."""
+"""One test body, two stores: in-memory and the real Redis server; then what only Redis needs
+(authenticated values)."""
 
 from __future__ import annotations
 
@@ -169,7 +170,8 @@ async def test_redis_values_are_authenticated_forgeries_refused_and_deleted(
         client.set(key, b"short")
         with pytest.raises(StoreTampered):
             await redis_store.get_many([other, key])
-        assert isinstance(StoreTampered("x"), StoreUnavailable)  # readers that skip a missing store skip a forged value
+        # readers that skip a missing store skip a forged value
+        assert isinstance(StoreTampered("x"), StoreUnavailable)
         assert [r for r in caplog.records if r.name == "corrgrpo.store" and r.levelname == "ERROR"]
     finally:
         client.close()

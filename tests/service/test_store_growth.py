@@ -1,4 +1,5 @@
-"""State growth: expired keys are freed, caches are evicted past the cap, live state is refused, never lost."""
+"""State growth: expired keys are freed, caches are evicted past the cap, live state is refused, never
+lost."""
 
 from __future__ import annotations
 
@@ -102,8 +103,8 @@ async def test_redis_keys_always_get_a_ttl(redis_url: str, key_prefix: str) -> N
 
 @pytest.mark.parametrize("name", list(declared()))
 def test_every_service_builds_its_store_from_the_settings(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """CORRGRPO_STORE_TTL_S and CORRGRPO_MEMORY_STORE_MAX_BYTES reach every service's store (the code service built
-    its own store from the Redis URL alone, so both were silently ignored there)."""
+    """CORRGRPO_STORE_TTL_S and CORRGRPO_MEMORY_STORE_MAX_BYTES reach every service's store (the code service
+    built its own store from the Redis URL alone, so both were silently ignored there)."""
     monkeypatch.setenv("CORRGRPO_STORE_TTL_S", "5")
     monkeypatch.setenv("CORRGRPO_MEMORY_STORE_MAX_BYTES", "1234")
     monkeypatch.setenv("CORRGRPO_CODE_WORKERS", "1")

@@ -1,5 +1,5 @@
-"""Text a scorer echoes is made valid UTF-8 JSON where results and error bodies are built (in-process; the real
-services are driven in tests/security/test_candidate_text.py and tests/agentdojo/test_untrusted.py)."""
+"""Text a scorer echoes is made valid UTF-8 JSON where results and error bodies are built (in-process; the
+real services are driven in tests/security/test_candidate_text.py and tests/agentdojo/test_untrusted.py)."""
 
 from __future__ import annotations
 
@@ -43,26 +43,35 @@ async def scorer(items: list[Item]) -> Sequence[Scored | ItemError]:
     return [
         ItemError(code="candidate", message=f"echo {LONE}")
         if item.kind == "error"
-        else Scored({"a": 1.0}, {"error": f"echo {LONE}", LONE: [{"deep": LONE}]} if item.kind == "info" else {})
+        else Scored(
+            {"a": 1.0}, {"error": f"echo {LONE}", LONE: [{"deep": LONE}]} if item.kind == "info" else {}
+        )
         for item in items
     ]
 
 
 def client() -> httpx.AsyncClient:
-    app = create_app("toy", "0", [ComponentSpec(name="a", min=0, max=1)], ServiceSettings(), store=MemoryStore())
+    app = create_app(
+        "toy", "0", [ComponentSpec(name="a", min=0, max=1)], ServiceSettings(), store=MemoryStore()
+    )
     add_score_route(app, Request, scorer)
 
     @app.get("/crash")
     async def crash() -> None:
         raise ValueError(LONE)
 
-    # Starlette re-raises an unhandled error after its 500 is sent (for the server to log): the answer is what counts
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://toy")
+    # Starlette re-raises an unhandled error after its 500 is sent (for the server to log): the answer is what
+    # counts
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://toy"
+    )
 
 
 def strict(response: httpx.Response) -> dict:
     document = json.loads(response.content.decode("utf-8"))
-    assert LONE not in json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass").decode("utf-8")
+    assert LONE not in json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass").decode(
+        "utf-8"
+    )
     return document
 
 
@@ -75,7 +84,8 @@ async def test_results_and_errors_echoing_a_surrogate_are_valid_utf8_json() -> N
         assert with_info["info"] == {"error": "echo \ufffd", "\ufffd": [{"deep": "\ufffd"}]}
         assert with_error["error"] == {"code": "candidate", "message": "echo \ufffd"}
         assert fine["components"] == {"a": 1.0}
-        assert strict(await toy.post("/v1/score", json={"items": items})) == strict(response)  # from the cache
+        # from the cache
+        assert strict(await toy.post("/v1/score", json={"items": items})) == strict(response)
         batch = await toy.post("/v1/score", json={"items": [{"kind": "raise"}, {"kind": "fine"}]})
         assert batch.status_code == 200 and strict(batch)["results"][0]["error"]["message"].endswith("\ufffd")
         crashed = await toy.get("/crash")

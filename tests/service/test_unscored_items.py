@@ -10,7 +10,9 @@ from .test_app import make
 
 async def test_an_item_error_has_neither_total_nor_components() -> None:
     async with make([]) as client:
-        refused = (await client.post("/v1/score", json={"items": [{"value": 1}, {"value": -1}]})).json()["results"]
+        refused = (await client.post("/v1/score", json={"items": [{"value": 1}, {"value": -1}]})).json()[
+            "results"
+        ]
         crashed = (await client.post("/v1/score", json={"items": [{"value": 13}]})).json()["results"]
     assert refused[0]["total"] == 1.5 and refused[0]["error"] is None  # the control: 1·1 + 0.5·1
     for result, code in ((refused[1], "negative"), (crashed[0], "internal")):

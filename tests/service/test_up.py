@@ -1,4 +1,5 @@
-"""`python -m corrgrpo_devtools up`: the real services as local processes, on free ports, stopped without orphans."""
+"""`python -m corrgrpo_devtools up`: the real services as local processes, on free ports, stopped without
+orphans."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ READY_S = 240  # AgentDojo imports for tens of seconds on a loaded 2-core machin
 
 @dataclass
 class Launcher:
-    """A running `up`: its process and every line it printed so far (read on a thread, so waits have deadlines)."""
+    """A running `up`: its process and every line it printed so far (read on a thread, so waits have
+    deadlines)."""
 
     process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
@@ -44,7 +46,8 @@ class Launcher:
         threading.Thread(target=read, daemon=True).start()
 
     def wait_for(self, text: str, timeout_s: float = READY_S) -> str:
-        """The first line (from now on) containing `text`; fails with the output so far when it does not come."""
+        """The first line (from now on) containing `text`; fails with the output so far when it does not
+        come."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
@@ -72,7 +75,11 @@ class Launcher:
 @contextmanager
 def launcher(*args: str, env: dict[str, str] | None = None) -> Iterator[Launcher]:
     process = subprocess.Popen(
-        [*UP, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+        [*UP, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     try:
         yield Launcher(process)
@@ -97,15 +104,20 @@ def test_up_starts_every_declared_service_and_sigterm_stops_them_all() -> None:
     # A Redis URL in the environment is not passed on: `up` runs the services with in-memory state.
     with launcher(*moves, env={"CORRGRPO_REDIS_URL": "redis://127.0.0.1:1/0"}) as up:
         first = up.wait_for("[up] starting")
-        assert first == f"[up] starting {', '.join(ports)} on 127.0.0.1 (in-memory state; logs below, prefixed with the name)"
+        state = "(in-memory state; logs below, prefixed with the name)"
+        assert first == f"[up] starting {', '.join(ports)} on 127.0.0.1 {state}"
         up.wait_for(f"[up] {len(ports)} service(s) up; Ctrl-C or SIGTERM stops them")
-        announced = {line.split()[1]: line for line in up.lines if line.startswith("[up] ") and "  ready" in line}
+        announced = {
+            line.split()[1]: line for line in up.lines if line.startswith("[up] ") and "  ready" in line
+        }
         assert set(announced) == set(ports)
         for name, port in ports.items():
             url = f"http://127.0.0.1:{port}"
             assert announced[name].startswith(f"[up] {name:<10} {url}  ready (store: ok")
             assert httpx.get(f"{url}/healthz").json()["service"] == name
-            assert any(line.startswith(f"[{name}] ") and f"Uvicorn running on {url}" in line for line in up.lines)
+            assert any(
+                line.startswith(f"[{name}] ") and f"Uvicorn running on {url}" in line for line in up.lines
+            )
         assert ", sandbox: bwrap, " in announced["code"]  # which isolation the code service uses
         services = up.services()
         assert len(services) >= len(ports)
@@ -125,7 +137,8 @@ def test_ctrl_c_stops_a_named_service() -> None:
         up.wait_for("[up] 1 service(s) up")
         services = up.services()
         assert [line for line in up.lines if line.startswith("[up] toolcall ")] == [
-            f"[up] toolcall   http://127.0.0.1:{port}  ready (store: ok, auth: none (CORRGRPO_API_TOKEN unset): routes open)"
+            f"[up] toolcall   http://127.0.0.1:{port}  ready (store: ok, auth: none (CORRGRPO_API_TOKEN "
+            f"unset): routes open)"
         ]
         up.process.send_signal(signal.SIGINT)
         assert up.rest()[-1] == "[up] stopped"
@@ -146,20 +159,27 @@ def test_a_taken_port_is_refused_in_one_line_before_anything_starts() -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        run = subprocess.run([*UP, "toolcall", "--port", f"toolcall={port}"], capture_output=True, text=True, timeout=60)
+        run = subprocess.run(
+            [*UP, "toolcall", "--port", f"toolcall={port}"], capture_output=True, text=True, timeout=60
+        )
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == (
-        f"python -m corrgrpo_devtools up: error: port {port} (toolcall) on 127.0.0.1 already in use: stop what listens "
+        f"python -m corrgrpo_devtools up: error: port {port} (toolcall) on 127.0.0.1 already in use: stop "
+        f"what listens "
         "there (another `up`, `docker compose up`?) or move the service with --port NAME=PORT\n"
     )
 
 
 def test_a_service_that_cannot_start_stops_the_launcher() -> None:
-    with launcher("toolcall", "--port", f"toolcall={free_port()}", env={"CORRGRPO_MAX_CONNECTIONS": "0"}) as up:
+    with launcher(
+        "toolcall", "--port", f"toolcall={free_port()}", env={"CORRGRPO_MAX_CONNECTIONS": "0"}
+    ) as up:
         lines = up.rest(60)
     assert up.process.returncode == 1
     assert "[up] toolcall exited with code 1 before it answered; stopping the others" in lines
-    refusal = "[toolcall] toolcall: refusing to start: CORRGRPO_MAX_CONNECTIONS: Input should be greater than 0"
+    refusal = (
+        "[toolcall] toolcall: refusing to start: CORRGRPO_MAX_CONNECTIONS: Input should be greater than 0"
+    )
     assert refusal in lines  # why, in one line of its log
 
 
@@ -167,13 +187,25 @@ def test_a_service_that_cannot_start_stops_the_launcher() -> None:
     ("argv", "message"),
     [
         (["up", "nope"], "unknown service nope; declared: " + ", ".join(declared())),
-        (["up", "toolcall", "--port", "code=8101"], "--port code=8101: expected NAME=PORT with NAME one of toolcall"),
+        (
+            ["up", "toolcall", "--port", "code=8101"],
+            "--port code=8101: expected NAME=PORT with NAME one of toolcall",
+        ),
         (["up", "--port", "toolcall=x"], "--port toolcall=x: expected NAME=PORT with NAME one of"),
-        (["up", "code", "toolcall", "--port", "toolcall=8101"], "two services on one port: code=8101, toolcall=8101"),
+        (
+            ["up", "code", "toolcall", "--port", "toolcall=8101"],
+            "two services on one port: code=8101, toolcall=8101",
+        ),
     ],
 )
-def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_arguments_are_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.startswith(f"python -m corrgrpo_devtools up: error: {message}") and err.count("\n") == 1
+    assert (
+        exit_.value.code == 2
+        and err.startswith(f"python -m corrgrpo_devtools up: error: {message}")
+        and err.count("\n") == 1
+    )

@@ -1,4 +1,5 @@
-"""Small helpers over the kernel's interfaces that the worker uses: prctl, and /proc or cgroup files kept open."""
+"""Small helpers over the kernel's interfaces that the worker uses: prctl, and /proc or cgroup files kept
+open."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ def prctl(option: int, value: int) -> None:
 
 
 class KernelFile:
-    """A /proc or cgroup file the worker reads after every run, kept open and read with pread from offset 0: one
-    system call per read, where `open().read()` made eight (the kernel writes the text anew at each read). The fd is
-    the worker's alone: the child closes every fd above 3 before the program runs."""
+    """A /proc or cgroup file the worker reads after every run, kept open and read with pread from offset 0:
+    one system call per read, where `open().read()` made eight (the kernel writes the text anew at each read).
+    The fd is the worker's alone: the child closes every fd above 3 before the program runs."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -36,13 +37,15 @@ class KernelFile:
         return b"".join(chunks)
 
     def read_small(self) -> bytes:
-        """A file of one short record (a counter, a limit table): the kernel writes it in one piece, one read."""
+        """A file of one short record (a counter, a limit table): the kernel writes it in one piece, one
+        read."""
         return os.pread(self.fd, PAGE, 0)
 
 
 def namespace_file(name: str) -> KernelFile:
-    """A file of /proc/<pid> that shows the namespaces, not the process, opened through a short-lived child: the
-    worker's own entry (/proc/self, /proc/net) is hidden under bwrap. The open file keeps reading the namespace."""
+    """A file of /proc/<pid> that shows the namespaces, not the process, opened through a short-lived child:
+    the worker's own entry (/proc/self, /proc/net) is hidden under bwrap. The open file keeps reading the
+    namespace."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:

@@ -1,5 +1,5 @@
-"""The processes of one run and their CPU time: the worker is a child subreaper, so every process a run starts stays
-its descendant until reaped."""
+"""The processes of one run and their CPU time: the worker is a child subreaper, so every process a run starts
+stays its descendant until reaped."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ class ProcessTree:
     rusage of what the worker reaps and /proc of what lives (zombies too) is all of a run's CPU."""
 
     def __init__(self, namespaced: bool, usage: KernelFile | None) -> None:
-        self.namespaced = namespaced  # alone in a PID namespace: every process but init and the worker is the run's
+        # alone in a PID namespace: every process but init and the worker is the run's
+        self.namespaced = namespaced
         # the worker's cgroup CPU counter (ns), counting even processes nobody waited for
         self.usage = usage
         self.me = os.getpid()

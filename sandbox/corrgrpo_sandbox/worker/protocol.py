@@ -1,4 +1,5 @@
-"""The wire format between the parent (`sandbox.py`) and a worker: length-prefixed JSON headers, raw bodies."""
+"""The wire format between the parent (`sandbox.py`) and a worker: length-prefixed JSON headers, raw
+bodies."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def read_exactly(fd: int, size: int) -> bytes | None:
 
 
 def write_all(fd: int, parts: list[bytes | memoryview]) -> None:
-    """Gathered writes (a small reply is one write, so the reader wakes once) without joining: a joined copy of the
-    streams would outlive their zeroed buffers in the heap that the next child inherits."""
+    """Gathered writes (a small reply is one write, so the reader wakes once) without joining: a joined copy
+    of the streams would outlive their zeroed buffers in the heap that the next child inherits."""
     views = [memoryview(part) for part in parts if len(part)]
     while views:
         written = os.writev(fd, views)

@@ -1,24 +1,25 @@
-"""The seccomp filter the worker installs on itself before its first run, so every run's child inherits it (stdlib
-only; installed by `server.WorkerServer.serve`).
+"""The seccomp filter the worker installs on itself before its first run, so every run's child inherits it
+(stdlib only; installed by `server.WorkerServer.serve`).
 
-The program shares its uid with the worker (one uid is mapped in bwrap's user namespace; the docker backend gives
-the worker's container one uid), and for the kernel the same uid is enough to change another process's limits,
-priority, CPU affinity or scheduling, or, unless it is non-dumpable, to trace it. So the syscalls that reach another
-process or leave state behind the run are refused with EPERM:
+The program shares its uid with the worker (one uid is mapped in bwrap's user namespace; the docker backend
+gives the worker's container one uid), and for the kernel the same uid is enough to change another process's
+limits, priority, CPU affinity or scheduling, or, unless it is non-dumpable, to trace it. So the syscalls that
+reach another process or leave state behind the run are refused with EPERM:
 
-* aimed at another process: `prlimit64`, `setpriority`, `sched_set{affinity,param,scheduler,attr}`, `ioprio_set`,
-  `migrate_pages` and `move_pages` are allowed on the caller only (pid 0: how the C library calls them on itself);
-  `ptrace`, `process_vm_{readv,writev}`, `kcmp` and `pidfd_getfd` are refused outright;
-* state that would outlive the run and be visible to later runs: the kernel keyrings (`add_key`, `request_key`,
-  `keyctl`), the UTS names (`sethostname`, `setdomainname`) and every socket but `AF_UNIX` (`socket` and `socketpair`
-  of another family): the network namespace is the worker's for its whole life, and a closed TCP connection stays in
-  `/proc/net/tcp` (TIME_WAIT) for a minute with addresses and ports the program chose, as do the namespace's packet
-  counters. Unix sockets (multiprocessing and asyncio need them) end with their processes, but for a cycle of them in
-  flight, which the worker treats as a leftover. No SysV IPC objects (`shmget`, `semget`, `msgget`): the namespace
-  numbers each one after all it made before. Files are removed by the worker after each run; namespaced sysctls are
-  behind the read-only `/proc` (see `isolation.bwrap_head`);
-* ways around the filter or the mounts: `io_uring_*` (its operations bypass seccomp), `bpf`, `perf_event_open`,
-  `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI;
+* aimed at another process: `prlimit64`, `setpriority`, `sched_set{affinity,param,scheduler,attr}`,
+  `ioprio_set`, `migrate_pages` and `move_pages` are allowed on the caller only (pid 0: how the C library
+  calls them on itself); `ptrace`, `process_vm_{readv,writev}`, `kcmp` and `pidfd_getfd` are refused outright;
+* state that would outlive the run and be visible to later runs: the kernel keyrings (`add_key`,
+  `request_key`, `keyctl`), the UTS names (`sethostname`, `setdomainname`) and every socket but `AF_UNIX`
+  (`socket` and `socketpair` of another family): the network namespace is the worker's for its whole life, and
+  a closed TCP connection stays in `/proc/net/tcp` (TIME_WAIT) for a minute with addresses and ports the
+  program chose, as do the namespace's packet counters. Unix sockets (multiprocessing and asyncio need them)
+  end with their processes, but for a cycle of them in flight, which the worker treats as a leftover. No SysV
+  IPC objects (`shmget`, `semget`, `msgget`): the namespace numbers each one after all it made before. Files
+  are removed by the worker after each run; namespaced sysctls are behind the read-only `/proc` (see
+  `isolation.bwrap_head`);
+* ways around the filter or the mounts: `io_uring_*` (its operations bypass seccomp), `bpf`,
+  `perf_event_open`, `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI;
 * CPU outside the count: any new action for SIGCHLD (`rt_sigaction(SIGCHLD, act)`; querying stays). With
   SIGCHLD ignored or SA_NOCLDWAIT the kernel reaps a run's children itself and their CPU is lost to every
   counter but a cgroup's; without them each process waits as a zombie until its parent or the worker reaps it,
@@ -30,9 +31,9 @@ process or leave state behind the run are refused with EPERM:
   Touching a cold page and reading residency back by fault-around or timing: under bwrap no page a run sees
   is cold (`rootfs.py`); under docker that remains (the sandbox README).
 
-Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the program as another one without a
-setuid helper; the filter holds the same under bwrap, docker and for a root service, costs about a microsecond per
-filtered syscall, and is checked after every run anyway (`residue.Invariants`).
+Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the program as another one
+without a setuid helper; the filter holds the same under bwrap, docker and for a root service, costs about a
+microsecond per filtered syscall, and is checked after every run anyway (`residue.Invariants`).
 """
 
 from __future__ import annotations
@@ -166,12 +167,14 @@ class _Program:
             return distance
 
         return b"".join(
-            struct.pack("=HBBI", code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(self.code)
+            struct.pack("=HBBI", code, offset(jt, i), offset(jf, i), k)
+            for i, (code, jt, jf, k) in enumerate(self.code)
         )
 
 
 def build_filter(machine: str | None = None) -> bytes:
-    """The filter for this machine's architecture as `struct sock_filter[]` bytes; ValueError for another one."""
+    """The filter for this machine's architecture as `struct sock_filter[]` bytes; ValueError for another
+    one."""
     machine = machine or os.uname().machine
     if machine not in ARCHITECTURES:
         raise ValueError(f"no seccomp filter for architecture {machine}")

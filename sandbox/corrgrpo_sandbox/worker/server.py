@@ -27,7 +27,8 @@ from .streams import Streams, output_pipe
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PROTOCOL_FD_BASE = 200  # the worker's own pipes live here; the child closes every fd >= 4
-DRAIN_READS = 32  # a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
+# a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
+DRAIN_READS = 32
 COALESCE_S = 0.002  # outputs are read at most this often while the child runs (see supervise)
 POLL_S = 0.02  # how often a running tree's CPU is checked (runs shorter than this never pay for it)
 SETUP_TIMEOUT_S = 5.0  # the child reads its program and sets up before its wall clock starts
@@ -39,7 +40,8 @@ def tree_cpu_cap(limits: dict) -> float:
 
 
 def read_setup(go_fd: int) -> tuple[float, float] | None:
-    """The child's set-up report (CPU, start of its program), once it is written; None before, or if it never was."""
+    """The child's set-up report (CPU, start of its program), once it is written; None before, or if it
+    never was."""
     try:
         message = os.read(go_fd, SETUP.size)  # written at once, far below PIPE_BUF: never a part of it
     except BlockingIOError:
@@ -48,18 +50,25 @@ def read_setup(go_fd: int) -> tuple[float, float] | None:
 
 
 def supervise(
-    readers: dict[int, int], pidfd: int, go_fd: int, tree: ProcessTree, streams: Streams, limits: dict, forked: float
+    readers: dict[int, int],
+    pidfd: int,
+    go_fd: int,
+    tree: ProcessTree,
+    streams: Streams,
+    limits: dict,
+    forked: float,
 ) -> tuple[tuple[float, float] | None, bool, bool]:
-    """Read the outputs until the child exits, the deadline passes or the tree's CPU reaches its cap. Returns (the
-    child's set-up report or None, child exited, CPU cap reached).
+    """Read the outputs until the child exits, the deadline passes or the tree's CPU reaches its cap. Returns
+    (the child's set-up report or None, child exited, CPU cap reached).
 
-    Until the set-up report arrives the deadline is `SETUP_TIMEOUT_S` after the fork; then it is `wall_s` after the
-    program began, and the CPU cap `tree_cpu_cap` plus the set-up's CPU. Wake-ups cost a short run most of its
-    overhead, so the worker sleeps through the report and the first outputs until the child exits or the first check
-    (`POLL_S` after the fork): a run shorter than that wakes it once, where it woke for the report, for the first
-    output and for the exit. A pipe holds 64 KiB meanwhile (a child that fills one waits at most until that check).
-    After that, each read is followed by a rest of `COALESCE_S` (the exit still wakes the worker at once): a program
-    that writes many small messages would otherwise cost a context switch per message."""
+    Until the set-up report arrives the deadline is `SETUP_TIMEOUT_S` after the fork; then it is `wall_s`
+    after the program began, and the CPU cap `tree_cpu_cap` plus the set-up's CPU. Wake-ups cost a short run
+    most of its overhead, so the worker sleeps through the report and the first outputs until the child exits
+    or the first check (`POLL_S` after the fork): a run shorter than that wakes it once, where it woke for the
+    report, for the first output and for the exit. A pipe holds 64 KiB meanwhile (a child that fills one waits
+    at most until that check). After that, each read is followed by a rest of `COALESCE_S` (the exit still
+    wakes the worker at once): a program that writes many small messages would otherwise cost a context switch
+    per message."""
     open_fds = set(readers)
     for fd in (*open_fds, go_fd):
         os.set_blocking(fd, False)
@@ -76,7 +85,8 @@ def supervise(
             tree.reap_orphans()
             if tree.cpu() >= cpu_cap:
                 return setup, False, True
-            # a /proc scan of a whole host (no namespace, no cgroup) may be slow: keep checking to ~5% of a core
+            # a /proc scan of a whole host (no namespace, no cgroup) may be slow: keep checking to ~5% of a
+            # core
             next_check = now + max(POLL_S, 20 * (time.monotonic() - now))
         resting = now < resting_until
         wake = min(deadline, next_check, resting_until) if resting else min(deadline, next_check)
@@ -84,7 +94,8 @@ def supervise(
         exited = pidfd in ready
         if ready or resting:  # while resting only the exit is watched: what came meanwhile is read now
             for fd in open_fds.copy():
-                for _ in range(DRAIN_READS if exited else 1):  # after exit, drain what the child left in the pipe
+                # after exit, drain what the child left in the pipe
+                for _ in range(DRAIN_READS if exited else 1):
                     count = streams.read(fd, readers[fd])
                     if count == 0:
                         open_fds.discard(fd)
@@ -96,8 +107,8 @@ def supervise(
 
 
 class WorkerServer:
-    """The worker inside the sandbox, serving one run at a time; holds what lives across runs: the protocol's fds,
-    the scratch mounts, the output buffers, the residue checks."""
+    """The worker inside the sandbox, serving one run at a time; holds what lives across runs: the protocol's
+    fds, the scratch mounts, the output buffers, the residue checks."""
 
     def __init__(self, argv: list[str]) -> None:
         passed = [int(fd) for fd in (*argv[1:3], argv[4]) if fd != "-"]  # the pipes, the CPU counter if any
@@ -134,7 +145,9 @@ class WorkerServer:
             os.close(write_end)
         os.close(go_write)
         readers = {read_end: index for index, (read_end, _) in enumerate(pipes)}
-        setup, exited, cpu_exceeded = supervise(readers, pidfd, go_read, self.tree, self.streams, limits, forked)
+        setup, exited, cpu_exceeded = supervise(
+            readers, pidfd, go_read, self.tree, self.streams, limits, forked
+        )
         clean = self.tree.end()
         setup_cpu, started = setup or (0.0, forked)
         wall = time.monotonic() - started
@@ -143,7 +156,8 @@ class WorkerServer:
             os.close(fd)
         for directory, mode in self.modes.items():
             clean &= wipe(directory, mode)
-        if self.unix_sockets is not None:  # a socket that outlives its processes: one in flight in a cycle of them
+        # a socket that outlives its processes: one in flight in a cycle of them
+        if self.unix_sockets is not None:
             clean &= self.unix_sockets.read().count(b"\n") <= 1
         if broken := self.invariants.broken():
             return {"anomaly": broken}, []
@@ -176,18 +190,22 @@ class WorkerServer:
         for directory, mode in self.modes.items():
             wipe(directory, mode)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # parent gone: die instead of looping on EPIPE
-        # As its namespace's init (bwrap --as-pid-1, docker) the worker gets only the signals it handles from inside:
-        # with Python's SIGINT handler gone, a run can signal it nothing at all
+        # As its namespace's init (bwrap --as-pid-1, docker) the worker gets only the signals it handles from
+        # inside: with Python's SIGINT handler gone, a run can signal it nothing at all
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        # Once, here: every child inherits the filter and none can remove it. Installing it in each child cost a
-        # fifth of a trivial run (the kernel compiles the filter, the child's Python faults in copied pages).
-        with contextlib.suppress(ValueError):  # no filter for this architecture: `isolation` refuses it but unsafe-none
+        # Once, here: every child inherits the filter and none can remove it. Installing it in each child cost
+        # a fifth of a trivial run (the kernel compiles the filter, the child's Python faults in copied
+        # pages).
+        # no filter for this architecture: `isolation` refuses it but unsafe-none
+        with contextlib.suppress(ValueError):
             seccomp.install(seccomp.build_filter())
-        atexit._clear()  # what site and the imports registered is the worker's: a child runs only its own (see above)
-        gc.freeze()  # the worker's objects out of the collector's reach: a child's collections never copy their pages
+        # what site and the imports registered is the worker's: a child runs only its own (see above)
+        atexit._clear()
+        # the worker's objects out of the collector's reach: a child's collections never copy their pages
+        gc.freeze()
         self.invariants = Invariants()
-        # unix sockets are the only ones a run may create (`seccomp`); the kernel frees one that was sent over another
-        # in a cycle only when its collector runs, meanwhile listed with the name the program chose
+        # unix sockets are the only ones a run may create (`seccomp`); the kernel frees one that was sent over
+        # another in a cycle only when its collector runs, meanwhile listed with the name the program chose
         self.unix_sockets = namespace_file(UNIX_SOCKETS) if self.namespaced else None
         self.pids = PidCounter() if self.namespaced else None  # unsandboxed, the counters are the host's
         self.inodes = InodeCounters(self.modes if self.namespaced else ())
@@ -208,7 +226,8 @@ class WorkerServer:
 
 
 def load_module(path: str) -> types.ModuleType:
-    """The stdlib-only module file `path`, imported under its file's stem (the worker has no path to import it from)."""
+    """The stdlib-only module file `path`, imported under its file's stem (the worker has no path to import
+    it from)."""
     name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
@@ -219,12 +238,12 @@ def load_module(path: str) -> types.ModuleType:
 
 
 def main(argv: list[str]) -> None:
-    """argv: the request and reply fds, namespaced (1/0), the CPU counter's fd or "-", the output pipes' size, the
-    caller's preloaded module files (a JSON list), then the scratch mounts.
+    """argv: the request and reply fds, namespaced (1/0), the CPU counter's fd or "-", the output pipes' size,
+    the caller's preloaded module files (a JSON list), then the scratch mounts.
 
-    The preloaded files are imported under their own names before the first run: every child inherits them compiled
-    and initialised, so a program that imports one pays nothing for it. They hold no run's data: they are loaded
-    before any request is read."""
+    The preloaded files are imported under their own names before the first run: every child inherits them
+    compiled and initialised, so a program that imports one pays nothing for it. They hold no run's data: they
+    are loaded before any request is read."""
     for path in json.loads(argv[6]):
         load_module(path)
     WorkerServer(argv).serve()
