@@ -117,8 +117,7 @@ class SharedVerdicts(Generic[V]):
             self._call(self.store.set(self.prefix + key, data, self.ttl_s, evictable=True))
 
     def _call(self, call: Coroutine[Any, Any, T]) -> T | None:
-        """A store coroutine on the batch's event loop, from a lane thread; None when the store is
-        unavailable."""
+        """A store coroutine on the batch's event loop, from a lane thread (None: the store is down)."""
         try:
             return asyncio.run_coroutine_threadsafe(call, self.loop).result(STORE_WAIT_S)
         except (StoreUnavailable, TimeoutError) as error:

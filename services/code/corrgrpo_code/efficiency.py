@@ -80,9 +80,7 @@ class Calibration:
 
     min_pairs: int
     max_pairs: int
-    confidence: float = (
-        3.0  # k: standard errors of the median log ratio between the median and the bound paid on
-    )
+    confidence: float = 3.0  # k: standard errors of the median log ratio from the median to the bound paid
     precision: float = 0.04  # stop once the median log ratio's standard error is this small
 
     def __post_init__(self) -> None:

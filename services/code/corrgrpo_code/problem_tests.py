@@ -1,4 +1,4 @@
-"""A problem of any kind made runnable once: its tests, its reference parsed, its content hashed; and its run.
+"""A problem of any kind made runnable once (its tests, its reference parsed, its content hashed); its run.
 
 * check functions: split into I/O tests (`split.py`), else run whole in assert mode;
 * call cases: one I/O test per case whose expectation the service decides on data (`ReturnMatches`): the
@@ -168,17 +168,13 @@ class ProblemTests:
     problem: AnyProblem
     key: str  # `content_hash`: the problem's name in the store
     io_tests: list[IOTest] | None  # None: assert mode (or stdin cases)
-    marker: (
-        str  # what extraction looks for and `format` requires (`extract.marker_of`; "" for stdin programs)
-    )
+    marker: str  # what extraction looks for and `format` requires ("" for stdin programs)
     reference: Reference
     prelude: str = ""
     entry: str = ""
     test: str = ""
     stdin: list[StdinCase] | None = None
-    time_limit_s: float | None = (
-        None  # CPU seconds per stdin case, or of a call problem's run; None: the config's
-    )
+    time_limit_s: float | None = None  # CPU s per stdin case or of a call problem's run; None: the settings'
     kind: str | None = field(init=False)
 
     def __post_init__(self) -> None:
