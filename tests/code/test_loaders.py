@@ -1,4 +1,4 @@
-"""Dataset layouts behind CORRGRPO_CODE_DATASETS and `python -m corrgrpo_code.execution_metrics`.
+"""Dataset layouts behind CORRGRPO_CODE_DATASETS and `python -m corrgrpo_devtools.execution_metrics`.
 
 Rows, with where they were found (through the search tool's index of public repositories):
 - LiveCodeBench stdin: Codeforces 1899A "Game with Integers" (LiveCodeBench question 1899_A), its first cases

@@ -9,7 +9,7 @@ candidate.
 A `CasePool` runs the cases of every item of a batch on as many threads as the sandbox has workers, so one
 item's cases spread over all of them (a batch of a few long items would else leave workers idle while one lane
 runs its cases one by one). All cases of one verdict spend at most `CaseRuns.budget_s` of CPU together
-(`timing_budget.py`: each case's limit is what is left), so the number of cases does not multiply its cost.
+(`budget.py`: each case's limit is what is left), so the number of cases does not multiply its cost.
 
 Stages as the harness names them: `syntax` (does not compile), `timeout` (a case over its CPU limit, or cut by
 the verdict's budget: the remaining cases are not run, they would cost as much), `test_error` (a case exited
