@@ -9,7 +9,7 @@ prompts.
 Per task (code: HumanEval; toolcall: RLLA-4K), the base policy is evaluated once on held-out prompts, then for
 every seed × estimator a fresh copy trains `--steps` steps against the live services
 (`corrgrpo_trainer.train.train`, which writes metrics.jsonl) and is evaluated again on the same prompts with
-greedy decoding. Metrics are the services' own evaluators: code `python -m corrgrpo_code.execution_metrics`
+greedy decoding. Metrics are the services' own evaluators: code `python -m corrgrpo_devtools.execution_metrics`
 (Executable, Pass@1, Efficiency; run as a subprocess because it pins itself to one core), toolcall
 `corrgrpo_toolcall.match_metrics` (format, name, parameter name / value, all-exact, %). Each run's results are
 written as soon as it ends, so `--report-only` can tabulate a partial run.
@@ -89,7 +89,7 @@ def evaluate(
         command = [
             sys.executable,
             "-m",
-            "corrgrpo_code.execution_metrics",
+            "corrgrpo_devtools.execution_metrics",
             "--completions",
             str(path),
             "--rounds",

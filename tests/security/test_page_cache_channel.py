@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from dataclasses import replace
 
 import pytest
 
-from corrgrpo_code.config import ScoringConfig
 from corrgrpo_code.scorer import CodeScorer
+from corrgrpo_code.settings import CodeSettings
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CodeItem, CodeProblem
 from corrgrpo_sandbox import Limits, Sandbox
@@ -219,8 +218,8 @@ def test_a_page_cache_memo_earns_no_more_than_a_copy_of_the_reference(
     assert earlier.exit_code == 0, earlier.stderr
     codes = (f"# a copy\n{REFERENCE}", memo_code)
     items = [CodeItem(problem=problem, completion=fenced(code)) for code in codes]
-    config = replace(ScoringConfig(), efficiency_mode=mode, run_ttl_s=0)
-    scorer = CodeScorer(sandbox, MemoryStore(), {}, config, workers=2)
+    settings = CodeSettings(code_efficiency_mode=mode, code_run_ttl_s=0, code_workers=2)
+    scorer = CodeScorer(sandbox, MemoryStore(), {}, settings)
     try:
         copy, memo = asyncio.run(scorer.score(items))
     finally:

@@ -16,17 +16,17 @@ import time
 
 import pytest
 
-from corrgrpo_code.config import ScoringConfig
-from corrgrpo_code.harness import IOTest, run_assert, run_io
-from corrgrpo_code.harness_data import encode
-from corrgrpo_code.kinds import ReturnMatches, call_tests, tokens_match
+from corrgrpo_code.harness import IOTest, encode, run_assert, run_io
+from corrgrpo_code.problem_tests import ReturnMatches, call_tests
 from corrgrpo_code.scorer import CodeScorer
-from corrgrpo_code.stdio import run_stdin
+from corrgrpo_code.settings import CodeSettings
+from corrgrpo_code.stdio import run_stdin, tokens_match
 from corrgrpo_common import MemoryStore, Scored
 from corrgrpo_proto.code import CallCase, CallProblem, CodeItem, StdinCase, StdinProblem
 from corrgrpo_sandbox import Limits, Sandbox
 
 LIMITS = Limits(cpu_s=3, wall_s=6, output_bytes=1 << 20)
+SETTINGS = CodeSettings(code_cpu_s=LIMITS.cpu_s, code_wall_s=LIMITS.wall_s, code_workers=2)
 A, B = 1_000_000_007, 999_999_937  # their product needs 60 bits: a float keeps 53
 PRODUCT = A * B
 BIG = "9" * 5000  # over int()'s 4,300 digits
@@ -115,7 +115,7 @@ def test_a_huge_printed_number_is_judged_not_a_service_fault(sandbox: Sandbox, p
 
 def test_a_huge_wrong_number_scores_as_a_wrong_answer_not_an_item_error(sandbox: Sandbox) -> None:
     problem = StdinProblem(task_id="big", stdin_cases=[StdinCase(input="\n", output=BIG + "\n")])
-    scorer = CodeScorer(sandbox, MemoryStore(), {}, ScoringConfig(limits=LIMITS), workers=2)
+    scorer = CodeScorer(sandbox, MemoryStore(), {}, SETTINGS)
     try:
         items = [CodeItem(problem=problem, completion=f"```python\nprint({answer!r})\n```") for answer in (BIG_PLUS_ONE, BIG)]
         wrong, right = asyncio.run(scorer.score(items))
@@ -152,7 +152,7 @@ def test_a_call_case_returning_a_float_for_an_integer_is_judged_by_value(sandbox
 
 def test_a_call_problem_is_scored_the_same_way(sandbox: Sandbox) -> None:
     problem = CallProblem(task_id="product", fn_name="f", call_cases=[CallCase(args=[A, B], expected=PRODUCT)])
-    scorer = CodeScorer(sandbox, MemoryStore(), {}, ScoringConfig(limits=LIMITS), workers=2)
+    scorer = CodeScorer(sandbox, MemoryStore(), {}, SETTINGS)
     try:
         items = [CodeItem(problem=problem, completion=f"```python\n{code}```") for code, _ in CALL_PROGRAMS.values()]
         results = asyncio.run(scorer.score(items))

@@ -3,17 +3,26 @@
 RLIMIT_CPU counts whole seconds and sends SIGXCPU at the soft limit, SIGKILL a second later: a program that ignores
 SIGXCPU finished between the two and passed, and a 0.5 s `time_limit_s` allowed up to 2 s. The harness now compares
 the kernel-measured CPU time of every run with its limit. All runs in the real bwrap sandbox, through the scorer's
-own path (`run_tests`), one variant per kind: check function in I/O mode, in assert mode, call cases, MBPP, stdin.
+own path (`ProblemTests.run`), one variant per kind: check function in I/O mode, in assert mode, call cases, MBPP, stdin.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 
-from corrgrpo_code.execution import run_tests
-from corrgrpo_code.prepared import PreparedProblem
-from corrgrpo_code.scoring import components
-from corrgrpo_proto.code import AnyProblem, CallCase, CallProblem, CodeProblem, MbppProblem, StdinCase, StdinProblem
+from corrgrpo_code.problem_tests import ProblemTests
+from corrgrpo_code.scorer import components
+from corrgrpo_proto.code import (
+    AnyProblem,
+    CallCase,
+    CallProblem,
+    CodeProblem,
+    MbppProblem,
+    StdinCase,
+    StdinProblem,
+)
 from corrgrpo_sandbox import Limits, Sandbox
 
 LIMITS = Limits(cpu_s=1, wall_s=20, output_bytes=1 << 20)  # RLIMIT_CPU: SIGXCPU at 1 s, SIGKILL at 2 s
@@ -64,12 +73,12 @@ KINDS: dict[str, tuple[AnyProblem, float]] = {  # the problem and its CPU limit
 
 
 def judged(sandbox: Sandbox, problem: AnyProblem, seconds: float) -> dict[str, float | str | bool]:
-    prepared = PreparedProblem.of(problem)
+    prepared = ProblemTests.of(problem)
     solution = script(seconds) if isinstance(problem, StdinProblem) else square(seconds)
-    result = run_tests(sandbox, prepared, solution, LIMITS)
+    result = prepared.run(sandbox, solution, LIMITS)
     assert result.exec is not None
     run = {"stage": result.stage, "cpu_s": result.exec.cpu_s, "timed_out": result.exec.timed_out}
-    return {**run, **components(1.0, True, 0.0, result)}
+    return {**run, **asdict(components(1.0, True, 0.0, result))}
 
 
 @pytest.mark.parametrize(("problem", "limit"), KINDS.values(), ids=KINDS.keys())
