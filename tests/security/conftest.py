@@ -1,4 +1,5 @@
-"""The bwrap sandbox the containment tests share: meaningless without isolation, so CI fails where it is missing."""
+"""The bwrap sandbox the containment tests share: meaningless without isolation, so CI fails where it is
+missing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from corrgrpo_sandbox import IsolationUnavailable, Sandbox
 
 @pytest.fixture(scope="module")
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """Two bwrap workers under the test module's `LIMITS`; skips locally without bubblewrap, fails under CI."""
+    """Two bwrap workers under the test module's `LIMITS`; skips locally without bubblewrap, fails under
+    CI."""
     try:
         box = Sandbox(workers=2, limits=request.module.LIMITS, isolation="bwrap", preload=[CHILD_FILE])
     except IsolationUnavailable as error:

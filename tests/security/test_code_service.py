@@ -1,4 +1,5 @@
-"""Red-team regressions against the real code service (`python -m corrgrpo_code`, bwrap, real Redis): issues 14, 17, 18.
+"""Red-team regressions against the real code service (`python -m corrgrpo_code`, bwrap, real Redis): issues
+14, 17, 18.
 
 Each test sends what an attacker sent and checks the answer the issue asks for. None depends on tight
 timing: bounds are many times what the fixed code needs and far below what the old code took.
@@ -45,11 +46,16 @@ def prefix() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def service(prefix: str) -> Iterator[ServiceProcess]:
-    env = {"CORRGRPO_REDIS_URL": REDIS_URL, "CORRGRPO_CODE_CACHE_PREFIX": prefix, "CORRGRPO_CODE_WORKERS": "2"}
+    env = {
+        "CORRGRPO_REDIS_URL": REDIS_URL,
+        "CORRGRPO_CODE_CACHE_PREFIX": prefix,
+        "CORRGRPO_CODE_WORKERS": "2",
+    }
     env["CORRGRPO_CODE_EFFICIENCY_MODE"] = "paper"  # t_ref poisoning (14.3) is the paper mode's shared t_ref
     with start_service("code", env=env) as running:
         ready = httpx.get(f"{running.url}/readyz", timeout=30).json()
-        if ready["checks"].get("sandbox") != "bwrap":  # these are containment tests: meaningless without bwrap
+        # these are containment tests: meaningless without bwrap
+        if ready["checks"].get("sandbox") != "bwrap":
             message = f"the code service runs without bwrap: {ready['checks']}"
             if os.environ.get("CI") == "true":
                 pytest.fail(message)
@@ -78,10 +84,13 @@ EXPLOIT = (
 @pytest.mark.parametrize("route", ["score", "openrlhf"])
 def test_a_check_from_the_client_never_runs_in_the_service(service: ServiceProcess, route: str) -> None:
     marker = f"/tmp/corrgrpo-pwned-{uuid.uuid4().hex}"  # /tmp of the host; the sandbox has its own
-    problem = inline(test=f"def check(candidate):\n    assert candidate(1, 2) == {EXPLOIT.format(marker=marker)}\n")
+    problem = inline(
+        test=f"def check(candidate):\n    assert candidate(1, 2) == {EXPLOIT.format(marker=marker)}\n"
+    )
     if route == "score":
         (result,) = score(service, [{"completion": RIGHT, "problem": problem}])
-        assert result["error"] is None and result["info"]["mode"] == "io"  # judged in the sandbox, not refused
+        # judged in the sandbox, not refused
+        assert result["error"] is None and result["info"]["mode"] == "io"
     else:
         body = {"query": [RIGHT], "prompts": [""], "labels": [json.dumps({"problem": problem})]}
         response = httpx.post(f"{service.url}/v1/openrlhf", json=body, timeout=300)
@@ -103,14 +112,18 @@ def add(a, b):
 """
 
 
-def test_reference_time_survives_busy_neighbours_and_every_key_expires(service: ServiceProcess, prefix: str) -> None:
+def test_reference_time_survives_busy_neighbours_and_every_key_expires(
+    service: ServiceProcess, prefix: str
+) -> None:
     fresh = inline()
     busy = {"completion": f"```python\n{FORK_BUSY}\n```", "problem": ADD}
     results = score(service, [busy, {"completion": RIGHT, "problem": fresh}, busy, busy])
     assert all(r["error"] is None for r in results), results
     measured = results[1]
     assert measured["components"]["correct"] == 1 and measured["info"]["t_ref"] is not None, measured["info"]
-    assert measured["components"]["efficiency"] == efficiency(measured["info"]["t"], measured["info"]["t_ref"])
+    assert measured["components"]["efficiency"] == efficiency(
+        measured["info"]["t"], measured["info"]["t_ref"]
+    )
     assert all(r["components"]["correct"] == 0 for r in results[::2] if r is not measured)
 
     broken = inline(reference="def add(a, b):\n    return a - b\n")
@@ -136,7 +149,9 @@ HELPER_HACKS = {
 def test_redefined_prompt_helpers_do_not_pass(service: ServiceProcess) -> None:
     problems = {p.task_id: p for p in humaneval_problems() if p.task_id in HELPER_HACKS}
     hacks = [{"completion": f"```python\n{code}```", "task_id": task} for task, code in HELPER_HACKS.items()]
-    honest = [{"completion": f"```python\n{problems[task].reference}```", "task_id": task} for task in HELPER_HACKS]
+    honest = [
+        {"completion": f"```python\n{problems[task].reference}```", "task_id": task} for task in HELPER_HACKS
+    ]
     results = score(service, hacks + honest)
     for item, result in zip(hacks + honest, results, strict=True):
         assert result["error"] is None and result["info"]["mode"] == "assert"
@@ -182,13 +197,25 @@ def test_hostile_batches_do_not_stall_healthz(service: ServiceProcess) -> None:
 
 
 # 17.1 — end-of-sequence tokens kept by the decoder do not change the score
-EOS_TOKENS = ["<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<｜end▁of▁sentence｜>", "<end_of_turn>", "<eos>"]
+EOS_TOKENS = [
+    "<|im_end|>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eot_id|>",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_turn>",
+    "<eos>",
+]
 
 
 def test_trailing_special_tokens_do_not_change_the_score(service: ServiceProcess) -> None:
     variants = [RIGHT + token for token in EOS_TOKENS] + [RIGHT + "\n" + token for token in EOS_TOKENS]
-    results = score(service, [{"completion": RIGHT, "problem": ADD}] + [{"completion": v, "problem": ADD} for v in variants])
-    plain = {k: v for k, v in results[0]["components"].items() if k != "efficiency"}  # efficiency: timing noise
+    results = score(
+        service,
+        [{"completion": RIGHT, "problem": ADD}] + [{"completion": v, "problem": ADD} for v in variants],
+    )
+    # efficiency: timing noise
+    plain = {k: v for k, v in results[0]["components"].items() if k != "efficiency"}
     assert plain == {"format": 1.0, **dict.fromkeys(CHAIN, 1.0), "ast_similarity": 1.0, "pass_rate": 1.0}
     for variant, result in zip(variants, results[1:], strict=True):
         assert {k: v for k, v in result["components"].items() if k != "efficiency"} == plain, variant
@@ -196,9 +223,17 @@ def test_trailing_special_tokens_do_not_change_the_score(service: ServiceProcess
 
 
 # 18.3 — per-field limits on inline problems (work once per distinct problem: tests/code/test_scoring.py)
-@pytest.mark.parametrize(("field", "size"), [("reference", 100_001), ("prompt", 100_001), ("entry_point", 1_001)])
-def test_an_oversized_inline_field_is_refused_with_its_path(service: ServiceProcess, field: str, size: int) -> None:
+@pytest.mark.parametrize(
+    ("field", "size"), [("reference", 100_001), ("prompt", 100_001), ("entry_point", 1_001)]
+)
+def test_an_oversized_inline_field_is_refused_with_its_path(
+    service: ServiceProcess, field: str, size: int
+) -> None:
     problem = inline(**{field: "x" * size})
-    response = httpx.post(f"{service.url}/v1/score", json={"items": [{"completion": RIGHT, "problem": problem}]}, timeout=60)
+    response = httpx.post(
+        f"{service.url}/v1/score", json={"items": [{"completion": RIGHT, "problem": problem}]}, timeout=60
+    )
     assert response.status_code == 413, response.text
-    assert f"items.0.problem.{field}" in response.text or f"items[0].problem.{field}" in response.text, response.text
+    assert f"items.0.problem.{field}" in response.text or f"items[0].problem.{field}" in response.text, (
+        response.text
+    )

@@ -1,8 +1,9 @@
 """No service process evaluates text: no eval/exec, no compile() of non-constant source (issue 14.1).
 
-Every field of a request is untrusted; code runs only in the sandbox. This walks the AST of every
-module of the services, the wire models and the trainer, and names each offending call. The code service's child
-half (`harness.CHILD_FILE`) evaluates tests by design, inside the sandbox only: it is exempt, and no module imports it.
+Every field of a request is untrusted; code runs only in the sandbox. This walks the AST of every module of
+the services, the wire models and the trainer, and names each offending call. The code service's child half
+(`harness.CHILD_FILE`) evaluates tests by design, inside the sandbox only: it is exempt, and no module imports
+it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ def _is_builtin(func: ast.expr, names: set[str]) -> bool:
 
 
 def _compile_mode(call: ast.Call) -> object:
-    mode = call.args[2] if len(call.args) > 2 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    mode = (
+        call.args[2]
+        if len(call.args) > 2
+        else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    )
     return mode.value if isinstance(mode, ast.Constant) else mode
 
 
@@ -70,7 +75,11 @@ def imported_modules(source: str) -> set[str]:
 def test_the_sandbox_only_module_runs_nowhere_else() -> None:
     """It is exempt from the walk because it runs only in the sandbox: nothing of ours imports it."""
     assert CHILD_FILE.exists() and CHILD_FILE.stem == "harness_child"
-    importers = [p for p in modules() if {"harness_child", "corrgrpo_code.harness_child"} & imported_modules(p.read_text())]
+    importers = [
+        p
+        for p in modules()
+        if {"harness_child", "corrgrpo_code.harness_child"} & imported_modules(p.read_text())
+    ]
     assert not importers
 
 

@@ -1,5 +1,6 @@
-"""Stdin/stdout cases: the expected output never enters the candidate's process, and nothing the candidate writes
-or exits with is a verdict: only its stdout, compared in the service, passes a case. All in the real bwrap sandbox.
+"""Stdin/stdout cases: the expected output never enters the candidate's process, and nothing the candidate
+writes or exits with is a verdict: only its stdout, compared in the service, passes a case. All in the real
+bwrap sandbox.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ FORGED = '{"compiled": true}\\n{"toplevel": "ok"}\\n{"done": true}\\n{"i": 0, "o
 
 
 def judged(sandbox: Sandbox, solution: str, cases: list[StdinCase] = CASES) -> HarnessResult:
-    """The verdict, the same whether the cases run one after another or on a pool (as the scorer runs them)."""
+    """The verdict, the same whether the cases run one after another or on a pool (as the scorer runs
+    them)."""
     alone = run_stdin(sandbox, solution, cases, LIMITS, case_s=3)
     pool = CasePool(sandbox, workers=2)
     try:
@@ -49,7 +51,8 @@ FORGERIES = {
         "os._exit(0)\n"
     ),
     "patched harness, then SystemExit(0)": (
-        "import sys\nsys.modules['harness_child'].send = lambda *a, **k: None\nprint('PASSED')\nraise SystemExit(0)\n"
+        "import sys\nsys.modules['harness_child'].send = lambda *a, **k: None\nprint('PASSED')\nraise "
+        "SystemExit(0)\n"
     ),
     "echo of its input": "import sys\nsys.stdout.write(sys.stdin.read())\n",
 }
@@ -103,8 +106,8 @@ print(max(found).decode() if found else 0)
 
 
 def test_no_memory_fd_file_or_variable_of_the_candidate_holds_the_expected_output(sandbox: Sandbox) -> None:
-    """The scan reads every object, every readable mapping, every fd, the environment and the writable folders;
-    it finds the input (so it does read what is there), never the expected output."""
+    """The scan reads every object, every readable mapping, every fd, the environment and the writable
+    folders; it finds the input (so it does read what is there), never the expected output."""
     result = judged(sandbox, SCAN)
     assert result.exec is not None
     assert b"123456789" in result.exec.stderr, result.exec.stderr[-2000:]

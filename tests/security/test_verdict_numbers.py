@@ -1,12 +1,13 @@
-"""Numbers in verdicts: a wrong integer never passes in another shape, and no number a candidate prints or returns
-makes its item a service fault (issue 37, items 2 and 3). The end-to-end cases run in the real bwrap sandbox.
+"""Numbers in verdicts: a wrong integer never passes in another shape, and no number a candidate prints or
+returns makes its item a service fault (issue 37, items 2 and 3). The end-to-end cases run in the real bwrap
+sandbox.
 
-Rules: a stdin token compared with an expected integer must be exactly that integer, written as an integer (`+5`,
-`05` and `-0` are integers; `5.0`, `5e0` and `1e18` are not); the 1e-6 tolerance is only for an expected fraction or
-exponent. A call case's returned data is compared as Python's `==` compares it in the candidate's process (the
-authors' `assert candidate(...) == expected`): `5.0 == 5` and `True == 1`, but an int and a float are equal only
-when the float is exactly that int, at any size; an int over 4,300 digits crosses every channel (it used to make the
-child's JSON raise: a right answer scored test_error).
+Rules: a stdin token compared with an expected integer must be exactly that integer, written as an integer
+(`+5`, `05` and `-0` are integers; `5.0`, `5e0` and `1e18` are not); the 1e-6 tolerance is only for an
+expected fraction or exponent. A call case's returned data is compared as Python's `==` compares it in the
+candidate's process (the authors' `assert candidate(...) == expected`): `5.0 == 5` and `True == 1`, but an int
+and a float are equal only when the float is exactly that int, at any size; an int over 4,300 digits crosses
+every channel (it used to make the child's JSON raise: a right answer scored test_error).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def test_integers_in_integer_shapes_and_reals_within_tolerance_match(got: str, w
 
 
 def test_integers_over_int_s_digit_limit_compare_exactly() -> None:
-    assert tokens_match(BIG, BIG) and tokens_match("+" + BIG, "0" + BIG) and tokens_match("-" + "0" * 5000, "0")
+    assert (
+        tokens_match(BIG, BIG) and tokens_match("+" + BIG, "0" + BIG) and tokens_match("-" + "0" * 5000, "0")
+    )
     assert not tokens_match(BIG, BIG_PLUS_ONE) and not tokens_match(BIG[:-1] + "8", BIG)
     assert not tokens_match("-" + BIG, BIG) and not tokens_match(BIG + ".0", BIG)
     assert not tokens_match(BIG, "0.5")  # a huge integer against a real: float(), no int()
@@ -82,7 +85,8 @@ def test_integers_over_int_s_digit_limit_compare_exactly() -> None:
 def test_a_long_non_number_is_refused_in_linear_time(token: str) -> None:
     started = time.process_time()
     assert not tokens_match(token, "1.5")
-    assert time.process_time() - started < 1.0  # the old pattern backtracked: 3.4 s for 10,000 digits, 68 s for 30,000
+    # the old pattern backtracked: 3.4 s for 10,000 digits, 68 s for 30,000
+    assert time.process_time() - started < 1.0
 
 
 PRODUCT_CASE = [StdinCase(input=f"{A} {B}\n", output=f"{PRODUCT}\n")]
@@ -107,8 +111,12 @@ def test_the_exact_integer_passes_in_any_integer_shape(sandbox: Sandbox) -> None
         assert run_stdin(sandbox, program, PRODUCT_CASE, LIMITS, case_s=3).stage == "passed", program
 
 
-@pytest.mark.parametrize(("printed", "stage"), [(BIG, "passed"), (BIG[:-1] + "8", "assertion"), ("-" + BIG, "assertion")])
-def test_a_huge_printed_number_is_judged_not_a_service_fault(sandbox: Sandbox, printed: str, stage: str) -> None:
+@pytest.mark.parametrize(
+    ("printed", "stage"), [(BIG, "passed"), (BIG[:-1] + "8", "assertion"), ("-" + BIG, "assertion")]
+)
+def test_a_huge_printed_number_is_judged_not_a_service_fault(
+    sandbox: Sandbox, printed: str, stage: str
+) -> None:
     cases = [StdinCase(input="\n", output=BIG + "\n")]
     assert run_stdin(sandbox, f"print({printed!r})\n", cases, LIMITS, case_s=3).stage == stage
 
@@ -117,7 +125,10 @@ def test_a_huge_wrong_number_scores_as_a_wrong_answer_not_an_item_error(sandbox:
     problem = StdinProblem(task_id="big", stdin_cases=[StdinCase(input="\n", output=BIG + "\n")])
     scorer = CodeScorer(sandbox, MemoryStore(), {}, SETTINGS)
     try:
-        items = [CodeItem(problem=problem, completion=f"```python\nprint({answer!r})\n```") for answer in (BIG_PLUS_ONE, BIG)]
+        items = [
+            CodeItem(problem=problem, completion=f"```python\nprint({answer!r})\n```")
+            for answer in (BIG_PLUS_ONE, BIG)
+        ]
         wrong, right = asyncio.run(scorer.score(items))
     finally:
         scorer.close()
@@ -129,11 +140,18 @@ def test_a_huge_wrong_number_scores_as_a_wrong_answer_not_an_item_error(sandbox:
 def test_call_returns_compare_as_python_s_equality_exactly_at_any_size() -> None:
     exact = ReturnMatches.of(10**18 + 7)
     assert exact.holds(10**18 + 7) and not exact.holds(1e18) and not exact.holds(float(10**18 + 7))
-    assert ReturnMatches.of(5).holds(5.0) and ReturnMatches.of(5.0).holds(5)  # 5 == 5.0, as in the candidate's process
+    # 5 == 5.0, as in the candidate's process
+    assert ReturnMatches.of(5).holds(5.0) and ReturnMatches.of(5.0).holds(5)
     assert ReturnMatches.of(True).holds(1) and ReturnMatches.of([1, 0]).holds([True, False])  # True == 1 too
-    assert not ReturnMatches.of(2).holds(True) and not ReturnMatches.of(0.5).holds(0) and not ReturnMatches.of("1").holds(1)
+    assert (
+        not ReturnMatches.of(2).holds(True)
+        and not ReturnMatches.of(0.5).holds(0)
+        and not ReturnMatches.of("1").holds(1)
+    )
     assert ReturnMatches.of(0).holds(-0.0)
-    assert ReturnMatches.of([PRODUCT]).holds(encode((PRODUCT,))) and not ReturnMatches.of([PRODUCT]).holds([PRODUCT / 1])
+    assert ReturnMatches.of([PRODUCT]).holds(encode((PRODUCT,))) and not ReturnMatches.of([PRODUCT]).holds(
+        [PRODUCT / 1]
+    )
 
 
 CALL_PROGRAMS = {
@@ -145,23 +163,33 @@ CALL_PROGRAMS = {
 
 
 @pytest.mark.parametrize(("solution", "stage"), CALL_PROGRAMS.values(), ids=CALL_PROGRAMS.keys())
-def test_a_call_case_returning_a_float_for_an_integer_is_judged_by_value(sandbox: Sandbox, solution: str, stage: str) -> None:
+def test_a_call_case_returning_a_float_for_an_integer_is_judged_by_value(
+    sandbox: Sandbox, solution: str, stage: str
+) -> None:
     tests = call_tests([CallCase(args=[A, B], expected=PRODUCT)])
     assert run_io(sandbox, "", solution, "f", tests, LIMITS, independent=True).stage == stage
 
 
 def test_a_call_problem_is_scored_the_same_way(sandbox: Sandbox) -> None:
-    problem = CallProblem(task_id="product", fn_name="f", call_cases=[CallCase(args=[A, B], expected=PRODUCT)])
+    problem = CallProblem(
+        task_id="product", fn_name="f", call_cases=[CallCase(args=[A, B], expected=PRODUCT)]
+    )
     scorer = CodeScorer(sandbox, MemoryStore(), {}, SETTINGS)
     try:
-        items = [CodeItem(problem=problem, completion=f"```python\n{code}```") for code, _ in CALL_PROGRAMS.values()]
+        items = [
+            CodeItem(problem=problem, completion=f"```python\n{code}```")
+            for code, _ in CALL_PROGRAMS.values()
+        ]
         results = asyncio.run(scorer.score(items))
     finally:
         scorer.close()
-    assert [r.info["stage"] for r in results if isinstance(r, Scored)] == [stage for _, stage in CALL_PROGRAMS.values()]
+    assert [r.info["stage"] for r in results if isinstance(r, Scored)] == [
+        stage for _, stage in CALL_PROGRAMS.values()
+    ]
 
 
-HUGE_CHECK = "def check(candidate):\n    for n in (5000, 3):\n        assert candidate(n) == 10 ** n\n"  # assert mode
+# assert mode
+HUGE_CHECK = "def check(candidate):\n    for n in (5000, 3):\n        assert candidate(n) == 10 ** n\n"
 
 
 def huge_returned(sandbox: Sandbox, solution: str) -> list[str]:

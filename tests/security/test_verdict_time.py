@@ -1,9 +1,10 @@
 """A run over its CPU limit is a timeout in every kind, even when it finished (issue 37, item 4).
 
-RLIMIT_CPU counts whole seconds and sends SIGXCPU at the soft limit, SIGKILL a second later: a program that ignores
-SIGXCPU finished between the two and passed, and a 0.5 s `time_limit_s` allowed up to 2 s. The harness now compares
-the kernel-measured CPU time of every run with its limit. All runs in the real bwrap sandbox, through the scorer's
-own path (`ProblemTests.run`), one variant per kind: check function in I/O mode, in assert mode, call cases, MBPP, stdin.
+RLIMIT_CPU counts whole seconds and sends SIGXCPU at the soft limit, SIGKILL a second later: a program that
+ignores SIGXCPU finished between the two and passed, and a 0.5 s `time_limit_s` allowed up to 2 s. The harness
+now compares the kernel-measured CPU time of every run with its limit. All runs in the real bwrap sandbox,
+through the scorer's own path (`ProblemTests.run`), one variant per kind: check function in I/O mode, in
+assert mode, call cases, MBPP, stdin.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ BURNER = (
 
 def square(seconds: float) -> str:
     """A right `sq` that ignores SIGXCPU and spends `seconds` of CPU in its first call."""
-    return BURNER + f"def sq(x):\n    if not burned:\n        burned.append(burn({seconds}))\n    return x * x\n"
+    return (
+        BURNER + f"def sq(x):\n    if not burned:\n        burned.append(burn({seconds}))\n    return x * x\n"
+    )
 
 
 def script(seconds: float) -> str:
@@ -48,7 +51,12 @@ def script(seconds: float) -> str:
 
 KINDS: dict[str, tuple[AnyProblem, float]] = {  # the problem and its CPU limit
     "check function, I/O mode": (
-        CodeProblem(task_id="io", entry_point="sq", test="def check(candidate):\n    assert candidate(3) == 9\n", reference=""),
+        CodeProblem(
+            task_id="io",
+            entry_point="sq",
+            test="def check(candidate):\n    assert candidate(3) == 9\n",
+            reference="",
+        ),
         1.0,
     ),
     "check function, assert mode": (  # a loop: split cannot make I/O tests of it
@@ -61,7 +69,9 @@ KINDS: dict[str, tuple[AnyProblem, float]] = {  # the problem and its CPU limit
         1.0,
     ),
     "call cases, time_limit_s 0.5": (
-        CallProblem(task_id="call", fn_name="sq", call_cases=[CallCase(args=[3], expected=9)], time_limit_s=0.5),
+        CallProblem(
+            task_id="call", fn_name="sq", call_cases=[CallCase(args=[3], expected=9)], time_limit_s=0.5
+        ),
         0.5,
     ),
     "MBPP asserts": (MbppProblem(task_id="mbpp", test_list=["assert sq(3) == 9", "assert sq(4) == 16"]), 1.0),
@@ -82,9 +92,12 @@ def judged(sandbox: Sandbox, problem: AnyProblem, seconds: float) -> dict[str, f
 
 
 @pytest.mark.parametrize(("problem", "limit"), KINDS.values(), ids=KINDS.keys())
-def test_a_run_that_finished_over_its_cpu_limit_is_a_timeout(sandbox: Sandbox, problem: AnyProblem, limit: float) -> None:
+def test_a_run_that_finished_over_its_cpu_limit_is_a_timeout(
+    sandbox: Sandbox, problem: AnyProblem, limit: float
+) -> None:
     over = judged(sandbox, problem, limit + 0.3)  # past the limit, before RLIMIT_CPU's SIGKILL
-    assert over["cpu_s"] > limit or over["timed_out"]  # on a loaded host the 0.5 s kinds' wall limit (2 s) may end it
+    # on a loaded host the 0.5 s kinds' wall limit (2 s) may end it
+    assert over["cpu_s"] > limit or over["timed_out"]
     assert (over["stage"], over["runtime"], over["correct"]) == ("timeout", 0.0, 0.0), over
 
 

@@ -1,4 +1,5 @@
-"""Settings: one naming rule, one reader of the environment, one source of defaults, tables that cannot drift."""
+"""Settings: one naming rule, one reader of the environment, one source of defaults, tables that cannot
+drift."""
 
 from __future__ import annotations
 
@@ -37,7 +38,11 @@ def python_sources() -> list[Path]:
 
 
 def test_only_settings_modules_read_the_environment() -> None:
-    readers = [p for p in python_sources() if p.name != "settings.py" and re.search(r"os\.environ|getenv\(", p.read_text())]
+    readers = [
+        p
+        for p in python_sources()
+        if p.name != "settings.py" and re.search(r"os\.environ|getenv\(", p.read_text())
+    ]
     assert readers == []
 
 
@@ -65,12 +70,17 @@ def test_scoring_configs_are_built_from_the_settings_with_the_scorers_defaults()
     from corrgrpo_toolcall.settings import ToolCallSettings
 
     assert CodeSettings().limits() == HARNESS_LIMITS and CodeSettings(code_cpu_s=1).limits().cpu_s == 1
-    assert (ToolCallSettings().parse_caps(), ToolCallSettings().format_rules()) == (ParseCaps(), FormatRules())
+    assert (ToolCallSettings().parse_caps(), ToolCallSettings().format_rules()) == (
+        ParseCaps(),
+        FormatRules(),
+    )
 
 
 def test_readme_tables_match_the_settings() -> None:
     stale = drifted(write=False)
-    assert stale == [], f"run `make docs` (python -m corrgrpo_devtools.docs): {stale} drifted from the Field descriptions"
+    assert stale == [], (
+        f"run `make docs` (python -m corrgrpo_devtools.docs): {stale} drifted from the Field descriptions"
+    )
 
 
 def test_a_stale_or_missing_table_is_caught() -> None:

@@ -1,5 +1,6 @@
-"""The forked child's side of a run: it reads the program, sets up its cwd and stdin, limits itself and runs the program
-as `__main__`. Everything here runs in the child before the program, so what it reports is trusted."""
+"""The forked child's side of a run: it reads the program, sets up its cwd and stdin, limits itself and runs
+the program as `__main__`. Everything here runs in the child before the program, so what it reports is
+trusted."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def cpu_cap_s(cpu_s: float) -> int:
 def apply_limits(limits: dict) -> None:
     cpu = cpu_cap_s(limits["cpu_s"]) - 1  # the soft limit: SIGXCPU a second before the cap
     mb = 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the soft limit, SIGKILL one second later
+    # SIGXCPU at the soft limit, SIGKILL one second later
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"],) * 2)
@@ -51,8 +53,8 @@ def exit_status(error: SystemExit) -> int:
 
 
 def set_up(files: bytes, workdir: str, request_fd: int, stdin_size: int) -> None:
-    """In the child: its private cwd with the request's files (JSON of base64, parsed only when there are any), and
-    stdin as a memfd on fd 0."""
+    """In the child: its private cwd with the request's files (JSON of base64, parsed only when there are
+    any), and stdin as a memfd on fd 0."""
     os.mkdir(workdir, 0o700)
     for name, content in (json.loads(files) if files else {}).items():
         path = os.path.join(workdir, name)
@@ -67,9 +69,10 @@ def set_up(files: bytes, workdir: str, request_fd: int, stdin_size: int) -> None
 
 
 def copy_stdin(request_fd: int, stdin_fd: int, size: int) -> None:
-    """Move stdin from the request stream into its memfd inside the kernel (splice), never through this process's
-    memory: the child that runs the program is this process, or a process the program forks, and a copy freed here
-    would stay readable in its heap. Where splice is refused, one buffer is reused and zeroed."""
+    """Move stdin from the request stream into its memfd inside the kernel (splice), never through this
+    process's memory: the child that runs the program is this process, or a process the program forks, and a
+    copy freed here would stay readable in its heap. Where splice is refused, one buffer is reused and
+    zeroed."""
     remaining = size
     with contextlib.suppress(OSError):
         while remaining:
@@ -98,9 +101,9 @@ def become_program(
     """In the forked child: read the program (and files), detach, rewire fds, limit, run it as __main__, exit.
     Never returns. The seccomp filter is the worker's own, inherited (`WorkerServer.serve`).
 
-    The child reports on `go_fd` that the body was consumed (so the request stream is in step again), how much CPU
-    the set-up took (subtracted: it is not the program's) and when the program began (the run's wall clock starts
-    there). Everything before that is the worker's code, so the report is trusted."""
+    The child reports on `go_fd` that the body was consumed (so the request stream is in step again), how much
+    CPU the set-up took (subtracted: it is not the program's) and when the program began (the run's wall clock
+    starts there). Everything before that is the worker's code, so the report is trusted."""
     status = NO_PROGRAM
     try:
         encoded, files = read_exactly(request_fd, sizes[0]), read_exactly(request_fd, sizes[1])
@@ -120,10 +123,11 @@ def become_program(
             os.write(go_fd, SETUP.pack(usage.ru_utime + usage.ru_stime, time.monotonic()))
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the worker's pipes included
         apply_limits(limits)
-        # the worker's own is SIG_DFL (see `serve`); `_signal`'s call, not `signal`'s enum wrapper: 20 fewer page faults
+        # the worker's own is SIG_DFL (see `serve`); `_signal`'s call, not `signal`'s enum wrapper: 20 fewer
+        # page faults
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-        # sys.stdin/stdout/stderr are the worker's own, never used, so their buffers are empty: after dup2 they are
-        # exactly what a fresh interpreter on these fds would have, at no cost
+        # sys.stdin/stdout/stderr are the worker's own, never used, so their buffers are empty: after dup2
+        # they are exactly what a fresh interpreter on these fds would have, at no cost
         sys.argv = ["<program>"]
         main = types.ModuleType("__main__")
         sys.modules["__main__"] = main
@@ -133,11 +137,13 @@ def become_program(
         except SystemExit as error:
             status = exit_status(error)
         except BaseException as error:
-            traceback.print_exception(type(error), error, error.__traceback__.tb_next if error.__traceback__ else None)
+            traceback.print_exception(
+                type(error), error, error.__traceback__.tb_next if error.__traceback__ else None
+            )
             status = 1
-        # Like interpreter shutdown: wait for the program's non-daemon threads, run its exit functions. Only when
-        # there are any: every object the child touches costs a copy-on-write fault (~4 us), and these calls alone
-        # cost a tenth of a trivial run.
+        # Like interpreter shutdown: wait for the program's non-daemon threads, run its exit functions. Only
+        # when there are any: every object the child touches costs a copy-on-write fault (~4 us), and these
+        # calls alone cost a tenth of a trivial run.
         threading = sys.modules.get("threading")
         if threading is not None and threading.active_count() > 1:
             threading._shutdown()
