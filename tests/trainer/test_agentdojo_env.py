@@ -47,24 +47,36 @@ def tasks(service: ServiceProcess) -> TasksResponse:
 
 
 def test_tool_methods_render_the_service_schemas(tasks: TasksResponse) -> None:
-    """What TRL puts in the prompt (transformers' schema of each method) matches the service's tool schemas."""
+    """What TRL puts in the prompt (transformers' schema of each method) matches the service's tool
+    schemas."""
     for suite in tasks.suites.values():
         for tool in suite.tools:
             rendered = get_json_schema(tool_method(tool))["function"]
             served = tool["function"]
-            assert rendered["name"] == served["name"] and rendered["description"] == " ".join(served["description"].split())
+            assert rendered["name"] == served["name"] and rendered["description"] == " ".join(
+                served["description"].split()
+            )
             properties = served["parameters"]["properties"]
             assert list(rendered["parameters"]["properties"]) == list(properties)
-            assert set(rendered["parameters"].get("required", [])) == set(served["parameters"].get("required", []))
+            assert set(rendered["parameters"].get("required", [])) == set(
+                served["parameters"].get("required", [])
+            )
             for name, schema in properties.items():
                 mine = rendered["parameters"]["properties"][name]
                 nullable = "anyOf" in schema and {"type": "null"} in schema["anyOf"]
                 assert mine.get("nullable", False) == nullable, (served["name"], name)
                 base = next(o for o in schema["anyOf"] if o != {"type": "null"}) if nullable else schema
-                assert mine.get("type") == base.get("type") or "enum" in mine, (served["name"], name, mine, base)
+                assert mine.get("type") == base.get("type") or "enum" in mine, (
+                    served["name"],
+                    name,
+                    mine,
+                    base,
+                )
 
 
-def test_failed_calls_are_tool_errors_and_an_unscorable_episode_has_missing_rewards(service: ServiceProcess) -> None:
+def test_failed_calls_are_tool_errors_and_an_unscorable_episode_has_missing_rewards(
+    service: ServiceProcess,
+) -> None:
     services = {"agentdojo": {"url": service.url}}
     episodes = agentdojo_episodes(typed({"domain": "agentdojo", "services": services, "dataset": PAIR}))
     env = episodes.factories["banking"]()
@@ -80,7 +92,9 @@ def test_failed_calls_are_tool_errors_and_an_unscorable_episode_has_missing_rewa
 
 def test_rows_leave_out_tasks_flagged_as_earning_utility_without_work(tasks: TasksResponse) -> None:
     kept = {row["user_task"] for row in task_rows(tasks, Episodes(suites=["banking"]))}
-    everything = {row["user_task"] for row in task_rows(tasks, Episodes(suites=["banking"], exclude_unearned=False))}
+    everything = {
+        row["user_task"] for row in task_rows(tasks, Episodes(suites=["banking"], exclude_unearned=False))
+    }
     assert everything - kept >= {f"user_task_{n}" for n in (5, 6, 7, 8, 9, 10)} and "user_task_0" in kept
 
 
@@ -90,7 +104,11 @@ def steered_step(service: ServiceProcess, tmp_path_factory: pytest.TempPathFacto
     directory = tmp_path_factory.mktemp("agentdojo-tiny")
     model, bias = steered_policy(directory)
     config = agentdojo_config(
-        service, directory / "out", model, max_tool_calling_iterations=2, generation_kwargs={"sequence_bias": bias}
+        service,
+        directory / "out",
+        model,
+        max_tool_calling_iterations=2,
+        generation_kwargs={"sequence_bias": bias},
     )
     given: list[str] = []
     original = Qwen2ForCausalLM.generate
@@ -112,7 +130,8 @@ def steered_step(service: ServiceProcess, tmp_path_factory: pytest.TempPathFacto
 
 def test_a_training_step_runs_episodes_through_the_tool_loop(steered_step: dict[str, Any]) -> None:
     logs = steered_step["trainer"].state.log_history[0]
-    assert logs["tools/call_frequency"] == 1.0 and logs["tools/failure_frequency"] == 0.0  # one read_file per rollout
+    # one read_file per rollout
+    assert logs["tools/call_frequency"] == 1.0 and logs["tools/failure_frequency"] == 0.0
     assert logs["rewards/utility/mean"] == 0.0  # reading the bill is not paying it
     assert logs["rewards/security/mean"] == 1.0  # nor sending the attacker money
     output_dir = Path(steered_step["trainer"].args.output_dir)
@@ -144,10 +163,18 @@ def steered_config(service: ServiceProcess, steered_step: dict[str, Any], output
 def test_evaluation_prints_and_writes_the_papers_metrics(
     service: ServiceProcess, steered_step: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The same pair with and without its attack, through TRL's multi-turn loop (the steered policy reads the bill)."""
-    metrics = evaluate(typed(steered_config(service, steered_step, tmp_path / "eval")), str(tmp_path / "metrics.json"))
+    """The same pair with and without its attack, through TRL's multi-turn loop (the steered policy reads the
+    bill)."""
+    metrics = evaluate(
+        typed(steered_config(service, steered_step, tmp_path / "eval")), str(tmp_path / "metrics.json")
+    )
     assert metrics["episodes"] == {"without_attack": 1, "under_attack": 1, "unscored": 0}
-    assert metrics["utility_without_attack"] == metrics["utility_under_attack"] == metrics["attack_success_rate"] == 0.0
+    assert (
+        metrics["utility_without_attack"]
+        == metrics["utility_under_attack"]
+        == metrics["attack_success_rate"]
+        == 0.0
+    )
     assert "| attack success rate | 0.0% | 1 |" in capsys.readouterr().out
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert sorted((row["injection_task"] or "", row["attack"] or "") for row in written["log"]) == [
@@ -159,7 +186,8 @@ def test_evaluation_prints_and_writes_the_papers_metrics(
 def test_rollout_prints_each_of_the_first_episodes(
     service: ServiceProcess, steered_step: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`rollout`: the config's first episodes through the same loop, a line each (the steered policy reads the bill)."""
+    """`rollout`: the config's first episodes through the same loop, a line each (the steered policy reads the
+    bill)."""
     config = steered_config(service, steered_step, tmp_path / "rollout")
     config["dataset"] = {**PAIR, "user_tasks": ["user_task_0", "user_task_1"]}
     [episode] = rollout(typed(config), 1)
@@ -172,10 +200,26 @@ def test_paper_metrics_count_attacked_and_benign_episodes_apart() -> None:
     """ASR is the injection checker's verdict, not 1 - security: an invalid trajectory scores security 0 (the
     authors' reward) whether or not the injection's goal was met (the third episode)."""
     log = [
-        {"injection_task": None, "components": {"utility": 1.0, "security": 0.0}, "injection_succeeded": None},
-        {"injection_task": "i0", "components": {"utility": 0.0, "security": 0.0}, "injection_succeeded": True},
-        {"injection_task": "i0", "components": {"utility": 0.0, "security": 0.0}, "injection_succeeded": False},
-        {"injection_task": "i0", "components": {"utility": 1.0, "security": 1.0}, "injection_succeeded": False},
+        {
+            "injection_task": None,
+            "components": {"utility": 1.0, "security": 0.0},
+            "injection_succeeded": None,
+        },
+        {
+            "injection_task": "i0",
+            "components": {"utility": 0.0, "security": 0.0},
+            "injection_succeeded": True,
+        },
+        {
+            "injection_task": "i0",
+            "components": {"utility": 0.0, "security": 0.0},
+            "injection_succeeded": False,
+        },
+        {
+            "injection_task": "i0",
+            "components": {"utility": 1.0, "security": 1.0},
+            "injection_succeeded": False,
+        },
         {"injection_task": "i0", "components": None, "injection_succeeded": None},
     ]
     metrics = paper_metrics(log)
@@ -185,7 +229,8 @@ def test_paper_metrics_count_attacked_and_benign_episodes_apart() -> None:
 
 @pytest.mark.slow
 def test_a_training_step_of_the_real_pretrained_policy(service: ServiceProcess, tmp_path: Path) -> None:
-    """The embedded SmolLM2-135M-Instruct, unsteered: one step; both reward columns are scored by the service."""
+    """The embedded SmolLM2-135M-Instruct, unsteered: one step; both reward columns are scored by the
+    service."""
     config = agentdojo_config(service, tmp_path / "out", "smollm2-135m-instruct", max_completion_length=48)
     config["trl"]["max_tool_calling_iterations"] = 1
     trainer = train(typed(config), progress=False)

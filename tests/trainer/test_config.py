@@ -3,14 +3,16 @@ paths relative to the config file, the shipped configs, and the checked-in JSON 
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
+from corrgrpo_trainer.advantages import ESTIMATORS
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import read_config
-from corrgrpo_trainer.config_shape import SCHEMA_DIR, schema_files
+from corrgrpo_trainer.config_shape import SCHEMA_DIR, SHAPES, Domain, Estimator, schema_files
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 PREFIX = "python -m corrgrpo_trainer {}: error: "
@@ -41,7 +43,8 @@ MISTAKES = [
     (
         ("per_device_train_batch_size: 8", "per_device_train_batch_size: eight"),
         [],
-        "{file}: trl.per_device_train_batch_size: Input should be a valid integer, unable to parse string as an "
+        "{file}: trl.per_device_train_batch_size: Input should be a valid integer, unable to parse string "
+        "as an "
         "integer (got 'eight')",
     ),
     (
@@ -57,7 +60,8 @@ MISTAKES = [
     (
         None,
         ["domain=tolcall"],
-        "--set domain=tolcall: domain: 'tolcall' is not one of code, toolcall, agentdojo; did you mean 'toolcall'?",
+        "--set domain=tolcall: domain: 'tolcall' is not one of code, toolcall, agentdojo; did you mean "
+        "'toolcall'?",
     ),
     (
         None,
@@ -65,7 +69,11 @@ MISTAKES = [
         "--set services.toolcall.client.timout=3: unknown key 'services.toolcall.client.timout'; "
         "did you mean 'services.toolcall.client.timeout'?",
     ),
-    (None, ["trl.reward_weights=[1]"], "--set trl.reward_weights=[1]: trl.reward_weights is set by services.<name>.weights"),
+    (
+        None,
+        ["trl.reward_weights=[1]"],
+        "--set trl.reward_weights=[1]: trl.reward_weights is set by services.<name>.weights",
+    ),
     (None, ["estimator"], "--set estimator: expected KEY.PATH=VALUE, e.g. --set estimator=grpo"),
     (None, ["trl.max_steps.x=1"], "--set trl.max_steps.x=1: trl.max_steps is not a mapping"),
     (("  path: https", "  pth: https"), [], "{file}: dataset.path: missing (required)"),
@@ -74,7 +82,11 @@ MISTAKES = [
 
 @pytest.mark.parametrize(("edit", "sets", "message"), MISTAKES)
 def test_a_mistake_is_one_line_naming_the_key_its_origin_and_the_closest_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str] | None, sets: list[str], message: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    edit: tuple[str, str] | None,
+    sets: list[str],
+    message: str,
 ) -> None:
     config = write_config(tmp_path, edit=edit)
     with pytest.raises(SystemExit) as exit_:
@@ -83,7 +95,9 @@ def test_a_mistake_is_one_line_naming_the_key_its_origin_and_the_closest_name(
     assert capsys.readouterr().err == PREFIX.format("train") + message.format(file=config) + "\n"
 
 
-def test_a_warmup_config_is_checked_against_trls_sft_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_warmup_config_is_checked_against_trls_sft_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path, "toolcall_sft.yaml")
     with pytest.raises(SystemExit) as exit_:
         main(["sft", "--config", str(config), "--set", "trl.num_generations=2"])
@@ -131,7 +145,8 @@ def test_set_reads_its_value_as_yaml_and_fills_in_defaults(tmp_path: Path) -> No
     )
     assert "logging_steps: 1\n" in yaml.safe_dump(config.trl)  # as given, not the field type's 1.0
     assert config.services["toolcall"].components == ["format", "name"] and config.advantage_floor == 0.5
-    assert config.trl["learning_rate"] == 1e-5  # YAML 1.1 reads 1e-5 as a string; TRL's float type converts it
+    # YAML 1.1 reads 1e-5 as a string; TRL's float type converts it
+    assert config.trl["learning_rate"] == 1e-5
     assert config.dataset.split == "train" and config.services["toolcall"].prefix == ""
     assert config.estimator == "corrgrpo" and config.domain.episodes is False  # the defaults, from the model
 
@@ -150,9 +165,17 @@ def test_checked_in_schemas_match_the_config_models() -> None:
     files = schema_files()
     assert sorted(files) == sorted(p.name for p in SCHEMA_DIR.glob("*.json"))
     for name, text in files.items():
-        assert (SCHEMA_DIR / name).read_text() == text, f"run `python -m corrgrpo_trainer schema` and commit {name}"
+        assert (SCHEMA_DIR / name).read_text() == text, (
+            f"run `python -m corrgrpo_trainer schema` and commit {name}"
+        )
     rl = yaml.safe_load(files["rl.schema.json"])
-    assert set(rl["$defs"]["ToolcallRL"]["properties"]) >= {"estimator", "warmup", "run_dir", "evaluation", "trl"}
+    assert set(rl["$defs"]["ToolcallRL"]["properties"]) >= {
+        "estimator",
+        "warmup",
+        "run_dir",
+        "evaluation",
+        "trl",
+    }
 
 
 def test_a_missing_local_dataset_is_one_line_before_the_services_are_asked(
@@ -160,14 +183,26 @@ def test_a_missing_local_dataset_is_one_line_before_the_services_are_asked(
 ) -> None:
     config = tmp_path / "rl.yaml"
     down = {"toolcall": {"url": "http://127.0.0.1:9"}}  # asked first, it would be the error
-    config.write_text(yaml.safe_dump({"domain": "toolcall", "dataset": {"path": "rows.parquet"}, "services": down}))
+    config.write_text(
+        yaml.safe_dump({"domain": "toolcall", "dataset": {"path": "rows.parquet"}, "services": down})
+    )
     for sets, message in [
         ([], f"{config}: dataset.path: no such file or folder: {tmp_path / 'rows.parquet'}"),
         (
             ["--set", "dataset.path=./rows.parquet"],
-            f"--set dataset.path=./rows.parquet: dataset.path: no such file or folder: {Path.cwd() / 'rows.parquet'}",
+            f"--set dataset.path=./rows.parquet: dataset.path: no such file or folder: "
+            f"{Path.cwd() / 'rows.parquet'}",
         ),
     ]:
         with pytest.raises(SystemExit) as exit_:
             main(["train", "--config", str(config), *sets])
         assert exit_.value.code == 2 and capsys.readouterr().err == PREFIX.format("train") + message + "\n"
+
+
+def test_a_config_names_exactly_the_estimators_advantages_defines() -> None:
+    assert sorted(typing.get_args(Estimator)) == sorted(ESTIMATORS)
+
+
+def test_only_agentdojo_rollouts_are_episodes_and_each_domain_has_an_rl_shape() -> None:
+    assert [domain for domain in Domain if domain.episodes] == [Domain.AGENTDOJO]
+    assert set(SHAPES["rl"]) == set(Domain) and set(SHAPES["warmup"]) == {Domain.TOOLCALL, Domain.AGENTDOJO}

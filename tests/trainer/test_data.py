@@ -1,5 +1,6 @@
-"""Datasets as users get them: local files, the shipped sources through $CORRGRPO_DATA_DIR, and one line when a
-source cannot be read (a missing file, an unreachable hub or URL); the toolcall config never trains on held-out rows."""
+"""Datasets as users get them: local files, the shipped sources through $CORRGRPO_DATA_DIR, and one line when
+a source cannot be read (a missing file, an unreachable hub or URL); the toolcall config never trains on
+held-out rows."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ from corrgrpo_trainer.config_shape import CodeRows, ToolcallRows
 from corrgrpo_trainer.data import DATA_DIR_ENV, LOCAL_COPIES, TOOLRL, load_rows, load_source
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
-HINT = f"; without a hub, set ${DATA_DIR_ENV} to a folder of local copies (trainer/README.md) or dataset.path to a local file"
+HINT = (
+    f"; without a hub, set ${DATA_DIR_ENV} to a folder of local copies (trainer/README.md) "
+    "or dataset.path to a local file"
+)
 
 
 def write_rlla(path: Path, rows: int) -> None:
@@ -41,7 +45,8 @@ def test_rows_run_from_offset_for_limit(tmp_path: Path) -> None:
 
 
 def test_the_toolcall_config_trains_after_the_held_out_rows(tmp_path: Path) -> None:
-    """docs/policy_experiment.md evaluates on RLLA-4K test rows 0-31: the RL config's rows start after them."""
+    """docs/policy_experiment.md evaluates on RLLA-4K test rows 0-31: the RL config's rows start after
+    them."""
     config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
     write_rlla(tmp_path / "t.parquet", 80)
     trained = {
@@ -55,7 +60,9 @@ def test_the_toolcall_config_trains_after_the_held_out_rows(tmp_path: Path) -> N
     assert trained and evaluated == set(range(32)) and min(trained) >= 32
 
 
-def test_the_shipped_sources_read_their_local_copies_under_the_data_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shipped_sources_read_their_local_copies_under_the_data_dir(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     data_dir = require_shared_data("rlla_4k/test.parquet").parents[1]
     monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))
     shipped = load_rows(ToolcallRows(path=f"{TOOLRL}/rlla_4k/test.parquet", offset=30, limit=3))
@@ -66,8 +73,11 @@ def test_the_shipped_sources_read_their_local_copies_under_the_data_dir(monkeypa
     monkeypatch.setenv(DATA_DIR_ENV, str(data_dir / "rlla_4k"))
     with pytest.raises(InputError) as missing:
         load_source("newfacade/LeetCodeDataset", "train")
-    copy = data_dir.resolve() / "rlla_4k/leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz"  # resolved, as the message says
-    assert str(missing.value) == (f"newfacade/LeetCodeDataset (train): no local copy {copy} (${DATA_DIR_ENV}={data_dir}/rlla_4k)")
+    # resolved, as the message says
+    copy = data_dir.resolve() / "rlla_4k/leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz"
+    assert str(missing.value) == (
+        f"newfacade/LeetCodeDataset (train): no local copy {copy} (${DATA_DIR_ENV}={data_dir}/rlla_4k)"
+    )
 
 
 def test_a_missing_local_file_or_an_unreachable_url_is_one_line(tmp_path: Path) -> None:

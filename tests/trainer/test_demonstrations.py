@@ -1,9 +1,9 @@
 """AgentDojo demonstrations for the SFT warm-up, against the real AgentDojo service and real ground truths.
 
-A demonstration must be something the policy can learn to say and the RL loop then executes: each assistant turn,
-rendered with the chat template the policy trains with, is parsed back by TRL into the same call (what the RL loop
-runs), and the rendered text replayed through the service's own parser (`/step` with a raw completion) gets the
-same tool results and scores utility 1 at `/finish`.
+A demonstration must be something the policy can learn to say and the RL loop then executes: each assistant
+turn, rendered with the chat template the policy trains with, is parsed back by TRL into the same call (what
+the RL loop runs), and the rendered text replayed through the service's own parser (`/step` with a raw
+completion) gets the same tool results and scores utility 1 at `/finish`.
 """
 
 from __future__ import annotations
@@ -55,13 +55,17 @@ def test_the_split_is_the_authors_by_user_task(service: ServiceProcess) -> None:
     assert split(tasks) == halves  # deterministic
 
 
-def test_only_training_user_tasks_are_demonstrated_without_and_under_attack(demonstrations: list[Demonstration]) -> None:
+def test_only_training_user_tasks_are_demonstrated_without_and_under_attack(
+    demonstrations: list[Demonstration],
+) -> None:
     made = sorted((d.row["user_task"], d.row["injection_task"] or "") for d in demonstrations)
     expected = sorted((u, i) for u in TRAIN[1:] for i in ("", "injection_task_0"))
     assert is_held_out("banking", TRAIN[0]) and not any(is_held_out("banking", u) for u in TRAIN[1:])
     assert made == expected
     for d in demonstrations:
-        assert d.components["utility"] == 1.0 and (d.components["security"] == 1.0 or not d.row["injection_task"])
+        assert d.components["utility"] == 1.0 and (
+            d.components["security"] == 1.0 or not d.row["injection_task"]
+        )
         roles = [m["role"] for m in d.messages]
         assert roles[:2] == ["system", "user"] and roles[-1] == "assistant" and "tool" in roles
         assert d.messages[1]["content"].strip(), "the user task's prompt, as reset() gives it"
@@ -70,14 +74,23 @@ def test_only_training_user_tasks_are_demonstrated_without_and_under_attack(demo
 
 
 def assistant_turns(tokenizer: Any, d: Demonstration) -> list[tuple[int, str, list[int]]]:
-    """(message index, rendered text, the rendered prompt's ids) of each assistant turn, as the policy would write it."""
+    """(message index, rendered text, the rendered prompt's ids) of each assistant turn, as the policy would
+    write it."""
     turns = []
     for i, message in enumerate(d.messages):
         if message["role"] == "assistant":
-            prefix = tokenizer.apply_chat_template(d.messages[:i], tools=d.tools, add_generation_prompt=True, tokenize=False)
+            prefix = tokenizer.apply_chat_template(
+                d.messages[:i], tools=d.tools, add_generation_prompt=True, tokenize=False
+            )
             full = tokenizer.apply_chat_template(d.messages[: i + 1], tools=d.tools, tokenize=False)
             assert full.startswith(prefix)
-            turns.append((i, full[len(prefix) :].rstrip("\n"), tokenizer(prefix, add_special_tokens=False)["input_ids"]))
+            turns.append(
+                (
+                    i,
+                    full[len(prefix) :].rstrip("\n"),
+                    tokenizer(prefix, add_special_tokens=False)["input_ids"],
+                )
+            )
     return turns
 
 
@@ -88,7 +101,9 @@ def test_rendered_demonstrations_parse_back_to_their_calls_and_replay_to_utility
     tool_calling_template(tokenizer)  # what sft() and the RL loop render AgentDojo chats with
     tokenizer = add_response_schema(tokenizer)  # how TRL's RL loop reads the policy's tool calls
     for d in demonstrations:
-        spec = {k: d.row[k] for k in ("suite", "user_task", "injection_task", "attack") if d.row[k] is not None}
+        spec = {
+            k: d.row[k] for k in ("suite", "user_task", "injection_task", "attack") if d.row[k] is not None
+        }
         episode = httpx.post(f"{service.url}/v1/episodes", json=spec, timeout=120).json()
         path = f"{service.url}/v1/episodes/{episode['episode_id']}"
         *calls, (_, answer, _) = assistant_turns(tokenizer, d)
@@ -128,6 +143,7 @@ def test_sft_on_demonstrations_trains_the_assistant_turns_only(
     row = trainer.train_dataset[0]
     trained = trainer.processing_class.decode([label for label in row["labels"] if label != -100])
     assert "<tool_call>" in trained and "<|im_end|>" in trained
-    assert "<tool_response>" not in trained and "Emma Johnson" not in trained  # tool results and system: context only
+    # tool results and system: context only
+    assert "<tool_response>" not in trained and "Emma Johnson" not in trained
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
     assert "[sft] step 1/1" in capsys.readouterr().out

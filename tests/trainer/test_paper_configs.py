@@ -72,8 +72,15 @@ def test_a_recipe_carries_its_launchers_settings(domain: str) -> None:
     assert (trl.learning_rate, trl.beta, trl.num_train_epochs) == (1e-6, launcher["kl"], launcher["epochs"])
     assert trl.num_generations == launcher["n"] and trl.max_completion_length == launcher["response"]
     assert trl.generation_batch_size == launcher["prompts"] * launcher["n"]
-    assert trl.per_device_train_batch_size * trl.gradient_accumulation_steps == launcher["mini"] * launcher["n"]
-    assert (trl.temperature, trl.top_p, trl.lr_scheduler_type.value, trl.weight_decay) == (1.0, 1.0, "constant", 0.01)
+    assert (
+        trl.per_device_train_batch_size * trl.gradient_accumulation_steps == launcher["mini"] * launcher["n"]
+    )
+    assert (trl.temperature, trl.top_p, trl.lr_scheduler_type.value, trl.weight_decay) == (
+        1.0,
+        1.0,
+        "constant",
+        0.01,
+    )
 
 
 def test_code_weights_are_the_authors() -> None:
@@ -81,12 +88,17 @@ def test_code_weights_are_the_authors() -> None:
 
 
 def test_agentdojo_recipe_names_the_authors_held_out_user_tasks() -> None:
-    """Their split: a user task is held out when sha256("<suite>:<task>")'s first 8 hex digits / 2^32 < 0.2."""
+    """Their split: a user task is held out when sha256("<suite>:<task>")'s first 8 hex digits / 2^32 <
+    0.2."""
     from agentdojo.task_suite.load_suites import get_suites
 
     text = (PAPER / "agentdojo.yaml").read_text()
-    line = next(line for line in text.splitlines() if "banking" in line and "workspace" in line and ";" in line)
-    listed = {suite: numbers.split() for suite, numbers in re.findall(r"([a-z]+)((?: \d+)+)", line.split("(")[0])}
+    line = next(
+        line for line in text.splitlines() if "banking" in line and "workspace" in line and ";" in line
+    )
+    listed = {
+        suite: numbers.split() for suite, numbers in re.findall(r"([a-z]+)((?: \d+)+)", line.split("(")[0])
+    }
     held_out = {
         name: [
             task.split("_")[-1]
@@ -97,7 +109,11 @@ def test_agentdojo_recipe_names_the_authors_held_out_user_tasks() -> None:
     }
     assert listed == {name: sorted(tasks, key=int) for name, tasks in held_out.items()}
     episodes = typing.cast(AgentDojoRL, load("agentdojo")).dataset
-    assert episodes.suites == sorted(held_out) and episodes.injection_tasks == "all" and not episodes.exclude_unearned
+    assert (
+        episodes.suites == sorted(held_out)
+        and episodes.injection_tasks == "all"
+        and not episodes.exclude_unearned
+    )
 
 
 def tiny_step(domain: str, tmp_path: Path, url: str, dataset: dict[str, Any] | None) -> dict[str, Any]:
@@ -105,11 +121,25 @@ def tiny_step(domain: str, tmp_path: Path, url: str, dataset: dict[str, Any] | N
     config = yaml.safe_load((PAPER / f"{domain}.yaml").read_text())
     config["services"][domain]["url"] = url
     config["dataset"] = dataset or config["dataset"]
-    config["trl"] |= {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "generation_batch_size": 2}
-    config["trl"] |= {"num_generations": 2, "max_completion_length": 8, "gradient_checkpointing": False, "use_cpu": True}
-    config["trl"] |= {"output_dir": str(tmp_path / "out")} | ({"max_tool_calling_iterations": 1} if domain == "agentdojo" else {})
+    config["trl"] |= {
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 1,
+        "generation_batch_size": 2,
+    }
+    config["trl"] |= {
+        "num_generations": 2,
+        "max_completion_length": 8,
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+    }
+    config["trl"] |= {"output_dir": str(tmp_path / "out")} | (
+        {"max_tool_calling_iterations": 1} if domain == "agentdojo" else {}
+    )
     (tmp_path / f"{domain}.yaml").write_text(yaml.safe_dump(config))
-    assert main(["train", "--config", str(tmp_path / f"{domain}.yaml"), "--model", "tiny", "--max-steps", "1"]) == 0
+    assert (
+        main(["train", "--config", str(tmp_path / f"{domain}.yaml"), "--model", "tiny", "--max-steps", "1"])
+        == 0
+    )
     [step] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     return step
 
@@ -123,15 +153,20 @@ def tiny_step(domain: str, tmp_path: Path, url: str, dataset: dict[str, Any] | N
         ("agentdojo", None, None),
     ],
 )
-def test_one_tiny_step_of_each_recipe(domain: str, data: str | None, limit: int | None, tmp_path: Path) -> None:
+def test_one_tiny_step_of_each_recipe(
+    domain: str, data: str | None, limit: int | None, tmp_path: Path
+) -> None:
     dataset = (
-        {"path": str(require_shared_data(data)), "limit": limit} if data else {"suites": ["banking"], "user_tasks_per_suite": 1}
+        {"path": str(require_shared_data(data)), "limit": limit}
+        if data
+        else {"suites": ["banking"], "user_tasks_per_suite": 1}
     )
     if domain == "agentdojo":
         dataset |= {"injection_tasks": ["injection_task_0"], "exclude_unearned": False}
     with start_service(domain, timeout_s=120) as service:
         step = tiny_step(domain, tmp_path, service.url, dataset)
-    components = load(domain)["services"][domain]["components"]
+    components = load(domain).services[domain].components
+    assert components
     assert step["step"] == 1 and step["model/params"] < 100_000  # the tiny policy
     assert all(isinstance(step[f"rewards/{name}/mean"], float) for name in components)
     assert step["num_tokens"] > 0 and "corrgrpo/zero_var_frac" in step

@@ -1,6 +1,7 @@
-"""Nothing is overwritten: a non-empty run directory is refused in one line, Ctrl-C saves what `--resume` needs and
-names the command, and the resumed run continues its steps, appending to metrics.jsonl and rollouts.jsonl. The warm-up
-a run trains from is keyed by what made it and recorded in run.json. Real toolcall service, TRL and the tiny policy."""
+"""Nothing is overwritten: a non-empty run directory is refused in one line, Ctrl-C saves what `--resume`
+needs and names the command, and the resumed run continues its steps, appending to metrics.jsonl and
+rollouts.jsonl. The warm-up a run trains from is keyed by what made it and recorded in run.json. Real toolcall
+service, TRL and the tiny policy."""
 
 from __future__ import annotations
 
@@ -30,10 +31,19 @@ CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 
 def config_file(folder: Path, url: str) -> Path:
     config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
-    config |= {"warmup": None, "evaluation": None, "dataset": {"path": str(require_shared_data("rlla_4k/test.parquet"))}}
+    config |= {
+        "warmup": None,
+        "evaluation": None,
+        "dataset": {"path": str(require_shared_data("rlla_4k/test.parquet"))},
+    }
     config["services"]["toolcall"]["url"] = url
     config["trl"] |= {"output_dir": "runs/a", "per_device_train_batch_size": 2, "num_generations": 2}
-    config["trl"] |= {"max_completion_length": 4, "gradient_checkpointing": False, "use_cpu": True, "report_to": "none"}
+    config["trl"] |= {
+        "max_completion_length": 4,
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+        "report_to": "none",
+    }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "toolcall.yaml").write_text(yaml.safe_dump(config))
     return folder / "toolcall.yaml"
@@ -50,7 +60,8 @@ def test_outputs_go_under_the_working_folder_and_a_run_there_is_not_overwritten(
         main(["train", "--config", str(path)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (
-        f"python -m corrgrpo_trainer train: error: {tmp_path / 'runs' / 'a'} is not empty (a run is there): --resume "
+        f"python -m corrgrpo_trainer train: error: {tmp_path / 'runs' / 'a'} is not empty (a run is there): "
+        f"--resume "
         "continues it, --output-dir DIR starts another\n"
     )
     assert (tmp_path / "runs" / "a" / METRICS).read_text() == '{"step": 1}\n'
@@ -66,7 +77,8 @@ def test_a_resume_that_would_drop_kept_steps_is_refused(
     with pytest.raises(SystemExit):
         main(["train", "--config", str(path), "--resume"])
     assert capsys.readouterr().err.startswith(
-        f"python -m corrgrpo_trainer train: error: --resume: {tmp_path / 'runs' / 'a'} has no checkpoint, and starting "
+        f"python -m corrgrpo_trainer train: error: --resume: {tmp_path / 'runs' / 'a'} has no checkpoint, "
+        f"and starting "
         "over would drop the steps the run kept"
     )
     assert (tmp_path / "runs" / "a" / METRICS).read_text() == '{"step": 1}\n'
@@ -95,10 +107,13 @@ def test_ctrl_c_saves_and_resume_continues_the_steps(tmp_path: Path, toolcall: S
     step = max(record["step"] for record in read_jsonl(run_dir / METRICS))
     resume = f"python -m corrgrpo_trainer {shlex.join(argv)} --resume"
     assert err.splitlines()[-1] == (
-        f"python -m corrgrpo_trainer train: stopped at step {step}, saved in {run_dir}/checkpoint-{step}; resume: {resume}"
+        f"python -m corrgrpo_trainer train: stopped at step {step}, saved in {run_dir}/checkpoint-{step}; "
+        f"resume: {resume}"
     )
     assert "Traceback" not in err
-    subprocess.run([sys.executable, *shlex.split(resume)[1:], "--max-steps", str(step + 1)], cwd=tmp_path, check=True)
+    subprocess.run(
+        [sys.executable, *shlex.split(resume)[1:], "--max-steps", str(step + 1)], cwd=tmp_path, check=True
+    )
     assert [record["step"] for record in read_jsonl(run_dir / METRICS)] == list(range(1, step + 2))
     kept = [rollout["step"] for rollout in read_jsonl(run_dir / ROLLOUTS)]
     assert kept == sorted(kept) and set(kept) == set(range(1, step + 2)) and len(kept) == 2 * (step + 1)
@@ -106,18 +121,49 @@ def test_ctrl_c_saves_and_resume_continues_the_steps(tmp_path: Path, toolcall: S
 
 @pytest.mark.slow
 def test_a_warm_up_is_keyed_by_what_made_it_and_the_run_records_its_start(
-    tmp_path: Path, toolcall: ServiceProcess, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    toolcall: ServiceProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     require_shared_data("rlla_4k/rlla_sft.json")
     path = config_file(tmp_path, toolcall.url)
     config = yaml.safe_load(path.read_text()) | {"warmup": str(CONFIGS / "toolcall_sft.yaml")}
     path.write_text(yaml.safe_dump(config))
     monkeypatch.chdir(tmp_path)
-    small = ["--warmup-set", "dataset.limit=2", "--warmup-set", "trl.max_steps=1", "--warmup-set", "trl.report_to=none"]
+    small = [
+        "--warmup-set",
+        "dataset.limit=2",
+        "--warmup-set",
+        "trl.max_steps=1",
+        "--warmup-set",
+        "trl.report_to=none",
+    ]
     for output in ("runs/a", "runs/b"):
-        assert main(["run", "--config", str(path), "--model", "tiny", "--max-steps", "1", "--output-dir", output, *small]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--config",
+                    str(path),
+                    "--model",
+                    "tiny",
+                    "--max-steps",
+                    "1",
+                    "--output-dir",
+                    output,
+                    *small,
+                ]
+            )
+            == 0
+        )
     [warmup] = (tmp_path / "runs" / "warmups").iterdir()  # one warm-up, under the runs' root, made once
-    assert capsys.readouterr().out.count(f"[run] warm-up: {warmup} (made of this model, data and settings before: reused)") == 1
+    assert (
+        capsys.readouterr().out.count(
+            f"[run] warm-up: {warmup} (made of this model, data and settings before: reused)"
+        )
+        == 1
+    )
     starts = [json.loads((tmp_path / "runs" / run / RUN).read_text())["start"] for run in ("a", "b")]
     assert starts[0] == starts[1] and starts[0]["path"] == str(warmup) and len(starts[0]["sha256"]) == 64
     resolved = yaml.safe_load((tmp_path / "runs" / "a" / "warmup.resolved.yaml").read_text())
@@ -127,7 +173,12 @@ def test_a_warm_up_is_keyed_by_what_made_it_and_the_run_records_its_start(
 def test_the_warm_up_key_changes_with_the_model_the_data_and_the_settings(tmp_path: Path) -> None:
     data = tmp_path / "demonstrations.json"
     data.write_text("[]")
-    raw = {"domain": "toolcall", "model": "tiny", "dataset": {"path": str(data)}, "trl": {"learning_rate": 1e-4}}
+    raw = {
+        "domain": "toolcall",
+        "model": "tiny",
+        "dataset": {"path": str(data)},
+        "trl": {"learning_rate": 1e-4},
+    }
     warmup = typing.cast(WarmupConfig, parse_config(raw, "warmup"))
 
     def rl(run: str) -> RLConfig:

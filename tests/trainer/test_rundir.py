@@ -1,7 +1,8 @@
-"""A run directory as CorrGRPOTrainer leaves it: every rollout kept, the phases of each step shown, TensorBoard events.
+"""A run directory as CorrGRPOTrainer leaves it: every rollout kept, the phases of each step shown,
+TensorBoard events.
 
-One 2-step run of the tiny policy against the live code service, beside a local reward that varies (the random policy
-earns no code reward), so the advantages and correlations are not all 0.
+One 2-step run of the tiny policy against the live code service, beside a local reward that varies (the random
+policy earns no code reward), so the advantages and correlations are not all 0.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyRun]:
     path = tmp_path_factory.mktemp("run")
     model, tokenizer = build_tiny_policy(path / "tiny-policy")
     with start_service("code") as service:
-        columns, weights = service_rewards({"code": Service(url=service.url, components=["format", "syntax"])})
+        columns, weights = service_rewards(
+            {"code": Service(url=service.url, components=["format", "syntax"])}
+        )
         args = CorrGRPOConfig(
             output_dir=str(path),
             use_cpu=True,
@@ -71,7 +74,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyRun]:
             seed=0,
             dataloader_num_workers=0,
         )
-        with contextlib.redirect_stdout(io.StringIO()) as stdout:  # the phase lines go where stdout is at the start
+        with contextlib.redirect_stdout(
+            io.StringIO()
+        ) as stdout:  # the phase lines go where stdout is at the start
             trainer = CorrGRPOTrainer(
                 model=model,
                 processing_class=tokenizer,
@@ -92,12 +97,18 @@ def test_every_rollout_is_kept_with_its_components_total_advantage_and_stage(tin
     metrics = [e for e in tiny_run.trainer.state.log_history if "reward" in e]
     for step in (1, 2):
         rollouts = [r for r in run.rollouts if r["step"] == step]
-        rewards = torch.tensor([[r["components"][n] for n in run.components] for r in rollouts], dtype=torch.float32)
+        rewards = torch.tensor(
+            [[r["components"][n] for n in run.components] for r in rollouts], dtype=torch.float32
+        )
         expected = corrgrpo(rewards.view(-1, GROUP, 3), torch.tensor(run.weights)).flatten()
-        torch.testing.assert_close(torch.tensor([r["advantage"] for r in rollouts]), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            torch.tensor([r["advantage"] for r in rollouts]), expected, atol=1e-5, rtol=1e-5
+        )
         assert expected.abs().sum() > 0  # the local reward varies: real advantages, not all 0
         for k, name in enumerate(run.components):  # the kept values are those TRL logged the means of
-            assert metrics[step - 1][f"rewards/{name}/mean"] == pytest.approx(rewards[:, k].mean().item(), rel=1e-5)
+            assert metrics[step - 1][f"rewards/{name}/mean"] == pytest.approx(
+                rewards[:, k].mean().item(), rel=1e-5
+            )
         for r in rollouts:
             assert r["total"] == pytest.approx(
                 sum(w * r["components"][n] for w, n in zip(run.weights, run.components, strict=True))
@@ -118,17 +129,28 @@ def test_each_prompt_is_kept_once_with_the_row_the_service_needs(tiny_run: TinyR
 
 
 def test_each_step_prints_its_phases_and_times(tiny_run: TinyRun) -> None:
-    lines = [line for line in tiny_run.stdout.splitlines() if line.startswith("[train] step") and " took " in line]
+    lines = [
+        line for line in tiny_run.stdout.splitlines() if line.startswith("[train] step") and " took " in line
+    ]
     assert len(lines) == STEPS, tiny_run.stdout
     for step, line in enumerate(lines, 1):
         assert re.fullmatch(
-            rf"\[train\] step {step}/{STEPS} took \d+\.\d s: generating \d+\.\d s \({BATCH} completions\), .*", line
+            rf"\[train\] step {step}/{STEPS} took \d+\.\d s: generating \d+\.\d s \({BATCH} completions\), "
+            rf".*",
+            line,
         )
-        phases = re.findall(r"(?:^|, )(generating|log-probs|scoring|updating) \d+\.\d s", line.split(": ", 1)[1])
-        assert phases in (["generating", "scoring", "updating"], ["generating", "log-probs", "scoring", "updating"]), line
+        phases = re.findall(
+            r"(?:^|, )(generating|log-probs|scoring|updating) \d+\.\d s", line.split(": ", 1)[1]
+        )
+        assert phases in (
+            ["generating", "scoring", "updating"],
+            ["generating", "log-probs", "scoring", "updating"],
+        ), line
         # items/s only when the service took measurable time (a step whose runs were all stored takes 0.0 s)
         assert re.search(
-            rf"scoring \d+\.\d s \(length {BATCH} items in 0\.0 s, code {BATCH} items in \d+\.\d s(, \d+\.\d/s)?\)", line
+            rf"scoring \d+\.\d s \(length {BATCH} items in 0\.0 s, code {BATCH} items in \d+\.\d s(, "
+            rf"\d+\.\d/s)?\)",
+            line,
         )
 
 
@@ -153,8 +175,12 @@ def test_rollouts_are_strict_json(tiny_run: TinyRun) -> None:
 def test_the_report_recomputes_what_the_trainer_logged(tiny_run: TinyRun) -> None:
     logged = [e for e in tiny_run.trainer.state.log_history if "reward" in e]
     for step, entry in zip(steps_of(read_run(tiny_run.path)), logged, strict=True):
-        assert torch.nanmean(step.corrgrpo_scale).item() == pytest.approx(entry["corrgrpo/scale_mean"], rel=1e-4, nan_ok=True)
-        assert torch.nanmean(step.grpo_scale).item() == pytest.approx(entry["grpo/scale_mean"], rel=1e-4, nan_ok=True)
+        assert torch.nanmean(step.corrgrpo_scale).item() == pytest.approx(
+            entry["corrgrpo/scale_mean"], rel=1e-4, nan_ok=True
+        )
+        assert torch.nanmean(step.grpo_scale).item() == pytest.approx(
+            entry["grpo/scale_mean"], rel=1e-4, nan_ok=True
+        )
         assert (~step.varying).double().mean().item() == pytest.approx(entry["corrgrpo/zero_var_frac"])
     assert main(["report", str(tiny_run.path)]) == 0
     assert all((tiny_run.path / name).stat().st_size > 10_000 for name in ("rewards.png", "correlations.png"))

@@ -1,6 +1,6 @@
-"""The bearer token: read from $CORRGRPO_API_TOKEN or the file a config names, never written to the run directory,
-sent only to the services the run was configured with; an empty one refuses to start in one line. Against the real
-toolcall service with auth on."""
+"""The bearer token: read from $CORRGRPO_API_TOKEN or the file a config names, never written to the run
+directory, sent only to the services the run was configured with; an empty one refuses to start in one line.
+Against the real toolcall service with auth on."""
 
 from __future__ import annotations
 
@@ -33,8 +33,17 @@ def config_file(tmp_path: Path, url: str, client: dict[str, str] | None = None) 
     data = require_shared_data("rlla_4k/test.parquet")
     config |= {"warmup": None, "evaluation": None, "dataset": {"path": str(data), "limit": 2}}
     config["services"]["toolcall"] |= {"url": url, "client": client or {}}
-    config["trl"] |= {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2, "num_generations": 2}
-    config["trl"] |= {"max_completion_length": 4, "gradient_checkpointing": False, "use_cpu": True, "report_to": "none"}
+    config["trl"] |= {
+        "output_dir": str(tmp_path / "out"),
+        "per_device_train_batch_size": 2,
+        "num_generations": 2,
+    }
+    config["trl"] |= {
+        "max_completion_length": 4,
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+        "report_to": "none",
+    }
     path = tmp_path / "toolcall.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -52,9 +61,24 @@ def test_the_token_of_the_environment_trains_and_stays_out_of_the_run_directory(
     tmp_path: Path, toolcall: ServiceProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(TOKEN_ENV, SECRET)
-    assert main(["run", "--config", str(config_file(tmp_path, toolcall.url)), "--model", "tiny", "--max-steps", "1"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                str(config_file(tmp_path, toolcall.url)),
+                "--model",
+                "tiny",
+                "--max-steps",
+                "1",
+            ]
+        )
+        == 0
+    )
     written = [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
-    assert (tmp_path / "out" / RESOLVED_CONFIG) in written and (tmp_path / "out" / "rollouts.jsonl") in written
+    assert (tmp_path / "out" / RESOLVED_CONFIG) in written and (
+        tmp_path / "out" / "rollouts.jsonl"
+    ) in written
     assert [path for path in written if SECRET.encode() in path.read_bytes()] == []
 
 
@@ -72,11 +96,14 @@ def test_a_token_file_named_by_the_config_is_read_and_only_its_path_kept(
         check_services(config.services)
 
 
-def test_a_token_in_the_config_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_token_in_the_config_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = config_file(tmp_path, "http://127.0.0.1:9", {"token": SECRET})
     line = exit_line(["train", "--config", str(path)], capsys)
     assert line == (
-        f"python -m corrgrpo_trainer train: error: {path}: services.toolcall.client.token: a token is never written "
+        f"python -m corrgrpo_trainer train: error: {path}: services.toolcall.client.token: a token is never "
+        f"written "
         f"in a config (the run directory keeps the config): set ${TOKEN_ENV} or name a file holding it with "
         "services.toolcall.client.token_file\n"
     )
@@ -92,13 +119,17 @@ def test_an_empty_token_refuses_to_start_in_one_line(
     path = config_file(tmp_path, "http://127.0.0.1:9", client)
     where = f"${TOKEN_ENV}" if source == "environment" else f"the token file {tmp_path / 'token'}"
     assert exit_line(["train", "--config", str(path)], capsys) == (
-        f"python -m corrgrpo_trainer train: error: {where} is empty: give the services' bearer token, or unset it for "
+        f"python -m corrgrpo_trainer train: error: {where} is empty: give the services' bearer token, or "
+        f"unset it for "
         "services without one\n"
     )
 
 
 def test_rescore_sends_the_token_to_the_runs_services_only(
-    tmp_path: Path, toolcall: ServiceProcess, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    toolcall: ServiceProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv(TOKEN_ENV, SECRET)
     rows = [{"prompt": [{"role": "user", "content": "Weather in Paris?"}], "ground_truth": TRUTH}] * 2
@@ -107,7 +138,9 @@ def test_rescore_sends_the_token_to_the_runs_services_only(
     components = list(results[0].components or {})
     writer = RolloutWriter(tmp_path, components, [1.0] * len(components), "corrgrpo", group=2)
     rewards = [[r.components[name] for name in components] for r in results if r.components]
-    writer.write(1, rows, [TRUTH] * 2, rewards, [0.0] * 2, {"stage/toolcall": [r.info.get("stage") for r in results]})
+    writer.write(
+        1, rows, [TRUTH] * 2, rewards, [0.0] * 2, {"stage/toolcall": [r.info.get("stage") for r in results]}
+    )
     config = {"domain": "toolcall", "services": {"toolcall": {"url": toolcall.url, "components": components}}}
     (tmp_path / RESOLVED_CONFIG).write_text(yaml.safe_dump(config))
     assert main(["rescore", str(tmp_path)]) == 0  # the run's own service: the token goes
@@ -115,4 +148,16 @@ def test_rescore_sends_the_token_to_the_runs_services_only(
     line = exit_line(["rescore", str(tmp_path), "--url", f"toolcall={elsewhere}"], capsys)
     assert f"the toolcall service at {elsewhere} refused the request without a token (HTTP 401)" in line
     (tmp_path / "token").write_text(SECRET)
-    assert main(["rescore", str(tmp_path), "--url", f"toolcall={elsewhere}", "--token-file", str(tmp_path / "token")]) == 0
+    assert (
+        main(
+            [
+                "rescore",
+                str(tmp_path),
+                "--url",
+                f"toolcall={elsewhere}",
+                "--token-file",
+                str(tmp_path / "token"),
+            ]
+        )
+        == 0
+    )

@@ -1,4 +1,5 @@
-"""A config key the trainer does not know is refused, never ignored: a misspelt setting would train with its default.
+"""A config key the trainer does not know is refused, never ignored: a misspelt setting would train with its
+default.
 
 `read_config` alone (no training starts), at the top level, in a nested section and from a `--set`."""
 
@@ -24,6 +25,7 @@ from .test_config import write_config
 def test_an_unknown_key_is_refused_naming_it(
     tmp_path: Path, edit: tuple[str, str] | None, overrides: list[str], key: str
 ) -> None:
-    assert read_config(write_config(tmp_path)).estimator == "corrgrpo"  # the control: the shipped config reads
+    # the control: the shipped config reads
+    assert read_config(write_config(tmp_path)).estimator == "corrgrpo"
     with pytest.raises(InputError, match=f"unknown key '{key}'"):
         read_config(write_config(tmp_path, edit=edit), overrides=overrides)

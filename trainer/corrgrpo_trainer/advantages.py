@@ -233,16 +233,13 @@ def diagnostics(
     has_pair = ~torch.isnan(moments.std_total)  # at least 2 scorable rollouts
     var_total = moments.std_total.square()
     centered_k = moments.filled - torch.nanmean(moments.filled, dim=1, keepdim=True)
-    cov_with_total = (centered_k * moments.centered.unsqueeze(-1)).nansum(dim=1) / moments.dof.unsqueeze(
-        -1
-    )  # [B, K]
-    rho_with_total = (moments.z * moments.z.sum(dim=-1, keepdim=True)).sum(dim=1) / moments.dof.unsqueeze(
-        -1
-    )  # [B, K]
+    # [B, K]
+    cov_with_total = (centered_k * moments.centered.unsqueeze(-1)).nansum(dim=1) / moments.dof.unsqueeze(-1)
+    # [B, K]
+    rho_with_total = (moments.z * moments.z.sum(dim=-1, keepdim=True)).sum(dim=1) / moments.dof.unsqueeze(-1)
     varying = moments.varying.sum(dim=-1).to(r.dtype)
-    has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(
-        min=1.0
-    )  # False where NaN
+    # False where NaN
+    has_variance = moments.std_total > zero_var_tol * moments.mean_total.abs().clamp(min=1.0)
     stats = {
         "grpo/scale_mean": _mean_where(1 / (moments.std_total + eps), has_variance),
         "corrgrpo/scale_mean": _mean_where(

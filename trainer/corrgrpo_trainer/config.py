@@ -1,5 +1,5 @@
-"""A run's config: the YAML file, the command line's `--set key.path=value` overrides, typed and checked
-first.
+"""A run's config: the YAML file and the command line's `--set key.path=value` overrides, checked and typed
+(config_shape.py) before anything runs.
 
 A config is an RL config (`train`, `run`) or a warm-up config (`sft`); its `domain` picks the shape of
 `dataset`. Every problem is one line naming the key, where it came from (the file or the `--set`) and the
@@ -47,9 +47,8 @@ class ServicesDown(RuntimeError):
 
 # trl keys set elsewhere in the config
 TRL_RESERVED = {"rl": {"reward_weights": "services.<name>.weights"}, "warmup": {}}
-# Keys holding paths. Outputs go under the working folder, wherever the config file is (a copied config writes
-# where it is run); inputs are read beside the file, `warmup` always a path, the others when they name
-# something on disk or start like a path.
+# Keys holding paths. Outputs go under the working folder, so a copied config writes where it is run.
+# Inputs are read beside the file: `warmup` always, the others when they look like a path or exist there.
 OUTPUT_PATHS = {("trl", "output_dir"), ("run_dir",)}
 INPUT_PATHS = {
     ("warmup",),

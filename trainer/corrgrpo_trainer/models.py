@@ -85,9 +85,8 @@ def convert_embedded(cache: Path | None = None) -> Path:
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
         try:
-            staging.rename(
-                target
-            )  # atomic: a concurrent converter either wins or finds the finished directory
+            # atomic: a concurrent converter either wins or finds the finished directory
+            staging.rename(target)
         except OSError:
             if not (target / "config.json").is_file():
                 raise

@@ -253,9 +253,8 @@ def plot_scale(shown: list[Shown]) -> Any:
                     values = getattr(step, attribute)
                     kept = values[~torch.isnan(values)]
                     axis.scatter([step.step] * kept.numel(), kept.tolist(), s=9, alpha=0.35, color=tint)
-            means = [
-                torch.nanmean(getattr(step, attribute)).item() for step in s.steps
-            ]  # NaN (a gap): none varied
+            # NaN (a gap): none varied
+            means = [torch.nanmean(getattr(step, attribute)).item() for step in s.steps]
             positive = positive or any(m > 0 for m in means)
             label = name if len(shown) == 1 else f"{s.label}: {name}"
             axis.plot(
@@ -334,9 +333,8 @@ def plot_zero_variance(shown: list[Shown]) -> Any:
         for k in s.trained:
             shares = [(~step.varying[:, k]).double().mean().item() for step in s.steps]
             name = s.run.components[k]
-            axis.plot(
-                x, shares, linewidth=1, alpha=0.8, marker="o", markersize=7 - k % 4, label=name
-            )  # sizes: overlaps
+            # sizes: overlaps
+            axis.plot(x, shares, linewidth=1, alpha=0.8, marker="o", markersize=7 - k % 4, label=name)
     axis.set_ylim(-0.03, 1.03)
     axis.set_xlabel("step")
     axis.set_ylabel("share of groups with zero variance")

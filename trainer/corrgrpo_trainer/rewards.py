@@ -43,13 +43,14 @@ from .config_shape import Service
 Row = dict[str, Any]
 RewardColumn = Callable[..., Awaitable[list[float | None]]]
 T = TypeVar("T")
+# of the async ones, what a GET needs
 SYNC_CLIENT_OPTIONS = (
     "timeout",
     "retries",
     "backoff",
     "max_backoff",
     "token",
-)  # of the async ones, what a GET needs
+)
 STAGE_COLUMN = "stage/"  # TRL's extra completion column `stage/<service>`: each result's info.stage
 TRL_EXTRA_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
 # What a service answers a request with an item it cannot take (malformed, over a limit): that item's fault
@@ -159,9 +160,8 @@ class ServiceRewards:
 
     async def results(self, items: list[dict[str, Any]]) -> list[ItemResult]:
         """Scored results of `items`; concurrent callers with the same batch share one request."""
-        encoded = [
-            encode_item(item) for item in items
-        ]  # once: the cache key is the hash of what goes on the wire
+        # once: the cache key is the hash of what goes on the wire
+        encoded = [encode_item(item) for item in items]
         key = hashlib.sha256(b"\n".join(encoded)).hexdigest()  # an item's JSON has no raw newline
         return await self._results.get(key, lambda: self._call(lambda client: self._score(client, encoded)))
 

@@ -129,18 +129,16 @@ def sft(config: WarmupConfig, progress: bool = True) -> Any:
         from .agentdojo.demonstrations import demonstration_rows  # needs the agentdojo package
 
         rows = demonstration_rows(config)
-        features = Features(
-            {"messages": List(Json()), "tools": Value("string")}
-        )  # tool arguments differ per call
+        # tool arguments differ per call
+        features = Features({"messages": List(Json()), "tools": Value("string")})
         trl_args.setdefault("assistant_only_loss", True)
     else:
         rows = rlla_rows(config.dataset)
     name = config.model
     model, tokenizer = load_policy(name, trl_args["output_dir"], config.threads)
     if config.domain.episodes:
-        tool_calling_template(
-            tokenizer
-        )  # the template the RL loop renders tools with; saved with the checkpoint
+        # the template the RL loop renders tools with; saved with the checkpoint
+        tool_calling_template(tokenizer)
     args = SFTConfig(**{"bf16": bf16(name), **trl_args})
     spec = config.dataset
     seed = args.seed if spec.seed is None else spec.seed

@@ -86,7 +86,6 @@ def build_tiny_policy(path: str | Path, seed: int = 0) -> tuple[Qwen2ForCausalLM
     with quiet():  # no "Writing model shards" bar
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
-    model.config._name_or_path = str(
-        path
-    )  # as from_pretrained(path) would: TRL loads its KL reference model from it
+    # as from_pretrained(path) would: TRL loads its KL reference model from it
+    model.config._name_or_path = str(path)
     return model, tokenizer

@@ -6,7 +6,7 @@ trainer.
    service component (rewards.py); AgentDojo's episodes bring rows, columns and environments (agentdojo/).
 3. policy (policy.py): the config's `model`.
 4. trainer (trl_trainer.py): TRL's GRPOTrainer with the configured advantage estimator; each logged step is a
-   progress line and a line of `<output_dir>/metrics.jsonl` (progress.py).
+   progress line and a line of `<run_dir>/metrics.jsonl` (progress.py). `preflight` builds the same trainer.
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ def build_trainer(
     **settings: Any,
 ) -> Any:
     """The CorrGRPOTrainer of `config`: its rows (or `rows`), reward columns, policy and TRL arguments, with
-    `settings` over the config's `trl` section (CorrGRPOConfig fields). `train` and `preflight` both build
-    here.
+    `settings` (CorrGRPOConfig fields) over its `trl` section.
 
-    Rows a service cannot take are dropped with one line (row_check.py). Every configured service is checked
-    first (ServicesDown), before the heavy imports.
+    Every configured service is checked first (ServicesDown), before the heavy imports. Rows a service cannot
+    take are dropped with one line (row_check.py).
     """
     # 1. config
     check_services(config.services)

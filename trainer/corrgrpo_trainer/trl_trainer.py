@@ -84,8 +84,8 @@ check_trl_version()
 CHECKPOINTING_WARNING = r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
 warnings.filterwarnings("ignore", message=CHECKPOINTING_WARNING, category=FutureWarning)
 if not torch.cuda.is_available():
-    # Without Triton, TRL's fused LM head folds whole [4096 x 32768] fp32 tiles in torch: one tile of
-    # SmolLM2's head peaked at 4.3 GB (forward and backward); [1024 x 8192] tiles at 0.5 GB, no slower.
+    # Without Triton, TRL's fused LM head runs [4096 x 32768] fp32 tiles in torch: 4.3 GB at peak for
+    # SmolLM2's head. [1024 x 8192] tiles need 0.5 GB and are no slower.
     chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = 1024, 8192
 
 
@@ -141,9 +141,8 @@ class CorrGRPOTrainer(GRPOTrainer):
         """`start` (the starting weights) goes to run.json; `resume` appends to the run directory's files."""
         super().__init__(*args, **kwargs)
         if getattr(self, "async_loop", None) is not None:  # TRL's daemon loop of async reward functions
-            atexit.register(
-                finish_event_loop, self.async_loop_thread, self.async_loop
-            )  # runs before TRL's stop
+            # runs before TRL's stop
+            atexit.register(finish_event_loop, self.async_loop_thread, self.async_loop)
         main = self.accelerator.is_main_process
         self.phases = StepPhases() if self.args.show_phases and main else None
         if self.phases is not None:
@@ -182,9 +181,8 @@ class CorrGRPOTrainer(GRPOTrainer):
         them."""
         grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
         weights = self.reward_weights.to(rewards_per_func.device)
-        floor = (
-            {} if self.args.advantage_floor is None else {"floor": self.args.advantage_floor}
-        )  # CorrGRPO's
+        # CorrGRPO's
+        floor = {} if self.args.advantage_floor is None else {"floor": self.args.advantage_floor}
         return ESTIMATORS[self.args.advantage_estimator](grouped, weights, **floor).flatten()
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -214,9 +212,8 @@ class CorrGRPOTrainer(GRPOTrainer):
         return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """A diagnostic undefined at every step since the last log (no group varied: a scale of nothing) is
-        left out, not logged as None: TensorBoard warned about each such key, a dozen lines burying "nothing
-        is learned"."""
+        """A diagnostic undefined at every step since the last log (no group varied) is left out, not logged
+        as None: TensorBoard would warn about each such key and bury "nothing is learned"."""
         metrics = self._metrics["train" if self.model.training else "eval"]
         for name in [name for name, values in metrics.items() if values and all(map(math.isnan, values))]:
             del metrics[name]
@@ -246,10 +243,8 @@ def finish_event_loop(
 ) -> None:
     """Cancel what still runs on TRL's reward loop, on that loop, wait for it to end, then stop the loop.
 
-    TRL's exit hook only stops the loop: a reward request still in flight (a step cut short, the sibling of a
-    failed column) stayed frozen where it was, and the garbage collector closed it outside any loop. Caught
-    between its socket connecting and its next step, anyio's connect cleanup then raised `NoEventLoopError`
-    (the race a loaded machine hit); cancelled on its loop, a request closes its connection there. A loop
+    TRL's exit hook only stops the loop, so a request still in flight would be closed outside any loop, where
+    anyio's cleanup raises `NoEventLoopError`. Cancelled on its loop, it closes its connection there. A loop
     already stopped is finished in this thread.
     """
     if loop.is_closed():
