@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from corrgrpo_sandbox.cgroups import WorkerCgroup, cgroup_parents
@@ -126,6 +127,163 @@ def checked_reply(text: bytes) -> dict:
     return reply
 
 
+@dataclass(frozen=True)
+class StartedWorker:
+    """A worker process just started: the two ends of its protocol and what it holds on the host."""
+
+    process: subprocess.Popen[bytes]
+    request_fd: int
+    reply_fd: int
+    cgroup: WorkerCgroup | None
+    host_scratch: list[str]
+
+
+def start_worker(launcher: Launcher, preload: tuple[Path, ...], pipe_bytes: int) -> StartedWorker:
+    """Start one worker interpreter inside the launcher's isolation, with its own cgroup where the host has
+    them."""
+    host_scratch = [tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path]
+    scratch = [path for path in launcher.scratch if path] + host_scratch
+    parents = cgroup_parents() if launcher.cgroups else {}
+    cgroup = WorkerCgroup(parents) if parents else None
+    counter_fds: tuple[int, ...] = ()
+    # an open file, not a path: a path the worker can read, every run could (past CPU)
+    if cgroup is not None:
+        counter_fds = (os.open(cgroup.cpu_counter, os.O_RDONLY | os.O_CLOEXEC),)
+    if launcher.stdio:
+        pass_fds: tuple[int, ...] = counter_fds
+        protocol = ("0", "1")
+    else:
+        request_read, request_fd = os.pipe()
+        reply_fd, reply_write = os.pipe()
+        pass_fds, protocol = (
+            (request_read, reply_write, *counter_fds),
+            (str(request_read), str(reply_write)),
+        )
+    counter = str(counter_fds[0]) if counter_fds else "-"
+    mounts, inside = preload_mounts(launcher, preload)
+    arguments = [
+        *protocol,
+        "1" if launcher.namespaced else "0",
+        counter,
+        str(pipe_bytes),
+        json.dumps(inside),
+    ]
+    try:
+        process = subprocess.Popen(
+            [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments, *scratch],
+            stdin=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=pass_fds,
+            env=launcher.environment,  # never hand the service's environment to anything in the sandbox
+            start_new_session=True,
+            preexec_fn=cgroup.enter if cgroup else None,
+        )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        raise
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+    if launcher.stdio:
+        assert process.stdin is not None and process.stdout is not None
+        request_fd, reply_fd = process.stdin.fileno(), process.stdout.fileno()
+    return StartedWorker(process, request_fd, reply_fd, cgroup, host_scratch)
+
+
+class ReplyStream:
+    """The worker's reply pipe, read ahead: a small reply and its streams come in one read, and what was read
+    of the next request's reply stays in `unread` for that request's turn."""
+
+    def __init__(self, fd: int, process: subprocess.Popen[bytes]) -> None:
+        self.fd = fd
+        self.process = process  # its exit status explains a reply that ended early
+        self.unread = bytearray()
+
+    def read_reply(self, deadline: float, cancel: threading.Event | None) -> tuple[dict, list[bytes]]:
+        """The next reply, checked, and its streams."""
+        size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
+        if size > MAX_REPLY_BYTES:
+            raise WorkerBroken(f"worker reply of {size} bytes")
+        reply = checked_reply(self.read_exactly(size, deadline))
+        return reply, [self.read_exactly(reply[name], deadline) for name in STREAMS]
+
+    def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
+        """`size` bytes of the reply stream."""
+        while True:
+            # checked before the read-ahead too: a cancelled caller's reply may have come with the one before
+            if cancel is not None and cancel.is_set():
+                raise RunCancelled("run cancelled")
+            if len(self.unread) >= size:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerBroken("worker did not answer in time")
+            wait = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
+            try:
+                if not select.select([self.fd], [], [], wait)[0]:
+                    continue
+                chunk = os.read(self.fd, min(max(size - len(self.unread), READ_AHEAD), 1 << 20))
+            except OSError as error:
+                raise WorkerBroken(f"worker reply unreadable: {error!r}") from error
+            if not chunk:
+                raise WorkerBroken(f"worker died (exit status {self.process.poll()})")
+            self.unread += chunk
+        data = bytes(self.unread[:size])
+        del self.unread[:size]
+        return data
+
+
+class RequestTickets:
+    """The order of a worker's requests in flight: each waits for the replies before its own, and once the
+    worker is lost, none still queued starts (its caller gets WorkerLost)."""
+
+    def __init__(self) -> None:
+        self._turns = threading.Condition()
+        self.sent = self.answered = 0  # requests written, replies read
+        self._tasks: int | None = None  # the process limit of the requests in flight
+        # why the worker can serve nothing more: requests still queued never started
+        self.lost: str | None = None
+
+    def take(self, processes: int) -> int:
+        """A ticket behind the requests in flight (with the same process limit: it is the worker's, not the
+        run's)."""
+        with self._turns:
+            while self.lost is None and self.answered < self.sent and self._tasks != processes:
+                self._turns.wait()
+            if self.lost is not None:
+                raise WorkerLost(self.lost)
+            ticket, self._tasks = self.sent, processes
+            self.sent += 1  # before the write: its reply may be read ahead before this thread runs again
+        return ticket
+
+    def wait_turn(self, ticket: int) -> None:
+        """Return once every reply before this ticket's has been read."""
+        with self._turns:
+            while self.answered < ticket and self.lost is None:
+                self._turns.wait()
+            if self.lost is not None:
+                raise WorkerLost(self.lost)
+
+    def answer(self, ticket: int, read_past: bool, last: bool) -> None:
+        """The ticket's reply was read (`last`: the worker ends after it)."""
+        with self._turns:
+            # nothing else asked: the worker writes only replies
+            if read_past and self.sent == ticket + 1:
+                raise WorkerBroken("worker wrote past its reply")
+            self.answered += 1
+            if last:
+                self.lost = "the worker ended after the run before this one"
+            self._turns.notify_all()
+
+    def end(self, why: str) -> None:
+        """No more requests: those queued never start."""
+        with self._turns:
+            self.lost = self.lost or why
+            self._turns.notify_all()
+
+
 class WorkerHandle:
     """The parent's handle on one worker interpreter (sandboxed per `launcher`): starts it, sends it requests
     (up to `QUEUE_DEPTH` in flight) and checks each reply (the worker's own side:
@@ -137,67 +295,15 @@ class WorkerHandle:
         self.runs = 0
         self.retired = False  # replaced (`WorkerPool.retire`): closed once its last request is answered
         self.taken = 0  # requests the pool handed out on this worker and not yet given back (`WorkerPool`)
-        self.unread = bytearray()  # read ahead of the reply stream
         self._sending = threading.Lock()  # requests go out whole and in ticket order
         # held while a caller reads its reply: the reply fd is closed only after it, never under the reader
         # (where its number, reused by a replacement's pipe, would hand it another run's reply)
         self._reading = threading.Lock()
-        # guards the tickets: replies are read in the order requests were sent
-        self._turns = threading.Condition()
-        self._sent = self._answered = 0  # requests written, replies read
-        self._tasks: int | None = None  # the process limit of the requests in flight
-        # why the worker can serve nothing more: requests still queued never started
-        self.lost: str | None = None
-        self.host_scratch = [
-            tempfile.mkdtemp(prefix="corrgrpo-sandbox-") for path in launcher.scratch if not path
-        ]
-        scratch = [path for path in launcher.scratch if path] + self.host_scratch
-        parents = cgroup_parents() if launcher.cgroups else {}
-        self.cgroup = WorkerCgroup(parents) if parents else None
-        counter_fds: tuple[int, ...] = ()
-        # an open file, not a path: a path the worker can read, every run could (past CPU)
-        if self.cgroup is not None:
-            counter_fds = (os.open(self.cgroup.cpu_counter, os.O_RDONLY | os.O_CLOEXEC),)
-        if launcher.stdio:
-            pass_fds: tuple[int, ...] = counter_fds
-            protocol = ("0", "1")
-        else:
-            request_read, self.request_fd = os.pipe()
-            self.reply_fd, reply_write = os.pipe()
-            pass_fds, protocol = (
-                (request_read, reply_write, *counter_fds),
-                (str(request_read), str(reply_write)),
-            )
-        counter = str(counter_fds[0]) if counter_fds else "-"
-        mounts, inside = preload_mounts(launcher, preload)
-        arguments = [
-            *protocol,
-            "1" if launcher.namespaced else "0",
-            counter,
-            str(pipe_bytes),
-            json.dumps(inside),
-        ]
-        try:
-            self.process = subprocess.Popen(
-                [*launcher.head, *mounts, *launcher.seal, *launcher.command, *arguments, *scratch],
-                stdin=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
-                stdout=subprocess.PIPE if launcher.stdio else subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=pass_fds,
-                env=launcher.environment,  # never hand the service's environment to anything in the sandbox
-                start_new_session=True,
-                preexec_fn=self.cgroup.enter if self.cgroup else None,
-            )
-        except BaseException:
-            if self.cgroup is not None:
-                self.cgroup.remove()
-            raise
-        finally:
-            for fd in pass_fds:
-                os.close(fd)
-        if launcher.stdio:
-            assert self.process.stdin is not None and self.process.stdout is not None
-            self.request_fd, self.reply_fd = self.process.stdin.fileno(), self.process.stdout.fileno()
+        self.tickets = RequestTickets()
+        started = start_worker(launcher, preload, pipe_bytes)
+        self.process, self.cgroup, self.host_scratch = started.process, started.cgroup, started.host_scratch
+        self.request_fd = started.request_fd
+        self.replies = ReplyStream(started.reply_fd, started.process)
 
     def execute(
         self,
@@ -214,42 +320,20 @@ class WorkerHandle:
         it, another's run holds the worker)."""
         with self._sending:
             ticket = self._send(header, body, processes)
-        with self._turns:
-            while self._answered < ticket and self.lost is None:
-                self._turns.wait()
-            if self.lost is not None:
-                raise WorkerLost(self.lost)
+        self.tickets.wait_turn(ticket)
         try:
             deadline = time.monotonic() + timeout
             with self._reading:
-                size = HEADER.unpack(self.read_exactly(HEADER.size, deadline, cancel))[0]
-                if size > MAX_REPLY_BYTES:
-                    raise WorkerBroken(f"worker reply of {size} bytes")
-                reply = checked_reply(self.read_exactly(size, deadline))
-                streams = [self.read_exactly(reply[name], deadline) for name in STREAMS]
-            with self._turns:
-                # nothing else asked: the worker writes only replies
-                if self.unread and self._sent == ticket + 1:
-                    raise WorkerBroken("worker wrote past its reply")
-                self._answered += 1
-                if reply["anomaly"] or reply["spent"]:  # the worker ends after this reply
-                    self.lost = "the worker ended after the run before this one"
-                self._turns.notify_all()
+                reply, streams = self.replies.read_reply(deadline, cancel)
+            self.tickets.answer(ticket, bool(self.replies.unread), bool(reply["anomaly"] or reply["spent"]))
         except BaseException as error:
             self.end(f"the worker broke on the run before this one: {error!r}")
             raise
         return reply, streams
 
     def _send(self, header: bytes, body: list[bytes], processes: int) -> int:
-        """Write one request behind those in flight (with the same process limit: it is the worker's, not the
-        run's); its ticket."""
-        with self._turns:
-            while self.lost is None and self._answered < self._sent and self._tasks != processes:
-                self._turns.wait()
-            if self.lost is not None:
-                raise WorkerLost(self.lost)
-            ticket, self._tasks = self._sent, processes
-            self._sent += 1  # before the write: its reply may be read ahead before this thread runs again
+        """Write one request behind those in flight; its ticket."""
+        ticket = self.tickets.take(processes)
         self.runs += 1
         try:
             if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
@@ -265,37 +349,14 @@ class WorkerHandle:
             raise WorkerLost(f"worker unreachable: {error!r}") from error
         return ticket
 
+    @property
+    def lost(self) -> str | None:
+        """Why the worker can serve nothing more; None while it can."""
+        return self.tickets.lost
+
     def end(self, why: str) -> None:
         """No more requests: those queued never start (their callers get WorkerLost)."""
-        with self._turns:
-            self.lost = self.lost or why
-            self._turns.notify_all()
-
-    def read_exactly(self, size: int, deadline: float, cancel: threading.Event | None = None) -> bytes:
-        """`size` bytes of the reply stream. Reads ahead (a small reply and its streams come in one read);
-        what it read of the next request's reply stays in `unread` for that request's turn."""
-        while True:
-            # checked before the read-ahead too: a cancelled caller's reply may have come with the one before
-            if cancel is not None and cancel.is_set():
-                raise RunCancelled("run cancelled")
-            if len(self.unread) >= size:
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WorkerBroken("worker did not answer in time")
-            wait = remaining if cancel is None else min(remaining, CANCEL_POLL_S)
-            try:
-                if not select.select([self.reply_fd], [], [], wait)[0]:
-                    continue
-                chunk = os.read(self.reply_fd, min(max(size - len(self.unread), READ_AHEAD), 1 << 20))
-            except OSError as error:
-                raise WorkerBroken(f"worker reply unreadable: {error!r}") from error
-            if not chunk:
-                raise WorkerBroken(f"worker died (exit status {self.process.poll()})")
-            self.unread += chunk
-        data = bytes(self.unread[:size])
-        del self.unread[:size]
-        return data
+        self.tickets.end(why)
 
     def close(self) -> None:
         """Kill the worker and every process of its runs, then close its pipes: a request being written
@@ -306,7 +367,7 @@ class WorkerHandle:
             os.killpg(self.process.pid, signal.SIGKILL)
         for lock, fd, stream in (
             (self._sending, self.request_fd, self.process.stdin),
-            (self._reading, self.reply_fd, self.process.stdout),
+            (self._reading, self.replies.fd, self.process.stdout),
         ):
             with lock, contextlib.suppress(OSError):
                 if stream is not None:  # the protocol runs over stdio

@@ -108,7 +108,7 @@ def test_a_missing_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_docker_shows_each_preloaded_file_read_only_and_before_the_image(caller_tree: Path) -> None:
-    """The docker command line, built as `WorkerHandle` builds it (no engine needed): one read-only `-v`
+    """The docker command line, built as `start_worker` builds it (no engine needed): one read-only `-v`
     per file."""
     module = caller_tree / "greeting.py"
     launcher = Launcher(

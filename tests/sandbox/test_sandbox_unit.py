@@ -406,14 +406,14 @@ def test_a_queued_run_cancelled_before_its_turn_raises_though_its_reply_was_read
     with Sandbox("pool", workers=1) as sandbox, ThreadPoolExecutor(2) as threads:
         (worker,) = sandbox._pool.live
         first = threads.submit(sandbox.run, "print('first')")
-        wait_for(lambda: worker._sent == 1, "the first request was not sent")
+        wait_for(lambda: worker.tickets.sent == 1, "the first request was not sent")
         second = threads.submit(queued)
-        wait_for(lambda: worker._sent == 2, "the second request was not sent")
+        wait_for(lambda: worker.tickets.sent == 2, "the second request was not sent")
         cancel.set()
         pending = array.array("i", [0])  # bytes in the reply pipe: both replies, the second over 4000
 
         def both_replies() -> bool:
-            return fcntl.ioctl(worker.reply_fd, termios.FIONREAD, pending) == 0 and pending[0] > 4000
+            return fcntl.ioctl(worker.replies.fd, termios.FIONREAD, pending) == 0 and pending[0] > 4000
 
         wait_for(both_replies, "the two runs did not both answer")
         late.go.set()
