@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from corrgrpo_common import declared
-from corrgrpo_common.ray_serve import NODE_HEADER, REPLICA_HEADER
+from corrgrpo_common.ray_serve import NODE_HEADER, PROXY_OWNED, REPLICA_HEADER
 from corrgrpo_proto import ItemResult, RewardClient
 from corrgrpo_testing.servers import free_port, wait_healthy
 
@@ -101,6 +101,8 @@ def test_every_declared_service_scores_through_serve(deployed: Deployed, name: s
     ready = httpx.get(f"{url}/readyz", timeout=30)
     assert ready.status_code == 200, ready.text
     assert ready.headers[NODE_HEADER] in deployed.nodes
+    # our connection guards do not run under Serve: /readyz names what its proxy does instead
+    assert ready.json()["checks"]["connections"] == PROXY_OWNED, ready.json()
     with RewardClient(url, token=TOKEN) as client:
         (result,) = client.score([declared()[name].example(None)])
         assert result.error is None, result.error

@@ -3,15 +3,15 @@
 
 Each replica builds, inside itself, the app `python -m corrgrpo_<name>` serves (`ServiceDeclaration.build`):
 the same routes, guards and store (the connection limits of `run_server` aside: Serve's proxy owns the
-sockets), nothing per engine but three things. The declared worker setting is sized to the CPUs Ray granted
-the replica (its `num_cpus`, rounded up) unless its variable is set: the node's CPU count would start a pool
-per replica as large as the whole machine. A replica without `CORRGRPO_REDIS_URL` refuses to start: replicas
-on several nodes share idempotency, caches and episodes only through Redis. Every response names the node and
-the replica that answered (`x-corrgrpo-node`, `x-corrgrpo-replica`). deploy/ray/serve.yaml
-(corrgrpo_devtools.ray_config) holds the options; needs the `ray` extra (`ray[serve]`), which the images and
-the default install leave out. Serve's proxy keeps an application's route prefix (`/code`) in the request's
-path and names it in `root_path`: the guards decide on the route less that prefix (`guards.auth.route_path`),
-as the router does.
+sockets, as /readyz's `connections` says), nothing per engine but three things. The declared worker setting
+is sized to the CPUs Ray granted the replica (its `num_cpus`, rounded up) unless its variable is set: the
+node's CPU count would start a pool per replica as large as the whole machine. A replica without
+`CORRGRPO_REDIS_URL` refuses to start: replicas on several nodes share idempotency, caches and episodes only
+through Redis. Every response names the node and the replica that answered (`x-corrgrpo-node`,
+`x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_devtools.ray_config) holds the options; needs the
+`ray` extra (`ray[serve]`), which the images and the default install leave out. Serve's proxy keeps an
+application's route prefix (`/code`) in the request's path and names it in `root_path`: the guards decide on
+the route less that prefix (`guards.auth.route_path`), as the router does.
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ from .settings import ServiceSettings, refusal
 
 NODE_HEADER = "x-corrgrpo-node"
 REPLICA_HEADER = "x-corrgrpo-replica"
+PROXY_OWNED = (
+    "Serve's proxy, not the service: slow-client timeouts, connection caps, framing checks; it reads "
+    "a body whole before the replica can refuse it (413, 429)"
+)
+
+
+async def proxy_owned() -> str:
+    """/readyz's `connections` under Serve: what `run_server`'s guards do, Serve's proxy does its own way."""
+    return PROXY_OWNED
 
 
 class ReplicaLabels:
@@ -88,6 +97,7 @@ class ServiceReplica:
         settings = replica_settings(self.service, context.get_assigned_resources().get("CPU", 1.0))
         configure(settings.log_level, settings.log_json)
         app = self.service.build(settings)
+        app.state.readiness["connections"] = proxy_owned
         replica = serve.get_replica_context().replica_id.unique_id
         app.add_middleware(ReplicaLabels, node=context.get_node_id(), replica=replica)
         # start-up's survivors out of the collector's sight, as `run_server` does (connections.py)
