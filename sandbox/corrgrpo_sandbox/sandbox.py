@@ -45,6 +45,65 @@ def check_file_name(name: str) -> None:
         raise ValueError(f"file name {name!r} must be a relative path without '..'")
 
 
+def encoded_request(
+    source: str, stdin: bytes, files: Mapping[str, bytes], limits: Limits
+) -> tuple[bytes, list[bytes]]:
+    """A run's request to a worker: the header it reads and the body's parts, sent as they are."""
+    for name in files:
+        check_file_name(name)
+    # The body is the source, the files (JSON of base64; empty for none) and stdin, raw: the child decodes
+    # no JSON for a run without files (every object it touches costs a page copy), and splices stdin
+    # (worker.child.copy_stdin).
+    encoded_source = source.encode("utf-8", "surrogatepass")
+    encoded_files = b""
+    if files:
+        encoded_files = json.dumps(
+            {name: base64.b64encode(data).decode() for name, data in files.items()}
+        ).encode()
+    body = [encoded_source, encoded_files, stdin]
+    header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (
+        _encoded_limits(limits),
+        *map(len, body),
+    )
+    return header, body
+
+
+def run_result(
+    reply: dict | None, streams: list[bytes], isolation: str, anomaly: str | None, started: float
+) -> ExecResult:
+    """The run's result from its worker's reply; without one (the worker broke), an empty result that names
+    why."""
+    if reply is None:
+        return ExecResult(
+            None,
+            None,
+            b"",
+            b"",
+            b"",
+            False,
+            False,
+            0.0,
+            time.monotonic() - started,
+            0,
+            isolation,
+            anomaly,
+        )
+    return ExecResult(
+        exit_code=reply["exit_code"],
+        signal=reply["signal"],
+        stdout=streams[0],
+        stderr=streams[1],
+        channel=streams[2],
+        truncated=reply["truncated"],
+        timed_out=reply["timed_out"],
+        cpu_s=float(reply["cpu_s"]),
+        wall_s=float(reply["wall_s"]),
+        peak_rss_kb=reply["peak_rss_kb"],
+        isolation=isolation,
+        anomaly=anomaly,
+    )
+
+
 class Sandbox:
     """Runs untrusted Python in a fresh child per call: forked from a warm sandboxed worker (`pool`) or a new
     sandboxed interpreter per run (`fresh`). Thread-safe; `run` blocks until the child is reaped.
@@ -103,23 +162,7 @@ class Sandbox:
         limits: Limits | None = None,
     ) -> ExecResult:
         limits = limits or self.limits
-        files = dict(files or {})
-        for name in files:
-            check_file_name(name)
-        # The body is the source, the files (JSON of base64; empty for none) and stdin, raw: the child decodes
-        # no JSON for a run without files (every object it touches costs a page copy), and splices stdin
-        # (worker.child.copy_stdin).
-        encoded_source = source.encode("utf-8", "surrogatepass")
-        encoded_files = b""
-        if files:
-            encoded_files = json.dumps(
-                {name: base64.b64encode(data).decode() for name, data in files.items()}
-            ).encode()
-        body = [encoded_source, encoded_files, stdin]
-        header = b'{"limits": %s, "source": %d, "files": %d, "stdin": %d}' % (
-            _encoded_limits(limits),
-            *map(len, body),
-        )
+        header, body = encoded_request(source, stdin, dict(files or {}), limits)
         cancel: threading.Event | None = getattr(self._cancel, "event", None)
         # a request queued behind a run that broke its worker goes to another worker
         for _ in range(LOST_RETRIES):
@@ -142,35 +185,7 @@ class Sandbox:
                     worker, healthy=reply is not None and not reply["anomaly"] and not reply["spent"]
                 )
             break
-        if reply is None:
-            return ExecResult(
-                None,
-                None,
-                b"",
-                b"",
-                b"",
-                False,
-                False,
-                0.0,
-                time.monotonic() - started,
-                0,
-                self.isolation,
-                anomaly,
-            )
-        return ExecResult(
-            exit_code=reply["exit_code"],
-            signal=reply["signal"],
-            stdout=streams[0],
-            stderr=streams[1],
-            channel=streams[2],
-            truncated=reply["truncated"],
-            timed_out=reply["timed_out"],
-            cpu_s=float(reply["cpu_s"]),
-            wall_s=float(reply["wall_s"]),
-            peak_rss_kb=reply["peak_rss_kb"],
-            isolation=self.isolation,
-            anomaly=anomaly,
-        )
+        return run_result(reply, streams, self.isolation, anomaly, started)
 
     def close(self) -> None:
         self._closed = True
