@@ -4,24 +4,21 @@ An episode's state lives under `corrgrpo:agentdojo:episode:<id>` (`Store.set_sta
 version it replaces, and on Redis an older value put back is refused) with a TTL renewed on each step; a
 finished episode leaves a small tombstone (with its rewards) for the same TTL, so a late step gets 409
 "finished" instead of 404 "unknown", and a finish cannot run twice. A step holds a short lock key so two
-concurrent steps of one episode cannot both apply to the same state and lose one's calls.
-
-An episode holds a lease in its client's groups and in the groups of all (`Store.lease`): a place while
-unfinished, and the bytes stored for it (its tombstone's once finished), so one client filling the store
-cannot lock the others out. A create or step over a client's share gets 429 and changes nothing; what it
-abandons idles out after `agentdojo_episode_ttl_s`, freeing its share.
+concurrent steps of one episode cannot both apply to the same state and lose one's calls. Each episode
+holds a lease of the live-episode quota (`episode_quota`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from corrgrpo_common import Store
 from corrgrpo_common.store.errors import StoreConflict
-from corrgrpo_common.store.interface import Claim
 from corrgrpo_proto import resolve_weights
 from corrgrpo_proto.agentdojo import (
     Episode,
@@ -35,14 +32,13 @@ from corrgrpo_proto.agentdojo import (
 from . import episode_state as ep
 from .catalog import Catalog, Resolved
 from .declaration import COMPONENTS
+from .episode_quota import episode_claims, episode_places, quota_refusal
 from .request_checks import EpisodeError, calls_of, check_budget, malformed, resolve_spec
 from .settings import AgentDojoSettings
 from .start_environments import StartCache
 from .tool_calls import read_completion
 
 PREFIX = "corrgrpo:agentdojo:episode:"
-LIVE = "{corrgrpo:agentdojo:live}:"  # the quota groups share one Redis Cluster slot: one lease checks all
-ALL, BYTES = LIVE + "all", ":bytes"
 LOCK_TTL_S = 60
 STORED_OVERHEAD = 256
 """Bytes an episode's key, version and the store's bookkeeping take besides its value (in memory: 160)."""
@@ -54,59 +50,23 @@ def _cut(info: dict[str, Any]) -> dict[str, Any]:
     return {k: v[:TOMBSTONE_TEXT_CHARS] if isinstance(v, str) else v for k, v in info.items()}
 
 
+@contextlib.asynccontextmanager
+async def episode_lock(store: Store, episode_id: str) -> AsyncIterator[None]:
+    """Hold the episode's lock key: two concurrent steps of one episode cannot both apply to one state."""
+    if not await store.add(PREFIX + episode_id + ":lock", b"1", LOCK_TTL_S):
+        message = f"another step or finish of episode {episode_id!r} is in progress; retry after it"
+        raise EpisodeError(409, "episode_busy", message)
+    try:
+        yield
+    finally:
+        await store.delete(PREFIX + episode_id + ":lock")
+
+
 class LiveEpisodes:
     def __init__(
         self, settings: AgentDojoSettings, store: Store, catalog: Catalog, starts: StartCache
     ) -> None:
         self.settings, self.store, self.catalog, self.starts = settings, store, catalog, starts
-
-    def _claims(self, client: str, stored: int, unfinished: bool = True) -> dict[str, Claim]:
-        """The lease of an episode of `client` with `stored` bytes in the store: a place (while unfinished)
-        and those bytes, in its client's groups first, so a client over its share is told so."""
-        settings, mine = self.settings, LIVE + f"client:{client}"
-        per_client, total = settings.live_bytes()
-        claims = {
-            mine: Claim(1, settings.agentdojo_max_live_episodes_per_client),
-            mine + BYTES: Claim(stored, per_client),
-            ALL: Claim(1, settings.agentdojo_max_live_episodes),
-            ALL + BYTES: Claim(stored, total),
-        }
-        return {group: claim for group, claim in claims.items() if unfinished or group.endswith(BYTES)}
-
-    @staticmethod
-    def _places(client: str) -> list[str]:
-        return [LIVE + f"client:{client}", ALL]
-
-    def _refusal(self, full: str, client: str) -> EpisodeError:
-        settings = self.settings
-        per_client, total = settings.live_bytes()
-        ttl = settings.agentdojo_episode_ttl_s
-        idle = f"finish one, or one idles out {ttl}s after its last step"
-        if full == ALL:
-            message = (
-                f"the service holds {settings.agentdojo_max_live_episodes} unfinished episodes "
-                "(CORRGRPO_AGENTDOJO_MAX_LIVE_EPISODES); retry when one ends"
-            )
-            return EpisodeError(503, "episodes_full", message, retry_after_s=settings.retry_after_s)
-        if full == ALL + BYTES:
-            message = (
-                f"the stored episodes of all clients would exceed {total} bytes "
-                "(CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES); retry when one ends"
-            )
-            return EpisodeError(503, "episodes_full", message, retry_after_s=settings.retry_after_s)
-        if full.endswith(BYTES):
-            message = (
-                f"client {client}'s stored episodes would exceed its share of {per_client} bytes "
-                f"(CORRGRPO_AGENTDOJO_MAX_LIVE_BYTES_PER_CLIENT): {idle}; a finished one's result is kept "
-                f"{ttl}s"
-            )
-            return EpisodeError(429, "too_many_episode_bytes", message, retry_after_s=settings.retry_after_s)
-        limit = settings.agentdojo_max_live_episodes_per_client
-        message = (
-            f"client {client} holds {limit} unfinished episodes, its share "
-            f"(CORRGRPO_AGENTDOJO_MAX_LIVE_EPISODES_PER_CLIENT): {idle}"
-        )
-        return EpisodeError(429, "too_many_episodes", message, retry_after_s=settings.retry_after_s)
 
     async def _write(
         self,
@@ -119,9 +79,9 @@ class LiveEpisodes:
         """Store `blob` over `version` of the episode, its lease grown or shrunk to its size first: over a
         share, refused (429 or 503) with nothing changed."""
         key, ttl = PREFIX + episode_id, self.settings.agentdojo_episode_ttl_s
-        claims = self._claims(owner, len(key) + len(blob) + STORED_OVERHEAD, unfinished)
+        claims = episode_claims(self.settings, owner, len(key) + len(blob) + STORED_OVERHEAD, unfinished)
         if (full := await self.store.lease(episode_id, claims, ttl)) is not None:
-            raise self._refusal(full, owner)
+            raise quota_refusal(self.settings, full, owner)
         try:
             await self.store.set_state(key, blob, version, ttl)
         except StoreConflict as error:
@@ -138,7 +98,7 @@ class LiveEpisodes:
         try:
             await self._write(episode_id, client, blob, 0)
         except Exception:  # e.g. the in-memory store full: the lease taken for it is given back
-            await self.store.release(episode_id, list(self._claims(client, 0)))
+            await self.store.release(episode_id, list(episode_claims(self.settings, client, 0)))
             raise
         return Episode(
             episode_id=episode_id,
@@ -161,17 +121,11 @@ class LiveEpisodes:
             raise EpisodeError(409, "episode_finished", message)
         return ep.loads(current.value), current.version
 
-    async def _locked(self, episode_id: str) -> None:
-        if not await self.store.add(PREFIX + episode_id + ":lock", b"1", LOCK_TTL_S):
-            message = f"another step or finish of episode {episode_id!r} is in progress; retry after it"
-            raise EpisodeError(409, "episode_busy", message)
-
     async def step(self, episode_id: str, request: StepRequest) -> StepResponse:
         # a completion can be megabytes: read off the loop
         max_arg_chars = self.settings.agentdojo_max_arg_chars
         calls, answer, broken = await asyncio.to_thread(calls_of, request, max_arg_chars)
-        await self._locked(episode_id)
-        try:
+        async with episode_lock(self.store, episode_id):
             state, version = await self._load(episode_id)
             check_budget(len(state.trace) + len(calls), self.settings.agentdojo_max_tool_calls)
             if broken is not None:
@@ -179,8 +133,6 @@ class LiveEpisodes:
             resolved, _ = resolve_spec(self.catalog, state.spec)
             results = await asyncio.to_thread(ep.run_calls, state, resolved.suite, calls)
             await self._write(episode_id, state.owner, ep.dumps(state), version)
-        finally:
-            await self.store.delete(PREFIX + episode_id + ":lock")
         return StepResponse(
             episode_id=episode_id, results=results, tool_calls_so_far=len(state.trace), final_answer=answer
         )
@@ -198,8 +150,7 @@ class LiveEpisodes:
         if request.completion is not None:
             read = await asyncio.to_thread(read_completion, request.completion)
             final_answer, broken = read.answer, malformed(request.completion, read.calls)
-        await self._locked(episode_id)
-        try:
+        async with episode_lock(self.store, episode_id):
             state, version = await self._load(episode_id)
             if broken is not None:
                 ep.mark_invalid(state, broken)
@@ -208,8 +159,6 @@ class LiveEpisodes:
             components, info = await asyncio.to_thread(ep.score, state, resolved, final_answer, max_chars)
             tombstone = json.dumps({"components": components, "info": _cut(info)}).encode()
             await self._write(episode_id, state.owner, tombstone, version, unfinished=False)
-            await self.store.release(episode_id, self._places(state.owner))
-        finally:
-            await self.store.delete(PREFIX + episode_id + ":lock")
+            await self.store.release(episode_id, episode_places(state.owner))
         total = sum(weights[name] * value for name, value in components.items())
         return FinishResponse(episode_id=episode_id, components=components, total=total, info=info)
