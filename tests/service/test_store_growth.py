@@ -19,17 +19,17 @@ async def test_expired_keys_are_freed_not_just_hidden() -> None:
     store = MemoryStore()
     await store.set_many({f"k{i}": b"x" * 1000 for i in range(500)}, ttl_s=0.05)
     await store.set("kept", b"v", ttl_s=60)
-    assert len(store) == 501 and store.bytes > 500_000
+    assert len(store) == 501 and store.entries.bytes > 500_000
     await asyncio.sleep(0.1)
     assert await store.get("kept") == b"v"  # any call sweeps what has expired
-    assert len(store) == 1 and store.bytes < 1000
+    assert len(store) == 1 and store.entries.bytes < 1000
 
 
 async def test_rewritten_keys_do_not_grow_the_deadline_heap() -> None:
     store = MemoryStore()
     for _ in range(5000):
         await store.set("episode", b"state", ttl_s=3600)
-    assert len(store) == 1 and len(store._deadlines) <= 1024 + 2
+    assert len(store) == 1 and len(store.entries._deadlines) <= 1024 + 2
 
 
 async def test_leases_taken_again_do_not_grow_and_lapsed_ones_are_freed() -> None:
@@ -60,7 +60,7 @@ async def test_caches_are_evicted_least_recently_used_first() -> None:
         await store.set(f"c{i}", b"x" * 1000, evictable=True)
     assert await store.get("c0") is not None  # c0 is now the most recently used
     await store.set_many({"c10": b"x" * 1000, "c11": b"x" * 1000}, evictable=True)
-    assert store.bytes <= store.max_bytes
+    assert store.entries.bytes <= store.entries.max_bytes
     assert await store.get("c0") is not None
     assert await store.get_many(["c1", "c2"]) == [None, None]
 
@@ -110,4 +110,4 @@ def test_every_service_builds_its_store_from_the_settings(name: str, monkeypatch
     monkeypatch.setenv("CORRGRPO_CODE_WORKERS", "1")
     monkeypatch.delenv("CORRGRPO_REDIS_URL", raising=False)
     store = declared()[name].build().state.store
-    assert isinstance(store, MemoryStore) and (store.default_ttl_s, store.max_bytes) == (5, 1234)
+    assert isinstance(store, MemoryStore) and (store.default_ttl_s, store.entries.max_bytes) == (5, 1234)

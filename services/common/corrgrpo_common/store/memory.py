@@ -71,49 +71,47 @@ class MemoryLeases:
                 self._drop(group, member)
 
 
-class MemoryStore(Store):
-    """In-process store that frees what it no longer needs.
+class MemoryEntries:
+    """The embedded store's keys, byte-counted: freed once expired (a heap of deadlines, checked on each
+    call), and cache entries evicted least recently used first to stay within `max_bytes`."""
 
-    Expired keys are removed (a heap of deadlines, checked on every call), not just hidden. Past
-    `max_bytes` (keys + values + a fixed overhead per entry), cache entries are evicted least
-    recently used first; a *new* state key that still does not fit raises `StoreFull`, while
-    updates of existing state and `add` (locks) are admitted, so live episodes are never lost.
-    """
-
-    kind = "memory"
     ENTRY_OVERHEAD = 160  # dict slot, entry object, heap tuple: measured ~150 bytes per key
 
-    def __init__(self, default_ttl_s: float = DEFAULT_TTL_S, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self.default_ttl_s, self.max_bytes = default_ttl_s, max_bytes
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
         self._data: dict[str, _Entry] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()  # evictable keys, least recently used first
         self._deadlines: list[tuple[float, str]] = []
-        self._leases = MemoryLeases()
         self.bytes = 0
 
     def __len__(self) -> int:
-        self._expire()
+        self.expire()
         return len(self._data)
 
-    def _remove(self, key: str) -> None:
+    def remove(self, key: str) -> None:
         entry = self._data.pop(key)
         self.bytes -= entry.size
         self._lru.pop(key, None)
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         now = time.monotonic()
         heap = self._deadlines
         while heap and heap[0][0] <= now:
             deadline, key = heapq.heappop(heap)
             entry = self._data.get(key)
             if entry is not None and entry.deadline == deadline:
-                self._remove(key)
+                self.remove(key)
         if len(heap) > 2 * len(self._data) + 1024:  # rewritten keys leave stale deadlines behind
             self._deadlines = [(entry.deadline, key) for key, entry in self._data.items()]
             heapq.heapify(self._deadlines)
 
-    def _live(self, key: str) -> bytes | None:
-        self._expire()
+    def entry(self, key: str) -> _Entry | None:
+        """The key's entry, unless expired; a read that does not count as a use."""
+        self.expire()
+        return self._data.get(key)
+
+    def live(self, key: str) -> bytes | None:
+        self.expire()
         entry = self._data.get(key)
         if entry is None:
             return None
@@ -125,20 +123,20 @@ class MemoryStore(Store):
         """Drop least recently used cache entries until `size` more bytes fit (never `keep`)."""
         kept = self._lru.pop(keep, False) is None  # set aside, so the loop never meets it
         while self._lru and self.bytes + size > self.max_bytes:
-            self._remove(next(iter(self._lru)))
+            self.remove(next(iter(self._lru)))
         if kept:
             self._lru[keep] = None
 
-    def _put(
+    def put(
         self,
         key: str,
         value: bytes,
-        ttl_s: float | None,
+        ttl_s: float,
         evictable: bool,
         admit: bool = False,
         version: int = 0,
     ) -> None:
-        self._expire()
+        self.expire()
         size = len(key) + len(value) + self.ENTRY_OVERHEAD
         old = self._data.get(key)
         growth = size - (old.size if old else 0)
@@ -151,54 +149,72 @@ class MemoryStore(Store):
                     f"memory store full: {self.bytes} bytes of live state (limit {self.max_bytes})"
                 )
         if old is not None:
-            self._remove(key)
-        deadline = time.monotonic() + self.ttl(ttl_s)
+            self.remove(key)
+        deadline = time.monotonic() + ttl_s
         self._data[key] = _Entry(value, deadline, evictable, size, version)
         self.bytes += size
         heapq.heappush(self._deadlines, (deadline, key))
         if evictable:
             self._lru[key] = None
 
+
+class MemoryStore(Store):
+    """In-process store that frees what it no longer needs.
+
+    Expired keys are removed, not just hidden. Past `max_bytes` (keys + values + a fixed overhead per entry),
+    cache entries are evicted least recently used first; a *new* state key that still does not fit raises
+    `StoreFull`, while updates of existing state and `add` (locks) are admitted, so live episodes are never
+    lost.
+    """
+
+    kind = "memory"
+
+    def __init__(self, default_ttl_s: float = DEFAULT_TTL_S, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.default_ttl_s = default_ttl_s
+        self.entries = MemoryEntries(max_bytes)
+        self._leases = MemoryLeases()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
     async def get(self, key: str) -> bytes | None:
-        return self._live(key)
+        return self.entries.live(key)
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        return [self._live(k) for k in keys]
+        return [self.entries.live(k) for k in keys]
 
     async def set(
         self, key: str, value: bytes, ttl_s: float | None = None, *, evictable: bool = False
     ) -> None:
-        self._put(key, value, ttl_s, evictable)
+        self.entries.put(key, value, self.ttl(ttl_s), evictable)
 
     async def set_many(
         self, pairs: dict[str, bytes], ttl_s: float | None = None, *, evictable: bool = False
     ) -> None:
         for key, value in pairs.items():
-            self._put(key, value, ttl_s, evictable)
+            self.entries.put(key, value, self.ttl(ttl_s), evictable)
 
     async def add(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
-        if self._live(key) is not None:
+        if self.entries.live(key) is not None:
             return False
-        self._put(key, value, ttl_s, evictable=False, admit=True)
+        self.entries.put(key, value, self.ttl(ttl_s), evictable=False, admit=True)
         return True
 
     async def delete(self, key: str) -> bool:
-        if self._live(key) is None:
+        if self.entries.live(key) is None:
             return False
-        self._remove(key)
+        self.entries.remove(key)
         return True
 
     async def get_state(self, key: str) -> Versioned | None:
-        self._expire()
-        entry = self._data.get(key)
+        entry = self.entries.entry(key)
         return None if entry is None else Versioned(entry.value, entry.version)
 
     async def set_state(self, key: str, value: bytes, version: int, ttl_s: float | None = None) -> int:
-        self._expire()
-        entry = self._data.get(key)
+        entry = self.entries.entry(key)
         if (entry.version if entry else 0) != version:
             raise StoreConflict(f"{key!r} is at version {entry.version if entry else 0}, not {version}")
-        self._put(key, value, ttl_s, evictable=False, version=version + 1)
+        self.entries.put(key, value, self.ttl(ttl_s), evictable=False, version=version + 1)
         return version + 1
 
     async def lease(self, member: str, claims: dict[str, Claim], ttl_s: float) -> str | None:
