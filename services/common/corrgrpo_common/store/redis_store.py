@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -53,6 +54,79 @@ def redacted(url: str) -> str:
     return parts._replace(netloc=f"{user}***@{netloc}").geturl()
 
 
+class SeenVersions:
+    """The latest version this process saw of each state key (the last `REMEMBERED_VERSIONS` keys read or
+    written)."""
+
+    def __init__(self) -> None:
+        self._latest: OrderedDict[str, int] = OrderedDict()
+
+    def remember(self, key: str, version: int) -> None:
+        self._latest[key] = version
+        self._latest.move_to_end(key)
+        if len(self._latest) > REMEMBERED_VERSIONS:
+            self._latest.popitem(last=False)
+
+    def stale(self, key: str, version: int, current: bytes | None) -> str | None:
+        """Why `version` of `key` is refused (`current`: what its version key holds); None when current."""
+        if current is None or current != str(version).encode():
+            return f"is version {version}, not the current: an older value put back"
+        if version < (latest := self._latest.get(key, 0)):
+            return (
+                f"is version {version}, this process saw {latest}: an older value put back, version key too"
+            )
+        return None
+
+
+class RedisLeases:
+    """Lease holders in Redis, shared by the replicas: each group a hash of member → amount (its total under
+    the field ''), taken and given back by Lua scripts so a lease checks every group at once."""
+
+    def __init__(self, redis: aioredis.Redis, call: Callable[[Awaitable[Any]], Awaitable[Any]]) -> None:
+        self._lease, self._release = redis.register_script(LEASE), redis.register_script(RELEASE)
+        self._call = call  # Redis failures surface as StoreUnavailable
+
+    async def lease(self, member: str, claims: dict[str, Claim], ttl_s: float) -> str | None:
+        if not member:
+            raise ValueError("a lease member is not empty: the field '' holds each group's total")
+        groups = list(claims)
+        amounts = [number for claim in claims.values() for number in claim]
+        full = await self._call(self._lease(keys=_lease_keys(groups), args=[member, _ms(ttl_s), *amounts]))
+        return groups[int(full) - 1] if full else None
+
+    async def release(self, member: str, groups: Sequence[str]) -> None:
+        await self._call(self._release(keys=_lease_keys(groups), args=[member]))
+
+
+class ReadBack:
+    """Values read back from Redis: opened when this service sealed them, else logged, deleted and refused."""
+
+    def __init__(
+        self,
+        seal: ValueSeal,
+        redis: aioredis.Redis,
+        call: Callable[[Awaitable[Any]], Awaitable[Any]],
+        shown_url: str,
+    ) -> None:
+        self._seal, self._redis, self._call, self._shown_url = seal, redis, call, shown_url
+
+    async def refused(self, key: str, why: str) -> StoreTampered:
+        """Log, delete and describe a value that is not this service's current one (never decoded)."""
+        log.error(f"store value {why}: refused and deleted", extra={"key": key, "store": self._shown_url})
+        await self._call(self._redis.delete(key))
+        return StoreTampered(f"the value of {key!r} in redis at {self._shown_url} {why}")
+
+    async def opened(self, key: str, blob: bytes | None) -> bytes | None:
+        """The value `blob` carries when its MAC is this service's for `key`; a forged one is deleted and
+        refused."""
+        if blob is None:
+            return None
+        value = self._seal.opened(key, blob)
+        if value is not None:
+            return value
+        raise await self.refused(key, "failed authentication: not this service's (MAC mismatch)")
+
+
 class RedisStore(Store):
     """Redis-backed store; every Redis failure surfaces as `StoreUnavailable` (password redacted), every value
     read back is authenticated with `secret` (HMAC-SHA256 of key and value, stored in front of the value).
@@ -81,31 +155,10 @@ class RedisStore(Store):
             socket_connect_timeout=timeout_s,
             **({"password": password} if password else {}),
         )
-        self._lease, self._release = self._redis.register_script(LEASE), self._redis.register_script(RELEASE)
+        self._leases = RedisLeases(self._redis, self._call)
         self._set_state = self._redis.register_script(SET_STATE)
-        self._latest: OrderedDict[str, int] = OrderedDict()
-
-    def _remember(self, key: str, version: int) -> None:
-        self._latest[key] = version
-        self._latest.move_to_end(key)
-        if len(self._latest) > REMEMBERED_VERSIONS:
-            self._latest.popitem(last=False)
-
-    async def _refused(self, key: str, why: str) -> StoreTampered:
-        """Log, delete and describe a value that is not this service's current one (never decoded)."""
-        log.error(f"store value {why}: refused and deleted", extra={"key": key, "store": self.shown_url})
-        await self._call(self._redis.delete(key))
-        return StoreTampered(f"the value of {key!r} in redis at {self.shown_url} {why}")
-
-    async def _opened(self, key: str, blob: bytes | None) -> bytes | None:
-        """The value `blob` carries when its MAC is this service's for `key`; a forged one is deleted and
-        refused."""
-        if blob is None:
-            return None
-        value = self._seal.opened(key, blob)
-        if value is not None:
-            return value
-        raise await self._refused(key, "failed authentication: not this service's (MAC mismatch)")
+        self._seen = SeenVersions()
+        self._read = ReadBack(self._seal, self._redis, self._call, self.shown_url)
 
     async def _call(self, coro):  # type: ignore[no-untyped-def]
         try:
@@ -114,11 +167,11 @@ class RedisStore(Store):
             raise StoreUnavailable(f"redis at {self.shown_url}: {error}") from error
 
     async def get(self, key: str) -> bytes | None:
-        return await self._opened(key, await self._call(self._redis.get(key)))
+        return await self._read.opened(key, await self._call(self._redis.get(key)))
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         blobs = list(await self._call(self._redis.mget(list(keys)))) if keys else []
-        return [await self._opened(key, blob) for key, blob in zip(keys, blobs, strict=True)]
+        return [await self._read.opened(key, blob) for key, blob in zip(keys, blobs, strict=True)]
 
     # `evictable` has no Redis counterpart: Redis's own `maxmemory` policy decides (see the README)
     async def set(
@@ -144,14 +197,11 @@ class RedisStore(Store):
         blob, current = await self._call(self._redis.mget([key, version_key(key)]))
         if blob is None:
             return None
-        value = await self._opened(key, blob)
+        value = await self._read.opened(key, blob)
         version = int.from_bytes(value[:VERSION_BYTES], "big")
-        if current is None or current != str(version).encode():
-            raise await self._refused(key, f"is version {version}, not the current: an older value put back")
-        if version < (latest := self._latest.get(key, 0)):
-            why = f"is version {version}, this process saw {latest}: an older value put back, version key too"
-            raise await self._refused(key, why)
-        self._remember(key, version)
+        if (why := self._seen.stale(key, version, current)) is not None:
+            raise await self._read.refused(key, why)
+        self._seen.remember(key, version)
         return Versioned(value[VERSION_BYTES:], version)
 
     async def set_state(self, key: str, value: bytes, version: int, ttl_s: float | None = None) -> int:
@@ -159,19 +209,14 @@ class RedisStore(Store):
         args = [version, sealed, _ms(self.ttl(ttl_s))]
         if not await self._call(self._set_state(keys=[key, version_key(key)], args=args)):
             raise StoreConflict(f"{key!r} in redis at {self.shown_url} is no longer at version {version}")
-        self._remember(key, version + 1)
+        self._seen.remember(key, version + 1)
         return version + 1
 
     async def lease(self, member: str, claims: dict[str, Claim], ttl_s: float) -> str | None:
-        if not member:
-            raise ValueError("a lease member is not empty: the field '' holds each group's total")
-        groups = list(claims)
-        amounts = [number for claim in claims.values() for number in claim]
-        full = await self._call(self._lease(keys=_lease_keys(groups), args=[member, _ms(ttl_s), *amounts]))
-        return groups[int(full) - 1] if full else None
+        return await self._leases.lease(member, claims, ttl_s)
 
     async def release(self, member: str, groups: Sequence[str]) -> None:
-        await self._call(self._release(keys=_lease_keys(groups), args=[member]))
+        await self._leases.release(member, groups)
 
     async def delete(self, key: str) -> bool:
         return bool(await self._call(self._redis.delete(key)))
