@@ -1,4 +1,5 @@
-"""`python -m corrgrpo_trainer sft`: the supervised warm-up on ToolRL's demonstrations (real file, real SFTTrainer)."""
+"""`python -m corrgrpo_trainer sft`: the supervised warm-up on ToolRL's demonstrations (real file, real
+SFTTrainer)."""
 
 from __future__ import annotations
 
@@ -13,25 +14,35 @@ import yaml
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_toolcall.match_metrics import read_completions
 from corrgrpo_trainer.cli import main
+from corrgrpo_trainer.config_shape import ToolcallDemonstrations
 from corrgrpo_trainer.models import load_pretrained
 from corrgrpo_trainer.sft import main as sft_main
 from corrgrpo_trainer.sft import rlla_rows, select, shorten_think, user_turns
 from corrgrpo_trainer.tiny import build_tiny_policy, build_tiny_tokenizer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
-OUTPUT = '<think> I will look it up. Then I answer. Done! </think>\n<tool_call>\n{"name": "f", "parameters": {}}\n</tool_call>'
+OUTPUT = (
+    "<think> I will look it up. Then I answer. Done! </think>"
+    '\n<tool_call>\n{"name": "f", "parameters": {}}\n</tool_call>'
+)
 
 
 def test_shorten_think_keeps_the_first_sentences_and_the_rest_of_the_output() -> None:
-    assert shorten_think(OUTPUT, 1) == OUTPUT.replace("I will look it up. Then I answer. Done!", "I will look it up.")
-    assert shorten_think(OUTPUT, 2).startswith("<think> I will look it up. Then I answer. </think>\n<tool_call>")
+    assert shorten_think(OUTPUT, 1) == OUTPUT.replace(
+        "I will look it up. Then I answer. Done!", "I will look it up."
+    )
+    assert shorten_think(OUTPUT, 2).startswith(
+        "<think> I will look it up. Then I answer. </think>\n<tool_call>"
+    )
     assert shorten_think(OUTPUT, None) == OUTPUT
 
 
 def test_toolrl_rows_leave_out_every_user_turn_of_the_test_split() -> None:
     sft_file, test = require_shared_data("rlla_4k/rlla_sft.json"), require_shared_data("rlla_4k/test.parquet")
-    everything = rlla_rows({"path": str(sft_file)})
-    rows = rlla_rows({"path": str(sft_file), "exclude_prompts_of": [str(test)], "think_sentences": 1})
+    everything = rlla_rows(ToolcallDemonstrations(path=str(sft_file)))
+    rows = rlla_rows(
+        ToolcallDemonstrations(path=str(sft_file), exclude_prompts_of=[str(test)], think_sentences=1)
+    )
     evaluated = user_turns(str(test))
     assert len(everything) == 400 and len(rows) == 399  # row 393 repeats a test row's user turn
     assert sum(r["prompt"][-1]["content"].strip() in evaluated for r in everything) == 1
@@ -44,7 +55,10 @@ def test_toolrl_rows_leave_out_every_user_turn_of_the_test_split() -> None:
 def test_rows_over_max_length_are_dropped_not_truncated() -> None:
     tokenizer = build_tiny_tokenizer()
     rows = [
-        {"prompt": [{"role": "user", "content": "x " * n}], "completion": [{"role": "assistant", "content": "y"}]}
+        {
+            "prompt": [{"role": "user", "content": "x " * n}],
+            "completion": [{"role": "assistant", "content": "y"}],
+        }
         for n in (5, 400, 10, 300)
     ]
     kept = select(rows, tokenizer, 100, None, seed=0)
@@ -61,12 +75,18 @@ def test_sft_command_trains_the_tiny_policy_and_writes_a_checkpoint_rl_can_name(
     config["trl"] |= {"max_length": 8192, "gradient_accumulation_steps": 2, "use_cpu": True}
     (tmp_path / "sft.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "warm"
-    assert main(["sft", "--config", str(tmp_path / "sft.yaml"), "--model", "tiny", "--output-dir", str(out)]) == 0
+    assert (
+        main(["sft", "--config", str(tmp_path / "sft.yaml"), "--model", "tiny", "--output-dir", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "[sft] step 1/2" in printed and "[sft] step 2/2" in printed
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all(math.isfinite(s["loss"]) and s["loss"] > 0 for s in steps)
-    warm, tokenizer = load_pretrained(str(out), dtype=torch.float32)  # what `model: <output_dir>` in an RL config loads
+    assert [s["step"] for s in steps] == [1, 2] and all(
+        math.isfinite(s["loss"]) and s["loss"] > 0 for s in steps
+    )
+    # what `model: <output_dir>` in an RL config loads
+    warm, tokenizer = load_pretrained(str(out), dtype=torch.float32)
     initial, _ = load_pretrained(str(out / "tiny-policy"), dtype=torch.float32)
     assert tokenizer.chat_template and sum(p.numel() for p in warm.parameters()) < 100_000
     assert any(not torch.equal(a, b) for a, b in zip(warm.parameters(), initial.parameters(), strict=True))
@@ -91,6 +111,8 @@ def test_generate_writes_one_completion_per_first_row_for_the_toolcall_evaluator
     build_tiny_policy(tmp_path / "policy")
     out = tmp_path / "completions.jsonl"
     argv = ["generate", "--model", str(tmp_path / "policy"), "--dataset", "rlla4k", "--source", str(test)]
-    assert sft_main([*argv, "--limit", "3", "--max-new-tokens", "4", "--batch", "2", "--output", str(out)]) == 0
+    assert (
+        sft_main([*argv, "--limit", "3", "--max-new-tokens", "4", "--batch", "2", "--output", str(out)]) == 0
+    )
     completions = read_completions(out, 80)
     assert len(completions) == 3 and all(isinstance(c, str) for c in completions)
