@@ -1,4 +1,5 @@
-"""Properties of the GRPO / CorrGRPO / GDPO estimators against the definitions, TRL 1.16 and the per-group loop."""
+"""Properties of the GRPO / CorrGRPO / GDPO estimators against the definitions, TRL 1.16 and the per-group
+loop."""
 
 from __future__ import annotations
 
@@ -27,14 +28,21 @@ FAST = settings(max_examples=40, deadline=None)
 
 @st.composite
 def reward_tensors(draw: st.DrawFn, max_components: int = 5, missing: bool = False) -> torch.Tensor:
-    """[B, G, K] float32: continuous components of scales ~1e-2..1e2, binary ones, some constant within a group.
+    """[B, G, K] float32: continuous components of scales ~1e-2..1e2, binary ones, some constant within a
+    group.
 
     Binary values and the constant 0.25 are exact in float32, so float32 and float64 agree on which
     components are constant; test_zero_variance_components_drop_out covers the inexact 0.3.
     """
-    groups, size, components = draw(st.integers(1, 4)), draw(st.integers(2, 8)), draw(st.integers(1, max_components))
+    groups, size, components = (
+        draw(st.integers(1, 4)),
+        draw(st.integers(2, 8)),
+        draw(st.integers(1, max_components)),
+    )
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
-    scales = torch.tensor(draw(st.lists(st.floats(-2, 2), min_size=components, max_size=components))).exp2() ** 3.3
+    scales = (
+        torch.tensor(draw(st.lists(st.floats(-2, 2), min_size=components, max_size=components))).exp2() ** 3.3
+    )
     r = torch.randn(groups, size, components, generator=generator) * scales
     binary = torch.rand(components, generator=generator) < 0.3
     r = torch.where(binary, (r > 0).float(), r)
@@ -59,7 +67,8 @@ def test_variance_of_the_sum_is_the_sum_of_covariances(r: torch.Tensor) -> None:
 @FAST
 @given(reward_tensors(max_components=1))
 def test_corrgrpo_with_one_component_is_grpo_rescaled_by_its_std(r: torch.Tensor) -> None:
-    """K = 1: ρ = [[1]] (or [[0]] if constant): CorrGRPO = (R − mean R) / sqrt(1 + ε') = GRPO (std R + ε) / sqrt(1 + ε').
+    """K = 1: ρ = [[1]] (or [[0]] if constant): CorrGRPO = (R − mean R) / sqrt(1 + ε') = GRPO (std R + ε) /
+    sqrt(1 + ε').
 
     The two agree up to their ε only when std R = 1, i.e. for a standardised reward, checked below.
     """
@@ -69,26 +78,37 @@ def test_corrgrpo_with_one_component_is_grpo_rescaled_by_its_std(r: torch.Tensor
     torch.testing.assert_close(corrgrpo(r)[varying].double(), expected[varying], atol=1e-5, rtol=1e-5)
     assert (corrgrpo(r)[~varying].abs() < 1e-3).all()  # constant group: float32 noise / sqrt(ε')
     if varying.any():
-        standardised = (r[varying] - r[varying].mean(dim=1, keepdim=True)) / r[varying].std(dim=1, keepdim=True)
+        standardised = (r[varying] - r[varying].mean(dim=1, keepdim=True)) / r[varying].std(
+            dim=1, keepdim=True
+        )
         torch.testing.assert_close(
-            corrgrpo(standardised) * math.sqrt(1 + CORRGRPO_EPS), grpo(standardised) * (1 + 1e-4), atol=1e-5, rtol=1e-5
+            corrgrpo(standardised) * math.sqrt(1 + CORRGRPO_EPS),
+            grpo(standardised) * (1 + 1e-4),
+            atol=1e-5,
+            rtol=1e-5,
         )
 
 
 @FAST
 @given(reward_tensors(), st.data())
-def test_corrgrpo_denominator_is_invariant_to_rescaling_a_component(r: torch.Tensor, data: st.DataObject) -> None:
+def test_corrgrpo_denominator_is_invariant_to_rescaling_a_component(
+    r: torch.Tensor, data: st.DataObject
+) -> None:
     k = data.draw(st.integers(0, r.shape[-1] - 1))
     factor = data.draw(st.floats(1e-3, 1e3))
     rescaled = r.double().clone()
     rescaled[..., k] *= factor
-    torch.testing.assert_close(group_moments(rescaled).sum_rho, group_moments(r.double()).sum_rho, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(
+        group_moments(rescaled).sum_rho, group_moments(r.double()).sum_rho, atol=1e-9, rtol=1e-9
+    )
 
 
 def assume_well_conditioned(r: torch.Tensor, name: str, threshold: float) -> None:
-    """Skip examples where the estimator divides by ~0 (but not exactly 0): rounding noise of the numerator is amplified.
+    """Skip examples where the estimator divides by ~0 (but not exactly 0): rounding noise of the numerator is
+    amplified.
 
-    Σρ ≈ 0 while R varies is the anti-correlation hazard itself (with G = 2 any two varying components have ρ = ±1).
+    Σρ ≈ 0 while R varies is the anti-correlation hazard itself (with G = 2 any two varying components have ρ
+    = ±1).
     """
     if name == "gdpo":
         scores = torch.stack([gdpo_group_scores(group, 1e-4) for group in r.double()])
@@ -105,7 +125,8 @@ def assume_well_conditioned(r: torch.Tensor, name: str, threshold: float) -> Non
 @FAST
 @given(reward_tensors(missing=False), st.sampled_from(sorted(ESTIMATORS)))
 def test_vectorised_estimators_match_the_float64_per_group_loop(r: torch.Tensor, name: str) -> None:
-    """Within 1e-9 in float64 and 1e-5 in float32 wherever the denominator is not ~0 (1e-6 and 1e-2 respectively)."""
+    """Within 1e-9 in float64 and 1e-5 in float32 wherever the denominator is not ~0 (1e-6 and 1e-2
+    respectively)."""
     reference = reference_loop(r, name)
     assume_well_conditioned(r, name, 1e-6)
     torch.testing.assert_close(ESTIMATORS[name](r.double()), reference, atol=1e-9, rtol=1e-9)
@@ -116,7 +137,8 @@ def test_vectorised_estimators_match_the_float64_per_group_loop(r: torch.Tensor,
 @FAST
 @given(reward_tensors(missing=True), st.sampled_from(sorted(ESTIMATORS)))
 def test_missing_values_follow_trl(r: torch.Tensor, name: str) -> None:
-    """A missing component counts as 0, an all-missing rollout is left out of its group and gets advantage 0."""
+    """A missing component counts as 0, an all-missing rollout is left out of its group and gets advantage
+    0."""
     advantages = ESTIMATORS[name](r.double())
     assert torch.isfinite(advantages).all()
     assert (advantages[:, 0] == 0).all()
@@ -130,16 +152,23 @@ def test_missing_values_follow_trl(r: torch.Tensor, name: str) -> None:
 
 
 def trl_sum_then_normalize(rewards_per_func: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """TRL 1.16 grpo_trainer.py lines 2756-2788 and 2810 (scale_rewards="group", weights 1), inline there, copied here."""
+    """TRL 1.16 grpo_trainer.py lines 2756-2788 and 2810 (scale_rewards="group", weights 1), inline there,
+    copied here."""
     unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
     rewards = rewards_per_func.nansum(dim=1)
     rewards[unscorable_mask] = torch.nan
-    mean_grouped = torch.nanmean(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations, dim=0)
-    std_rewards = trl_nanstd(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations, dim=0)
+    mean_grouped = torch.nanmean(rewards.view(-1, num_generations), dim=1).repeat_interleave(
+        num_generations, dim=0
+    )
+    std_rewards = trl_nanstd(rewards.view(-1, num_generations), dim=1).repeat_interleave(
+        num_generations, dim=0
+    )
     return torch.nan_to_num((rewards - mean_grouped) / (std_rewards + 1e-4), nan=0.0)
 
 
-def trl_normalize_then_sum(rewards_per_func: torch.Tensor, num_generations: int, weights: torch.Tensor) -> torch.Tensor:
+def trl_normalize_then_sum(
+    rewards_per_func: torch.Tensor, num_generations: int, weights: torch.Tensor
+) -> torch.Tensor:
     """TRL 1.16 grpo_trainer.py lines 2756-2759, 2790-2800 and 2810 (GDPO), inline there, copied here."""
     unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
     grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
@@ -158,7 +187,9 @@ def test_grpo_and_gdpo_equal_trl(r: torch.Tensor, drop_missing: bool, data: st.D
     r = r[:, 1:] if drop_missing else r
     flat = r.reshape(-1, r.shape[-1])
     weights = torch.tensor(data.draw(st.lists(st.floats(-2, 2), min_size=r.shape[-1], max_size=r.shape[-1])))
-    torch.testing.assert_close(grpo(r).flatten(), trl_sum_then_normalize(flat.clone(), r.shape[1]), atol=0, rtol=0)
+    torch.testing.assert_close(
+        grpo(r).flatten(), trl_sum_then_normalize(flat.clone(), r.shape[1]), atol=0, rtol=0
+    )
     expected = trl_normalize_then_sum(flat.clone(), r.shape[1], weights)
     torch.testing.assert_close(gdpo(r, weights=weights).flatten(), expected, atol=1e-6, rtol=1e-6)
 
@@ -189,7 +220,8 @@ def test_floor_bounds_the_anti_correlation_hazard() -> None:
 
 
 def test_figure_2_example_scale_dominates_grpo_and_correlation_dominates_corrgrpo() -> None:
-    """Four trajectories, three rewards: r1, r2 small-scale and strongly correlated, r3 large-scale and weakly correlated."""
+    """Four trajectories, three rewards: r1, r2 small-scale and strongly correlated, r3 large-scale and weakly
+    correlated."""
     r = torch.tensor([[0.1, 0.1, 2.0], [0.2, 0.25, -1.0], [0.3, 0.3, -1.0], [0.4, 0.45, 2.0]]).unsqueeze(0)
     rho = torch.corrcoef(r[0].T)
     assert rho[0, 1] > 0.95 and rho[0, 2].abs() < 0.1 and rho[1, 2].abs() < 0.2
@@ -198,11 +230,17 @@ def test_figure_2_example_scale_dominates_grpo_and_correlation_dominates_corrgrp
     assert stats["grpo/var_share/r1"] + stats["grpo/var_share/r2"] < 0.05
     assert stats["corrgrpo/share/r1"] + stats["corrgrpo/share/r2"] > 0.75  # the correlated pair dominates Σρ
     assert stats["corrgrpo/share/r3"] < 0.25
-    shares = [stats[f"{kind}/{name}"] for kind in ("grpo/var_share", "corrgrpo/share") for name in ("r1", "r2", "r3")]
+    shares = [
+        stats[f"{kind}/{name}"]
+        for kind in ("grpo/var_share", "corrgrpo/share")
+        for name in ("r1", "r2", "r3")
+    ]
     assert sum(shares[:3]) == pytest.approx(1) and sum(shares[3:]) == pytest.approx(1)
     torch.testing.assert_close(group_moments(r).sum_rho, rho.sum().unsqueeze(0))
     assert stats["corrgrpo/offdiag_corr_mean"] == pytest.approx((rho.sum() - 3).item() / 6, abs=1e-5)
-    assert stats["corrgrpo/scale_mean"] == pytest.approx(1 / math.sqrt(rho.sum().item() + CORRGRPO_EPS), rel=1e-5)
+    assert stats["corrgrpo/scale_mean"] == pytest.approx(
+        1 / math.sqrt(rho.sum().item() + CORRGRPO_EPS), rel=1e-5
+    )
     assert stats["grpo/scale_mean"] == pytest.approx(1 / (r.sum(-1).std().item() + 1e-4), rel=1e-5)
 
 
@@ -216,12 +254,17 @@ def test_estimators_keep_device_and_shape_and_reject_bad_shapes() -> None:
 
 @FAST
 @given(reward_tensors(), st.data())
-def test_one_signature_weights_fold_into_r_for_grpo_and_corrgrpo(r: torch.Tensor, data: st.DataObject) -> None:
-    """estimator(r, weights) for every estimator; GRPO and CorrGRPO weight the rewards, GDPO (as TRL) the z-scores."""
+def test_one_signature_weights_fold_into_r_for_grpo_and_corrgrpo(
+    r: torch.Tensor, data: st.DataObject
+) -> None:
+    """estimator(r, weights) for every estimator; GRPO and CorrGRPO weight the rewards, GDPO (as TRL) the
+    z-scores."""
     weights = torch.tensor(data.draw(st.lists(st.floats(-2, 2), min_size=r.shape[-1], max_size=r.shape[-1])))
     x = r.double()
     for name in ("grpo", "corrgrpo"):
-        torch.testing.assert_close(ESTIMATORS[name](x, weights), ESTIMATORS[name](x * weights.double()), atol=0, rtol=0)
+        torch.testing.assert_close(
+            ESTIMATORS[name](x, weights), ESTIMATORS[name](x * weights.double()), atol=0, rtol=0
+        )
     torch.testing.assert_close(gdpo(x, weights), gdpo(x, weights=weights))
     with pytest.raises(ValueError, match="one value per component"):
         grpo(x, torch.ones(r.shape[-1] + 1))
@@ -250,7 +293,9 @@ def test_scale_diagnostics_leave_constant_groups_out_and_count_them() -> None:
     assert stats["grpo/scale_mean"] < 10  # not 1/ε = 10000
     assert stats["constant_group_frac"] == pytest.approx(3 / 4) and alone["constant_group_frac"] == 0.0
     everything_constant = diagnostics(constant)
-    assert math.isnan(everything_constant["grpo/scale_mean"]) and math.isnan(everything_constant["corrgrpo/scale_mean"])
+    assert math.isnan(everything_constant["grpo/scale_mean"]) and math.isnan(
+        everything_constant["corrgrpo/scale_mean"]
+    )
     assert everything_constant["constant_group_frac"] == 1.0
 
 
@@ -291,7 +336,8 @@ def test_corrgrpo_equals_the_authors_estimator(r: torch.Tensor, data: st.DataObj
 
 
 def anti_correlated(groups: int, size: int, seed: int) -> torch.Tensor:
-    """[groups, size, 2]: r1 binary in half the groups, uniform in the rest; r2 = 2(1 − r1): Σρ = 0, R = 2 − r1."""
+    """[groups, size, 2]: r1 binary in half the groups, uniform in the rest; r2 = 2(1 − r1): Σρ = 0, R = 2 −
+    r1."""
     generator = torch.Generator().manual_seed(seed)
     r1 = torch.rand(groups, size, generator=generator, dtype=torch.float64)
     r1[: groups // 2] = (r1[: groups // 2] > 0.5).double()
@@ -300,22 +346,28 @@ def anti_correlated(groups: int, size: int, seed: int) -> torch.Tensor:
 
 
 def test_anti_correlated_components_equal_the_authors_bounded_by_sqrt_eps() -> None:
-    """The paper's hazard: ε under the root bounds |A| at |R − mean R| / 1e-3, as theirs (1e-4 beside it: 10×)."""
+    """The paper's hazard: ε under the root bounds |A| at |R − mean R| / 1e-3, as theirs (1e-4 beside it:
+    10×)."""
     r = anti_correlated(64, 8, seed=0)
     assert group_moments(r).sum_rho.abs().max() < 1e-12
     torch.testing.assert_close(corrgrpo(r), authors_corrgrpo(r), atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(corrgrpo(r.float()).double(), authors_corrgrpo(r), atol=1e-3, rtol=1e-5)
     issue_example = torch.tensor([[0.0] + [1.0] * 7]).unsqueeze(-1)
     issue_example = torch.cat([issue_example, 2 * (1 - issue_example)], dim=-1)
-    torch.testing.assert_close(corrgrpo(issue_example)[0, :2], torch.tensor([875.0, -125.0]), atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(
+        corrgrpo(issue_example)[0, :2], torch.tensor([875.0, -125.0]), atol=1e-3, rtol=1e-5
+    )
 
 
 def test_a_float32_constant_is_the_one_documented_difference() -> None:
-    """A float32 0.3 in a group of 6 has variance ~5e-15 in their formula: theirs counts the noise, ours not."""
+    """A float32 0.3 in a group of 6 has variance ~5e-15 in their formula: theirs counts the noise, ours
+    not."""
     x = torch.arange(6, dtype=torch.float32)
     r = torch.stack([x, torch.full((6,), 0.3)], dim=-1).unsqueeze(0)
     ours, theirs = corrgrpo(r), authors_corrgrpo(r)
     torch.testing.assert_close(ours, corrgrpo(r[..., :1]))  # as if the constant were not there
     torch.testing.assert_close(ours, (x - x.mean()).unsqueeze(0) / math.sqrt(1 + CORRGRPO_EPS))
-    torch.testing.assert_close(theirs, authors_corrgrpo(r.double()).float() / math.sqrt(2), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(
+        theirs, authors_corrgrpo(r.double()).float() / math.sqrt(2), atol=1e-2, rtol=1e-2
+    )
     torch.testing.assert_close(corrgrpo(r, zero_var_tol=0.0), theirs, atol=1e-5, rtol=1e-5)

@@ -15,7 +15,9 @@ from corrgrpo_trainer.report import report
 from corrgrpo_trainer.rescore import rescore
 
 # The demo is a script (examples/demo.py), not a package: loaded from its file.
-_spec = importlib.util.spec_from_file_location("demo", Path(__file__).resolve().parents[2] / "examples" / "demo.py")
+_spec = importlib.util.spec_from_file_location(
+    "demo", Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+)
 assert _spec and _spec.loader
 demo = importlib.util.module_from_spec(_spec)
 sys.modules["demo"] = demo  # dataclasses resolve their module by name
@@ -45,21 +47,27 @@ def test_toolcall_groups_scored_by_the_live_service_rank_right_above_wrong(tmp_p
         scored = asyncio.run(demo.score_groups(service.url, demo.toolcall_groups()))
     assert scored.names == ["format", "name", "param_names", "param_values"]
     assert scored.rewards.shape == (len(demo.TOOL_CASES), 6, 4) and not scored.rewards.isnan().any()
-    correctness = scored.rewards[..., 1:].sum(-1)  # ToolRL's correctness: exact → 3, wrong tool or bad JSON → −3
+    # ToolRL's correctness: exact → 3, wrong tool or bad JSON → −3
+    correctness = scored.rewards[..., 1:].sum(-1)
     labels = scored.groups[0].labels
     assert torch.allclose(correctness[:, labels.index("exact")], torch.tensor(3.0, dtype=torch.float64))
     assert torch.allclose(correctness[:, labels.index("wrong_tool")], torch.tensor(-3.0, dtype=torch.float64))
     advantages = demo.estimator_advantages(scored)
     assert set(advantages) == {"GRPO", "GDPO", "CorrGRPO"}
     for values in advantages.values():
-        assert values.shape == (3, 6) and (values[:, labels.index("exact")] > values[:, labels.index("bad_json")]).all()
+        assert (
+            values.shape == (3, 6)
+            and (values[:, labels.index("exact")] > values[:, labels.index("bad_json")]).all()
+        )
     demo.plot(tmp_path / "demo.png", None, {"toolcall": scored}, {"toolcall": advantages})
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_summary_names_the_files_and_says_when_the_sandbox_is_unknown() -> None:
     text = demo.summary(None, trained=True)
-    assert "zero_std_groups=" in text and "|A|=" in text and "unknown (the code service did not start)" in text
+    assert (
+        "zero_std_groups=" in text and "|A|=" in text and "unknown (the code service did not start)" in text
+    )
     assert str(demo.OUT / "train" / "metrics.jsonl") in text and str(demo.OUT / "demo.png") in text
 
 

@@ -1,4 +1,5 @@
-"""The trainer's modules import without cycles, and its command line without TRL (the `advantages` core is torch only)."""
+"""The trainer's modules import without cycles, and its command line without TRL (the `advantages` core is
+torch only)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.ImportFrom):
                 base = package.rsplit(".", node.level - 1)[0] if node.level else ""
                 target = ".".join(part for part in (base, node.module) if part)
-                # `from .agentdojo import tools` imports the submodule; `from .config import InputError` the module
-                edges |= {f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in modules}
+                # `from .agentdojo import tools` imports the submodule; `from .config import InputError` the
+                # module
+                edges |= {
+                    f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in modules
+                }
                 edges |= {target} & modules.keys()
             elif isinstance(node, ast.Import):
                 edges |= {alias.name for alias in node.names} & modules.keys()
@@ -57,8 +61,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_relative_and_function_level_imports() -> None:
     graph = import_graph()
-    assert "corrgrpo_trainer.agentdojo.tools" in graph["corrgrpo_trainer.agentdojo.trl_inputs"]  # from .tools import
-    assert "corrgrpo_trainer.policy" in graph["corrgrpo_trainer.agentdojo.episode_metrics"]  # from ..policy import
+    # from .tools import
+    assert "corrgrpo_trainer.agentdojo.tools" in graph["corrgrpo_trainer.agentdojo.trl_inputs"]
+    # from ..policy import
+    assert "corrgrpo_trainer.policy" in graph["corrgrpo_trainer.agentdojo.episode_metrics"]
     assert "corrgrpo_trainer.trl_trainer" in graph["corrgrpo_trainer.train"]  # inside train()
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
@@ -68,7 +74,11 @@ def test_no_trainer_module_imports_itself_back() -> None:
 
 
 def test_the_command_line_imports_without_trl_or_transformers() -> None:
-    """`python -m corrgrpo_trainer advantages` is the torch-only core: TRL loads only when a command trains."""
-    code = "import sys, corrgrpo_trainer.cli; print(sorted({'trl', 'transformers', 'datasets'} & set(sys.modules)))"
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    """`python -m corrgrpo_trainer advantages` is the torch-only core: TRL loads only when a command
+    trains."""
+    heavy = "{'trl', 'transformers', 'datasets'}"
+    code = f"import sys, corrgrpo_trainer.cli; print(sorted({heavy} & set(sys.modules)))"
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
     assert run.stdout.strip() == "[]"

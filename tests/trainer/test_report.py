@@ -1,4 +1,5 @@
-"""`report RUN_DIR`: the statistics it plots are the estimator's, on groups whose answer is known; it writes the PNGs."""
+"""`report RUN_DIR`: the statistics it plots are the estimator's, on groups whose answer is known; it writes
+the PNGs."""
 
 from __future__ import annotations
 
@@ -28,12 +29,22 @@ PLOTS = ["rewards.png", "scale.png", "correlations.png", "zero_variance.png"]
 
 
 def write_run(
-    path: Path, steps: dict[int, list[list[float]]], weights: list[float] | None = None, names: list[str] = NAMES
+    path: Path,
+    steps: dict[int, list[list[float]]],
+    weights: list[float] | None = None,
+    names: list[str] = NAMES,
 ) -> Path:
     writer = RolloutWriter(path, names, weights or [1.0] * len(names), "corrgrpo", group=4)
     for step, rewards in steps.items():
         rows = [{"prompt": f"p{i // 4}", "task": i // 4} for i in range(len(rewards))]
-        writer.write(step, rows, ["x"] * len(rewards), rewards, [0.0] * len(rewards), {"stage/s": ["ok"] * len(rewards)})
+        writer.write(
+            step,
+            rows,
+            ["x"] * len(rewards),
+            rewards,
+            [0.0] * len(rewards),
+            {"stage/s": ["ok"] * len(rewards)},
+        )
     return path
 
 
@@ -45,10 +56,13 @@ def run_dir(tmp_path: Path) -> Path:
 def test_the_plotted_statistics_are_the_estimators(run_dir: Path) -> None:
     first, second = steps_of(read_run(run_dir))
     nan = math.nan
-    torch.testing.assert_close(first.rho[0], torch.tensor([[1, 1, nan], [1, 1, nan], [nan, nan, nan]]).double(), equal_nan=True)
+    torch.testing.assert_close(
+        first.rho[0], torch.tensor([[1, 1, nan], [1, 1, nan], [nan, nan, nan]]).double(), equal_nan=True
+    )
     assert first.rho[1][0, 1].item() == pytest.approx(-1)
     assert first.corrgrpo_scale[0].item() == pytest.approx(1 / math.sqrt(4 + CORRGRPO_EPS))  # Σρ = 4
-    assert first.corrgrpo_scale[1].item() == pytest.approx(1 / math.sqrt(CORRGRPO_EPS))  # Σρ = 0 while a and b vary
+    # Σρ = 0 while a and b vary
+    assert first.corrgrpo_scale[1].item() == pytest.approx(1 / math.sqrt(CORRGRPO_EPS))
     assert math.isnan(first.grpo_scale[1].item()) and first.constant.tolist() == [False, True]
     assert first.varying[:, 2].tolist() == [False, False]
     assert second.rewards[0, 1].isnan()[2] and second.varying[0].tolist() == [True, True, True]
@@ -62,13 +76,16 @@ def test_report_writes_the_pngs(run_dir: Path, capsys: pytest.CaptureFixture[str
         assert path.read_bytes()[:8] == PNG and path.stat().st_size > 10_000
 
 
-def test_a_folder_without_rollouts_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_without_rollouts_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(tmp_path)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err == (
-        f"python -m corrgrpo_trainer report: error: {tmp_path}: no run.json and rollouts.jsonl here; give the run "
+        f"python -m corrgrpo_trainer report: error: {tmp_path}: no run.json and rollouts.jsonl here; give "
+        f"the run "
         "directory of `train` or `run` (the config's run_dir, default trl.output_dir)\n"
     )
 
@@ -90,19 +107,27 @@ def test_a_run_of_any_shape_gets_its_plots(tmp_path: Path, steps: dict[int, list
 def test_runs_are_overlaid_with_their_held_out_evaluation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    grpo, corrgrpo = write_run(tmp_path / "grpo" / "run", STEPS), write_run(tmp_path / "corrgrpo" / "run", CONSTANT)
+    grpo, corrgrpo = (
+        write_run(tmp_path / "grpo" / "run", STEPS),
+        write_run(tmp_path / "corrgrpo" / "run", CONSTANT),
+    )
     (grpo / "evaluation.json").write_text(json.dumps({"a": 0.5, "b": 0.0, "reward": 1.25}))
     monkeypatch.chdir(tmp_path)
     assert main(["report", str(grpo), str(corrgrpo)]) == 0
     written = capsys.readouterr().out.split()
     assert written == [str(Path("report") / name) for name in [*PLOTS, "evaluation.png"]]
     assert all((tmp_path / path).read_bytes()[:8] == PNG for path in written)
-    shown = [Shown(read_run(path), steps_of(read_run(path)), label) for path, label in ((grpo, "grpo/run"), (corrgrpo, "c"))]
+    shown = [
+        Shown(read_run(path), steps_of(read_run(path)), label)
+        for path, label in ((grpo, "grpo/run"), (corrgrpo, "c"))
+    ]
     legend = plot_rewards(shown).legends[0]
     assert [text.get_text() for text in legend.get_texts()] == ["grpo/run", "c"]
 
 
-def test_correlations_show_full_names_zero_apart_from_never_varying_and_weight_0_apart(tmp_path: Path) -> None:
+def test_correlations_show_full_names_zero_apart_from_never_varying_and_weight_0_apart(
+    tmp_path: Path,
+) -> None:
     names = ["param_values_long_name", "b", "c", "pass_rate"]
     # a and b uncorrelated (ρ = 0), c never varies, pass_rate trained at weight 0
     rewards = [[1.0, 1.0, 1.0, 0.0], [1.0, -1.0, 1.0, 1.0], [-1.0, 1.0, 1.0, 0.0], [-1.0, -1.0, 1.0, 1.0]]

@@ -1,4 +1,5 @@
-"""`rescore RUN_DIR`: kept rollouts sent to the live service again; a value that differs from the kept one is counted."""
+"""`rescore RUN_DIR`: kept rollouts sent to the live service again; a value that differs from the kept one is
+counted."""
 
 from __future__ import annotations
 
@@ -22,13 +23,16 @@ COMPLETIONS = [TRUTH, CALL.format("get_time"), "no call at all", TRUTH]
 
 @pytest.fixture
 def run_dir(tmp_path: Path, toolcall: ServiceProcess) -> Path:
-    """A run directory as training leaves it: one group of 4 rollouts, kept with the values the service gave."""
+    """A run directory as training leaves it: one group of 4 rollouts, kept with the values the service
+    gave."""
     rows = [{"prompt": [{"role": "user", "content": "Weather in Paris?"}], "ground_truth": TRUTH}] * 4
     with RewardClient(toolcall.url) as client:
         results = client.score([{"completion": c, "ground_truth": TRUTH} for c in COMPLETIONS])
     rewards = [[r.components[name] for name in COMPONENTS] for r in results]
     writer = RolloutWriter(tmp_path, COMPONENTS, [1.0] * 4, "corrgrpo", group=4)
-    writer.write(1, rows, COMPLETIONS, rewards, [0.0] * 4, {"stage/toolcall": [r.info.get("stage") for r in results]})
+    writer.write(
+        1, rows, COMPLETIONS, rewards, [0.0] * 4, {"stage/toolcall": [r.info.get("stage") for r in results]}
+    )
     config = {"domain": "toolcall", "services": {"toolcall": {"url": toolcall.url, "components": COMPONENTS}}}
     (tmp_path / RESOLVED_CONFIG).write_text(yaml.safe_dump(config))
     return tmp_path
@@ -48,10 +52,23 @@ def test_a_changed_value_is_counted_and_written(run_dir: Path, capsys: pytest.Ca
     (run_dir / ROLLOUTS).write_text("".join(json.dumps(r) + "\n" for r in rollouts))
     assert main(["rescore", str(run_dir)]) == 1
     table = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]}
-    assert table == {"format": "0", "name": "1", "param_names": "0", "param_values": "0", "stage/toolcall": "0"}
+    assert table == {
+        "format": "0",
+        "name": "1",
+        "param_names": "0",
+        "param_values": "0",
+        "stage/toolcall": "0",
+    }
     summary = json.loads((run_dir / "rescore.json").read_text())
     assert summary["changes"] == [
-        {"step": 1, "group": 0, "prompt_id": rollouts[1]["prompt_id"], "column": "name", "before": kept + 0.25, "after": kept}
+        {
+            "step": 1,
+            "group": 0,
+            "prompt_id": rollouts[1]["prompt_id"],
+            "column": "name",
+            "before": kept + 0.25,
+            "after": kept,
+        }
     ]
 
 
@@ -79,6 +96,8 @@ def test_agentdojo_runs_are_refused_in_one_line(run_dir: Path, capsys: pytest.Ca
 
 
 def test_values_are_compared_at_the_float32_precision_they_were_kept_in() -> None:
-    served = 0.32642487046632124  # an ast_similarity a real run kept as 0.32642486691474915 (TRL's float32 tensor)
+    served = (
+        0.32642487046632124  # an ast_similarity a real run kept as 0.32642486691474915 (TRL's float32 tensor)
+    )
     assert not changed(0.32642486691474915, served)
     assert changed(0.3264249, served) and changed(None, served) and changed("runtime", "format")

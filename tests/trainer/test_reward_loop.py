@@ -1,11 +1,12 @@
 """TRL's reward loop at exit: no reward request is left on it to be finalized outside its loop.
 
-TRL scores async reward columns on a daemon event loop and, at exit, only stops that loop. A request still in flight
-then (a step cut short, the sibling of a failed column) stays frozen where it was, and the garbage collector later
-closes it outside any loop; caught between its socket connecting and its next step, anyio's connect cleanup raises
-`NoEventLoopError: Not currently running on any asynchronous event loop` (`_tasks.py` `__new__`,
-`_eventloop.py` `get_async_backend`), the error a loaded machine showed. The test stops the loop in exactly that
-window, runs the exit callbacks the trainer registered, and requires that nothing is left pending on the loop.
+TRL scores async reward columns on a daemon event loop and, at exit, only stops that loop. A request still in
+flight then (a step cut short, the sibling of a failed column) stays frozen where it was, and the garbage
+collector later closes it outside any loop; caught between its socket connecting and its next step, anyio's
+connect cleanup raises `NoEventLoopError: Not currently running on any asynchronous event loop` (`_tasks.py`
+`__new__`, `_eventloop.py` `get_async_backend`), the error a loaded machine showed. The test stops the loop in
+exactly that window, runs the exit callbacks the trainer registered, and requires that nothing is left pending
+on the loop.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def toolcall_url() -> Iterator[str]:
 
 
 def stop_loop_once_connected(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The loop stops right after the next socket connects, before the request that opened it takes its next step."""
+    """The loop stops right after the next socket connects, before the request that opened it takes its next
+    step."""
     connect, stops = AsyncIOBackend.connect_tcp.__func__, []
 
     async def connect_then_stop(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -51,7 +53,8 @@ def stop_loop_once_connected(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def finalized_outside_the_loop(tasks: list[asyncio.Task[Any]]) -> str:
-    """What closing each task's coroutine with no loop running raises, as the garbage collector would at exit."""
+    """What closing each task's coroutine with no loop running raises, as the garbage collector would at
+    exit."""
     errors = []
     for task in tasks:
         try:
@@ -68,7 +71,9 @@ def test_a_request_caught_opening_its_connection_at_exit_is_closed_on_its_loop(
     build_tiny_policy(tmp_path / "policy")
     rewards = ServiceRewards.of_service(toolcall_url, ["format"])
     exit_callbacks: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
-    monkeypatch.setattr(atexit, "register", lambda func, *args, **kwargs: exit_callbacks.append((func, args, kwargs)))
+    monkeypatch.setattr(
+        atexit, "register", lambda func, *args, **kwargs: exit_callbacks.append((func, args, kwargs))
+    )
     args = CorrGRPOConfig(
         output_dir=str(tmp_path / "out"),
         use_cpu=True,
@@ -84,19 +89,27 @@ def test_a_request_caught_opening_its_connection_at_exit_is_closed_on_its_loop(
     )
     rows = [{"prompt": "What is the weather in Paris?", "ground_truth": GROUND_TRUTH}] * 4
     trainer = CorrGRPOTrainer(
-        model=str(tmp_path / "policy"), reward_funcs=rewards.columns(), args=args, train_dataset=Dataset.from_list(rows)
+        model=str(tmp_path / "policy"),
+        reward_funcs=rewards.columns(),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
     )
     loop, thread = trainer.async_loop, trainer.async_loop_thread
     stops = stop_loop_once_connected(monkeypatch)
 
-    # A step's scoring as TRL submits it; the loop stops while the column's first request is opening its connection.
+    # A step's scoring as TRL submits it; the loop stops while the column's first request is opening its
+    # connection.
     column = trainer.reward_funcs[0]
-    scoring = asyncio.run_coroutine_threadsafe(column(prompts=["p"], completions=["c"], ground_truth=[GROUND_TRUTH]), loop)
+    scoring = asyncio.run_coroutine_threadsafe(
+        column(prompts=["p"], completions=["c"], ground_truth=[GROUND_TRUTH]), loop
+    )
     thread.join(60)
     assert stops and not thread.is_alive() and not scoring.done()  # the race window, held open
 
     for func, func_args, func_kwargs in reversed(exit_callbacks):  # interpreter exit: last registered first
         func(*func_args, **func_kwargs)
     left = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    assert not left, f"{len(left)} request(s) left on the stopped loop; at exit:\n{finalized_outside_the_loop(left)}"
+    assert not left, (
+        f"{len(left)} request(s) left on the stopped loop; at exit:\n{finalized_outside_the_loop(left)}"
+    )
     assert scoring.cancelled()  # the request was cancelled on its own loop, its connection closed there

@@ -1,4 +1,5 @@
-"""CorrGRPOTrainer on CPU with the tiny policy: the advantages TRL trains on are the estimator's, in 1 and 2 processes."""
+"""CorrGRPOTrainer on CPU with the tiny policy: the advantages TRL trains on are the estimator's, in 1 and 2
+processes."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["corrgrpo", "gdpo"])
-def test_trainer_trains_on_the_estimators_advantages(tiny_policy: str, tmp_path: Path, estimator: str) -> None:
+def test_trainer_trains_on_the_estimators_advantages(
+    tiny_policy: str, tmp_path: Path, estimator: str
+) -> None:
     run.RECORDED.clear()
     trainer = run.build_trainer(tiny_policy, str(tmp_path), estimator)
     trainer.train()
@@ -38,10 +41,13 @@ def test_trainer_trains_on_the_estimators_advantages(tiny_policy: str, tmp_path:
         rewards = run.recorded_rewards(step)
         expected = run.expected_advantages(rewards, estimator)
         torch.testing.assert_close(trainer.scored[step], expected, atol=1e-6, rtol=1e-6)
-        assert torch.equal(trainer.trained[step].sort().values, expected.sort().values)  # the loss's batch, shuffled
+        # the loss's batch, shuffled
+        assert torch.equal(trainer.trained[step].sort().values, expected.sort().values)
         logs = trainer.state.log_history[step]
         for k, func in enumerate(run.REWARD_FUNCS):  # TRL's reward metrics still describe the rewards
-            assert logs[f"rewards/{func.__name__}/mean"] == pytest.approx(torch.nanmean(rewards[:, k]).item(), rel=1e-5)
+            assert logs[f"rewards/{func.__name__}/mean"] == pytest.approx(
+                torch.nanmean(rewards[:, k]).item(), rel=1e-5
+            )
         assert logs["corrgrpo/scale_mean"] > 0 and logs["grpo/scale_mean"] > 0
         shares = [logs[f"grpo/var_share/{func.__name__}"] for func in run.REWARD_FUNCS]
         assert sum(shares) == pytest.approx(1, abs=1e-4)
@@ -67,9 +73,20 @@ def test_config_rejects_what_it_cannot_honour(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="advantage_estimator must be one of"):
         CorrGRPOConfig(output_dir=str(tmp_path), advantage_estimator="ppo", use_cpu=True, report_to="none")
     with pytest.raises(ValueError, match="normalize_then_sum"):
-        CorrGRPOConfig(output_dir=str(tmp_path), multi_objective_aggregation="normalize_then_sum", use_cpu=True, report_to="none")
+        CorrGRPOConfig(
+            output_dir=str(tmp_path),
+            multi_objective_aggregation="normalize_then_sum",
+            use_cpu=True,
+            report_to="none",
+        )
     with pytest.raises(ValueError, match="corrgrpo' only"):
-        CorrGRPOConfig(output_dir=str(tmp_path), advantage_estimator="grpo", advantage_floor=0.1, use_cpu=True, report_to="none")
+        CorrGRPOConfig(
+            output_dir=str(tmp_path),
+            advantage_estimator="grpo",
+            advantage_floor=0.1,
+            use_cpu=True,
+            report_to="none",
+        )
 
 
 def test_trl_version_guard() -> None:

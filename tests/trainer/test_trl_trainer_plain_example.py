@@ -1,4 +1,5 @@
-"""examples/trl_plain.py, README's plain-TRL example, runs as a user runs it: against the live tool-call service."""
+"""examples/trl_plain.py, README's plain-TRL example, runs as a user runs it: against the live tool-call
+service."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def test_the_plain_trl_example_trains_on_the_services_components(tmp_path: Path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     steps = [ast.literal_eval(line) for line in result.stdout.splitlines() if line.startswith("{'rewards/")]
     assert len(steps) == 2
-    assert [set(step) for step in steps] == [{f"rewards/{c}/mean" for c in ("format", "name", "param_names", "param_values")}] * 2
+    assert [set(step) for step in steps] == [
+        {f"rewards/{c}/mean" for c in ("format", "name", "param_names", "param_values")}
+    ] * 2
     assert requests == 2  # one request per step for the four columns
 
 
@@ -36,7 +39,9 @@ def test_the_plain_trl_example_trains_the_embedded_model_offline_by_default(tmp_
     offline = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     with start_service("toolcall") as service:
         command = [sys.executable, str(EXAMPLE), service.url]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=1200, cwd=tmp_path, env=offline)
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=1200, cwd=tmp_path, env=offline
+        )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert len([line for line in result.stdout.splitlines() if line.startswith("{'rewards/")]) == 2
     embedded = resolve_model(EMBEDDED)  # the embedded model's local checkpoint (no hub)

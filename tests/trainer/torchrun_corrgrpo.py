@@ -36,7 +36,9 @@ def length_reward(completions: list[str], **_: Any) -> list[float | None]:
 
 def vowel_reward(completions: list[str], **_: Any) -> list[float | None]:
     """Scale ~100."""
-    return _record("vowel_reward", [100 * sum(ch in "aeiou" for ch in c) / max(len(c), 1) for c in completions])
+    return _record(
+        "vowel_reward", [100 * sum(ch in "aeiou" for ch in c) / max(len(c), 1) for c in completions]
+    )
 
 
 def space_reward(completions: list[str], **_: Any) -> list[float | None]:
@@ -63,7 +65,9 @@ class RecordingTrainer(CorrGRPOTrainer):
         return super()._compute_loss(model, inputs)
 
 
-def build_trainer(model_dir: str, output_dir: str, estimator: str = "corrgrpo", per_device: int = 8) -> RecordingTrainer:
+def build_trainer(
+    model_dir: str, output_dir: str, estimator: str = "corrgrpo", per_device: int = 8
+) -> RecordingTrainer:
     """A CPU trainer on 4 prompts repeated, `per_device` rollouts per process and step (groups of 4)."""
     config = CorrGRPOConfig(
         output_dir=output_dir,
@@ -82,7 +86,9 @@ def build_trainer(model_dir: str, output_dir: str, estimator: str = "corrgrpo", 
         seed=0,
         dataloader_num_workers=0,
     )
-    dataset = Dataset.from_dict({"prompt": ["def add(a, b):", "Write a function", "class Solution:", "return"] * 8})
+    dataset = Dataset.from_dict(
+        {"prompt": ["def add(a, b):", "Write a function", "class Solution:", "return"] * 8}
+    )
     trainer = RecordingTrainer(model=model_dir, reward_funcs=REWARD_FUNCS, args=config, train_dataset=dataset)
     trainer.scored, trainer.trained = [], []
     return trainer
@@ -113,7 +119,10 @@ def main(model_dir: str, output_dir: str, estimator: str = "corrgrpo") -> int:
         expected = expected_advantages(torch.cat(parts), estimator)
         local = expected[rank * 4 : (rank + 1) * 4]
         if not torch.allclose(trainer.scored[step], local, atol=1e-6):
-            failures.append(f"rank {rank} step {step}: trained on {trainer.scored[step].tolist()}, expected {local.tolist()}")
+            failures.append(
+                f"rank {rank} step {step}: trained on {trainer.scored[step].tolist()}, expected "
+                f"{local.tolist()}"
+            )
         if not torch.equal(trainer.trained[step].sort().values, trainer.scored[step].sort().values):
             failures.append(f"rank {rank} step {step}: the loss saw other advantages than scoring produced")
     print("\n".join(failures) or f"rank {rank}/{world}: advantages match over {STEPS} steps", flush=True)
