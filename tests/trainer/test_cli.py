@@ -20,11 +20,12 @@ from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import free_port, start_service
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
 from corrgrpo_trainer.cli import COMMANDS, build_parser, main
-from corrgrpo_trainer.config import InputError, ServicesDown, check_services
+from corrgrpo_trainer.config import InputError, ServicesDown
 from corrgrpo_trainer.config_shape import Service
 from corrgrpo_trainer.data import DATA_DIR_ENV
 from corrgrpo_trainer.progress import component_table
 from corrgrpo_trainer.reward_json import advantages_report
+from corrgrpo_trainer.rewards import check_services
 from corrgrpo_trainer.train import nothing_learned
 
 REWARDS = [[[1.0, 0.5], [0.0, 0.1], [1.0, None]], [[0.0, 0.0], [1.0, 1.0], [0.5, 0.2]]]

@@ -14,7 +14,8 @@ from corrgrpo_proto import RewardClient
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import ServiceProcess, start_service
 from corrgrpo_trainer.cli import main
-from corrgrpo_trainer.config import TOKEN_ENV, InputError, check_services, read_config
+from corrgrpo_trainer.config import TOKEN_ENV, InputError, read_config
+from corrgrpo_trainer.rewards import check_services
 from corrgrpo_trainer.rundir import RESOLVED_CONFIG, RolloutWriter
 
 SECRET = "s3cret-token-of-the-test"

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .advantages import ESTIMATORS
-from .config import InputError, ServicesDown, check_services, read_config
+from .config import InputError, ServicesDown, read_config
 from .config_shape import DEFAULT_ESTIMATOR, SCHEMA_DIR, Config, Kind, RLConfig, WarmupConfig, write_schemas
 from .models import EMBEDDED, TINY, TINY_CONTEXT, PolicyLoadError
 from .reward_json import advantages_report, read_json, strict_json
+from .rewards import check_services
 from .rundir import Interrupted, claim
 
 

@@ -18,18 +18,15 @@ import dataclasses
 import difflib
 import functools
 import operator
-import os
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from corrgrpo_proto import RewardClient, RewardServiceError, RewardServiceUnavailable
-
-from .config_shape import SHAPES, Config, Domain, Kind, Service
+from .config_shape import SHAPES, Config, Domain, Kind
 from .models import EMBEDDED, TINY
 
 START_SERVICES = (
@@ -299,67 +296,3 @@ def suggestion(word: Any, valid: Sequence[str], prefix: str = "") -> str:
     )
     close = [name for ratio, name in ratios[:2] if ratio >= max(0.6, ratios[0][0] - 0.05)]
     return f"; did you mean {' or '.join(repr(prefix + name) for name in close)}?" if close else ""
-
-
-# ---------------------------------------------------------------- the services
-
-
-def client_options(service: Service) -> dict[str, Any]:
-    """The client options of a configured service with its bearer token: the one `Service.with_token` gave,
-    else the file `client.token_file` names, else $CORRGRPO_API_TOKEN (none when neither is set). An empty one
-    is an InputError: a service would admit an empty credential, or refuse every request."""
-    options = service.client.model_dump(exclude_none=True)
-    path = options.pop("token_file", None)
-    if service.token_given:
-        return options | ({"token": service.token} if service.token else {})
-    if path is not None:
-        try:
-            token, where = Path(path).read_text().strip(), f"the token file {path}"
-        except OSError as error:
-            raise InputError(f"cannot read the token file {path}: {error.strerror or error}") from None
-    elif TOKEN_ENV in os.environ:
-        token, where = os.environ[TOKEN_ENV].strip(), f"${TOKEN_ENV}"
-    else:
-        return options
-    if not token:
-        raise InputError(
-            f"{where} is empty: give the services' bearer token, or unset it for services without one"
-        )
-    return options | {"token": token}
-
-
-def check_services(services: Mapping[str, Service]) -> None:
-    """Every configured service answers at once and serves the configured components, or one line:
-    ServicesDown naming each URL that did not answer (before a model is loaded, not after retries as a
-    traceback), InputError naming a component or weight it does not serve."""
-    down = []
-    for name, spec in services.items():
-        url = spec.url
-        token = {key: value for key, value in client_options(spec).items() if key == "token"}
-        with RewardClient(url, retries=0, timeout=10, **token) as client:
-            try:
-                client.request("GET", "/healthz")
-                declared = [component.name for component in client.components().components]
-            except RewardServiceUnavailable as error:
-                down.append(f"the {name} service at {url} ({error.reason})")
-                continue
-            except RewardServiceError as error:
-                if error.status == 401:
-                    raise InputError(
-                        f"the {name} service at {url} refused the "
-                        f"{'token' if token else 'request without a token'} "
-                        f"(HTTP 401): set ${TOKEN_ENV} or services.{name}.client.token_file to its token"
-                    ) from None
-                path = error.url.removeprefix(url.rstrip("/"))
-                down.append(
-                    f"the {name} service at {url} ({path}: HTTP {error.status}, not a corrgrpo service?)"
-                )
-                continue
-        for key, asked in (("components", spec.components or []), ("weights", spec.weights)):
-            if unknown := [component for component in asked if component not in declared]:
-                raise InputError(
-                    f"services.{name}.{key}: {unknown[0]!r} is not a component of the {name} service at {url}"
-                    f"{suggestion(unknown[0], declared)} (it has {', '.join(declared)})"
-                )
-    if down:
-        raise ServicesDown(" ".join(f"no answer from {', '.join(down)}; {START_SERVICES}".split()))

@@ -22,13 +22,12 @@ from typing import Any
 
 import yaml
 
-from .config import check_services
 from .config_shape import AgentDojoRL, Config, RLConfig, SingleTurnRL, WarmupConfig
 from .data import load_rows
 from .models import EMBEDDED, WHEEL
 from .policy import load_policy
 from .preflight import preflight, record_peak_memory
-from .rewards import service_rewards
+from .rewards import check_services, service_rewards
 from .row_check import checked_rows
 from .sft import generate, sft
 from .train import train

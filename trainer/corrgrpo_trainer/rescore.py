@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from .config import InputError, check_services, client_options
+from .config import InputError
 from .config_shape import Domain, Service
-from .rewards import STAGE_COLUMN, RewardColumn, service_rewards
+from .rewards import STAGE_COLUMN, RewardColumn, check_services, client_options, service_rewards
 from .rundir import RESOLVED_CONFIG, Run, read_run
 
 RESCORED = "rescore.json"

@@ -20,9 +20,8 @@ from corrgrpo_proto import ItemShape, RewardClient
 from corrgrpo_proto.client import SCORE_PATH
 from corrgrpo_proto.schemas import MODELS
 
-from .config import client_options
 from .config_shape import Service
-from .rewards import sync_options
+from .rewards import client_options, sync_options
 
 SHOWN = 5  # rows named in the line; the rest are counted
 

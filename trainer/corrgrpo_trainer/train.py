@@ -18,12 +18,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from .agentdojo.trl_inputs import agentdojo_episodes
-from .config import check_services
 from .config_shape import RLConfig
 from .data import load_rows
 from .policy import bf16, load_policy, starting_weights
 from .progress import component_table, metrics_callback, progress_line
-from .rewards import service_rewards
+from .rewards import check_services, service_rewards
 from .row_check import checked_rows
 from .rundir import METRICS, ROLLOUTS, Interrupted, checkpoint_step, keep_steps, last_checkpoint
 

@@ -15,9 +15,8 @@ from urllib.parse import urlencode
 from corrgrpo_proto import RewardClient
 from corrgrpo_proto.agentdojo import TasksResponse
 
-from ..config import client_options
 from ..config_shape import AgentDojoRL, AgentDojoWarmup, Episodes
-from ..rewards import trained_weights
+from ..rewards import client_options, trained_weights
 from .tools import tool_calling_template
 from .trl_environment import AgentDojoEnvironment, EpisodeLog, ServiceClock, environment_class, reward_column
 
