@@ -13,10 +13,13 @@ CORRGRPO_SANDBOX_DOCKER_PIDS (default 256).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import socket
+import subprocess
+from collections.abc import Callable
 
 from corrgrpo_sandbox.isolation import (
     INSIDE_PACKAGE_DIR,
@@ -49,12 +52,19 @@ def owner() -> str:
 
 def remove_leftovers(client: object) -> int:
     """Remove worker containers whose starting process (on this host) is gone; returns how many."""
+    import docker
+
     removed = 0
     host = socket.gethostname()
-    for container in client.containers.list(all=True, filters={"label": LABEL}):  # type: ignore[attr-defined]
+    listed = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)  # type: ignore[attr-defined]
+    for container in listed:
         name, _, pid = container.labels.get(LABEL, "").rpartition(":")
         if name == host and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except docker.errors.APIError as error:  # gone or going already (`--rm`, `docker_stop`)
+                if error.status_code not in (404, 409):
+                    raise
             removed += 1
     return removed
 
@@ -64,7 +74,7 @@ def remove_leftovers(client: object) -> int:
 # one shared uid a program forking in one container would make a neighbour's fork fail in another.
 UID_BASE = 2_000_000
 WITH_OWN_UID = (
-    'u=$((UID_BASE + $$)); docker=$1; shift; exec "$docker" run --user "$u:$u" '
+    'u=$((UID_BASE + $$)); docker=$1; shift; exec "$docker" run --user "$u:$u" --name "NAME_PREFIX$$" '
     '--tmpfs "/tmp:rw,nosuid,nodev,size=TMP_SIZE,mode=700,uid=$u,gid=$u" '
     '--tmpfs "/dev/shm:rw,nosuid,nodev,size=SHM_SIZE,mode=700,uid=$u,gid=$u" "$@"'
 )
@@ -76,13 +86,29 @@ def docker_head(memory_mb: int, pids: int) -> tuple[str, ...]:
     if docker is None:
         raise IsolationUnavailable("the docker CLI is not on PATH")
     # the scratch tmpfs belong to the worker's uid: it resets their modes after every run
-    script = WITH_OWN_UID.replace("UID_BASE", str(UID_BASE))
+    script = WITH_OWN_UID.replace("UID_BASE", str(UID_BASE)).replace("NAME_PREFIX", name_prefix())
     script = script.replace("TMP_SIZE", str(TMP_SIZE_BYTES)).replace("SHM_SIZE", str(SHM_SIZE_BYTES))
     args = ["/bin/sh", "-c", script, "corrgrpo-docker-worker", docker]
     args += ["-i", "--rm", "--pull", "never", "--log-driver", "none", "--label", f"{LABEL}={owner()}"]
     args += ["--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
     args += ["--pids-limit", str(pids), "--memory", f"{memory_mb}m", "--memory-swap", f"{memory_mb}m"]
     return (*args, "-v", f"{PACKAGE_DIR}:{INSIDE_PACKAGE_DIR}:ro")
+
+
+def name_prefix() -> str:
+    """Worker containers are named this plus the pid of their `docker run` client (unique on this host)."""
+    return f"corrgrpo-sandbox-{socket.gethostname()}-"
+
+
+def docker_stop(docker: str, environment: dict[str, str]) -> Callable[[int], None]:
+    """Remove the container of the client `pid`: killing the client leaves its container, and a run, going."""
+
+    def stop(pid: int) -> None:
+        argv = [docker, "rm", "-f", f"{name_prefix()}{pid}"]
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # remove_leftovers retries at start
+            subprocess.run(argv, env=environment, capture_output=True, timeout=60, check=False)
+
+    return stop
 
 
 def docker_mount(host: str, inside: str) -> tuple[str, ...]:
@@ -126,6 +152,7 @@ def docker_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
         "make a cold page resident and a later run see it (bits between runs; the sandbox README, 'The page "
         "cache')"
     )
+    environment = {name: os.environ[name] for name in CLIENT_ENV if name in os.environ}
     return Launcher(
         "docker",
         docker_head(memory_mb, pids),
@@ -136,7 +163,8 @@ def docker_launcher(python: str, packages: tuple[str, ...] = ()) -> Launcher:
         seal=docker_seal(image),
         cgroups=False,  # the container's processes are the engine's children, not the CLI's
         stdio=True,
-        environment={name: os.environ[name] for name in CLIENT_ENV if name in os.environ},
+        environment=environment,
+        stop=docker_stop(shutil.which("docker") or "docker", environment),
     )
 
 

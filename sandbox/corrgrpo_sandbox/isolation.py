@@ -68,6 +68,7 @@ class Launcher:
     # for the launched command (the worker gets none)
     environment: dict[str, str] = field(default_factory=dict)
     resident_files: bool = False  # every file a run sees is a tmpfs copy: no page-cache bits between runs
+    stop: Callable[[int], None] | None = None  # ends a worker that outlives its launched process (by pid)
 
 
 LAUNCHERS: dict[str, Callable[[str, tuple[str, ...]], Launcher]] = {}

@@ -293,6 +293,7 @@ class WorkerHandle:
         self, launcher: Launcher, preload: tuple[Path, ...] = (), pipe_bytes: int = PIPE_DEFAULT
     ) -> None:
         self.runs = 0
+        self.stop = launcher.stop
         self.retired = False  # replaced (`WorkerPool.retire`): closed once its last request is answered
         self.taken = 0  # requests the pool handed out on this worker and not yet given back (`WorkerPool`)
         self._sending = threading.Lock()  # requests go out whole and in ticket order
@@ -365,6 +366,8 @@ class WorkerHandle:
         self.end("the worker was closed")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        if self.stop is not None:
+            self.stop(self.process.pid)
         for lock, fd, stream in (
             (self._sending, self.request_fd, self.process.stdin),
             (self._reading, self.replies.fd, self.process.stdout),
