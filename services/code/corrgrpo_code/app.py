@@ -41,7 +41,7 @@ for orphan in (False, True):
 """
 
 
-# Processes a run holds at once, past its limit (`processes`) if nothing stops it; it ends them itself, so
+# Processes a run holds at once, past its limit (`processes`) if nothing stops it. It ends them itself, so
 # that no leftover makes the run an anomaly.
 MANY_PROCESSES = """
 import os, signal, time
@@ -63,7 +63,7 @@ print(len(started))
 
 
 def probe(sandbox: Sandbox, source: str) -> ExecResult:
-    """A start-up probe's run; a worker that broke tells nothing of the shape: once more, on a fresh one."""
+    """A start-up probe's run. A worker that broke tells nothing of the shape: once more, on a fresh one."""
     limits = replace(sandbox.limits, cpu_s=2, wall_s=10)
     result = sandbox.run(source, limits=limits)
     return sandbox.run(source, limits=limits) if result.anomaly else result

@@ -92,7 +92,7 @@ class Claim(Generic[V]):
 @dataclass
 class SharedVerdicts(Generic[V]):
     """A batch's verdicts by key (thread-safe): the first item with a key produces it (from the store, else by
-    running it); its copies wait on its future. Verdicts are kept in the store, as bytes, for `ttl_s`."""
+    running it). Its copies wait on its future. Verdicts are kept in the store, as bytes, for `ttl_s`."""
 
     store: Store
     loop: asyncio.AbstractEventLoop

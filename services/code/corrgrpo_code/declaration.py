@@ -53,7 +53,7 @@ ADD = {
 
 
 def example(completion: str | None = None) -> dict[str, Any]:
-    """An inline problem (no dataset loaded); the right answer runs one sandboxed test, a text without `def
+    """An inline problem (no dataset loaded). The right answer runs one sandboxed test, a text without `def
     add(` none."""
     return {
         "completion": "```python\ndef add(a, b):\n    return a + b\n```"
@@ -77,7 +77,7 @@ SERVICE = ServiceDeclaration(
         ),
         env={
             "CORRGRPO_CODE_WORKERS": "2",
-            # unsafe-none runs candidates unisolated (trusted code only); the overlay no-bwrap replaces this
+            # unsafe-none runs candidates unisolated (trusted code only). The overlay no-bwrap replaces this
             # entry.
             "CORRGRPO_CODE_ISOLATION": "bwrap",
             # humaneval ships in the image; e.g.

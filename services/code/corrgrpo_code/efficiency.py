@@ -5,7 +5,7 @@ Both modes pay `clip(1 - ratio, 0, 1)`, from CPU times the kernel measured outsi
 measured once per problem (`ReferenceTimes`). One run's CPU time on a shared host varies by 10-30 %, so copies
 of the reference earn about 0.1 on average (`bench/bench_efficiency_noise.py`). `calibrated`: candidate and
 reference run in pairs, back to back, the order alternating, until the median of the pairs' ratios is known
-well enough (`time_pairs`); the ratio paid on is its upper confidence bound, so a speed-up within the measured
+well enough (`time_pairs`). The ratio paid on is its upper confidence bound, so a speed-up within the measured
 spread earns nothing. The runs of one measurement spend at most one `TimingBudget`.
 """
 
@@ -114,7 +114,7 @@ class PairedTimes:
         return math.exp(statistics.median(self.log_ratios()))
 
     def standard_error(self, calibration: Calibration) -> float:
-        """Of the median log ratio, from the pairs' MAD; widened when the budget ended the pairs before
+        """Of the median log ratio, from the pairs' MAD. Widened when the budget ended the pairs before
         `min_pairs` (a spread from so few pairs is itself uncertain)."""
         logs = self.log_ratios()
         center = statistics.median(logs)
@@ -154,8 +154,8 @@ class PairedTimes:
         return statistics.median([*self.log_ratios(), *[lowest] * more]) < 0
 
     def done(self, calibration: Calibration, budget: TimingBudget) -> bool:
-        """Enough pairs: the most allowed; from the first pair on, no outcome could pay (`could_pay`) or the
-        next pair would not fit in the budget at the dearest costs seen; past `min_pairs`, the median precise
+        """Enough pairs: the most allowed. From the first pair on, no outcome could pay (`could_pay`) or the
+        next pair would not fit in the budget at the dearest costs seen. Past `min_pairs`, the median precise
         enough, or settled at no pay (even the standard error `max_pairs` would reach leaves the bound at
         parity or above)."""
         if self.pairs >= calibration.max_pairs or not self.could_pay(calibration, budget):
@@ -188,7 +188,7 @@ def time_pairs(
     verdict_s: float | None = None,
 ) -> PairedTimes:
     """Pairs of passing runs of both programs through `run` (which spends `budget`, and raises `OverBudget`
-    for a run it cut) until `PairedTimes.done`; the first of a pair alternates (neither side always meets the
+    for a run it cut) until `PairedTimes.done`. The first of a pair alternates (neither side always meets the
     caches the other left). Every run must pass: a program that is fast only when it is wrong earns nothing.
     """
     times = PairedTimes(verdict_s=verdict_s)
@@ -263,7 +263,7 @@ class ReferenceTime:
     runs: tuple[float, ...] = ()
     attempts: int = 0
     timing_cpu_s: float = 0.0
-    source: str = "measured"  # memory, cache, measured or measured_uncached; not stored
+    source: str = "measured"  # memory, cache, measured or measured_uncached. Not stored
 
     def noisy(self) -> bool:
         """A run far off the others (a neighbour's burst): worth measuring again."""
@@ -311,7 +311,7 @@ class ReferenceTimes:
         return reference
 
     async def _shared(self, tests: ProblemTests) -> ReferenceTime:
-        """From the store, else measured once. Every key has a TTL; a failure a short one, so it is
+        """From the store, else measured once. Every key has a TTL. A failure a short one, so it is
         re-measured."""
         settings, loop = self.settings, asyncio.get_running_loop()
         name = f"{settings.code_cache_prefix}tref:{store_key(tests.key, self.sandbox.isolation)}"
@@ -337,7 +337,7 @@ class ReferenceTimes:
 
     def measure(self, tests: ProblemTests) -> ReferenceTime:
         """`code_reference_runs` runs of the reference (blocking) within one `TimingBudget`. A failed or noisy
-        attempt is retried after a pause, up to `code_reference_attempts`, while the budget lasts; an attempt
+        attempt is retried after a pause, up to `code_reference_attempts`, while the budget lasts. An attempt
         the budget ended keeps the runs it completed."""
         budgeted = BudgetedSandbox(self.sandbox, TimingBudget(self.settings.code_timing_budget_s))
         measured = ReferenceTime(None)

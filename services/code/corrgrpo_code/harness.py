@@ -72,9 +72,9 @@ def canonical(tagged: Any) -> Any:
     """Tagged JSON → a hash-free form whose `==` is Python's `==` of the decoded data.
 
 
-    Numbers that compare equal get one form (`1 == 1.0 == True`); sets and dicts become sorted
-    tuples, so no hash container of candidate-chosen keys is built (colliding hashes cost nothing);
-    an unencodable value is equal to nothing. Raises ChannelError on tags the harness never writes.
+    Numbers that compare equal get one form (`1 == 1.0 == True`). Sets and dicts become sorted
+    tuples, so no hash container of candidate-chosen keys is built (colliding hashes cost nothing).
+    An unencodable value is equal to nothing. Raises ChannelError on tags the harness never writes.
     """
     kind = type(tagged)
     if tagged is None:
@@ -169,7 +169,7 @@ _NUMBERS = (int, float, bool)
 class Near(Expect):
     """`abs(_out - value) < tolerance` (`<=` unless `strict`), or with `relative` set `math.isclose(_out,
     value, rel_tol=relative, abs_tol=tolerance)`: the same arithmetic on the same numbers as the judge's.
-    Decided when the output is a number; anything else (and an overflow) is left to the judge, whose error it
+    Decided when the output is a number. Anything else (and an overflow) is left to the judge, whose error it
     is."""
 
     tolerance: float = 0.0
@@ -191,8 +191,8 @@ class Near(Expect):
 @dataclass(frozen=True)
 class Items(Expect):
     """`tuple(_out) == tuple(<literal>)` or `list(_out) == list(<literal>)`: `value` holds the literal's items
-    in `canonical` form. Decided when the output is a list or a tuple (item by item, as `==` compares);
-    another iterable (a str, a set, a dict) is left to the judge."""
+    in `canonical` form. Decided when the output is a list or a tuple (item by item, as `==` compares).
+    Another iterable (a str, a set, a dict) is left to the judge."""
 
     def holds(self, tagged: Any) -> bool | None:
         if type(tagged) is dict and tagged.get("__t") == "tuple":
@@ -203,7 +203,7 @@ class Items(Expect):
 
 
 def channel_messages(channel: bytes) -> list[dict[str, Any]]:
-    """The channel's JSON lines, parsed as one array (one parse); anything but JSON objects is a protocol
+    """The channel's JSON lines, parsed as one array (one parse). Anything but JSON objects is a protocol
     error."""
     messages = json.loads(b"[" + b",".join(channel.splitlines()) + b"]")
     if not all(type(message) is dict for message in messages):
@@ -212,7 +212,7 @@ def channel_messages(channel: bytes) -> list[dict[str, Any]]:
 
 
 def by_test_index(messages: list[dict[str, Any]], total: int) -> list[dict[str, Any] | None]:
-    """Messages by test index; an index the harness never writes is a protocol error (no candidate-keyed
+    """Messages by test index. An index the harness never writes is a protocol error (no candidate-keyed
     dict)."""
     by_index: list[dict[str, Any] | None] = [None] * total
     for message in messages:
@@ -356,8 +356,8 @@ def run_io(
     parsed: bool = False,
     independent: bool = False,
 ) -> HarnessResult:
-    """I/O mode: the child returns outputs as data; the parent or the judge decides (see module docstring).
-    `parsed`: the caller has parsed `solution` with `parse_solution` already; it is not parsed twice.
+    """I/O mode: the child returns outputs as data. The parent or the judge decides (see module docstring).
+    `parsed`: the caller has parsed `solution` with `parse_solution` already. It is not parsed twice.
     `independent`: the tests are separate cases, not the lines of one check function: every case runs, and one
     that raised or ran out of time decides the stage even after a wrong output in an earlier one."""
     total = len(tests)
@@ -393,7 +393,7 @@ Verdict = bool | str  # accepted, or why the check itself failed on this output
 
 
 def _parent_verdicts(tests: Sequence[IOTest], outputs: list[dict[str, Any] | None]) -> dict[int, Verdict]:
-    """Verdicts the parent reaches on data alone (`Expect`); the other outputs (and those an `Expect` leaves
+    """Verdicts the parent reaches on data alone (`Expect`). The other outputs (and those an `Expect` leaves
     undecided: a string where a number was expected, say) go to the judge."""
     verdicts: dict[int, Verdict] = {}
     for index, (test, message) in enumerate(zip(tests, outputs, strict=True)):
@@ -411,7 +411,7 @@ def _judge(
     verdicts: dict[int, Verdict],
     limits: Limits,
 ) -> ExecResult | None:
-    """Run the judge over the outputs whose check the parent cannot decide on data; records in `verdicts`."""
+    """Run the judge over the outputs whose check the parent cannot decide on data. Records in `verdicts`."""
     pending = [i for i, m in enumerate(outputs) if m is not None and "error" not in m and i not in verdicts]
     if not pending:
         return None
@@ -457,7 +457,7 @@ def _verdict(
                 # independent cases: a crash outranks a wrong output
                 first_failure = (stage, f"test {index}: {detail}")
             if message is None or not independent:
-                break  # no output follows a missing one; a check function's first error ends it
+                break  # no output follows a missing one. A check function's first error ends it
             continue
         verdict = verdicts[index]
         if verdict is True:

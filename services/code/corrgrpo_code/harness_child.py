@@ -9,11 +9,11 @@ One module over 300 lines on purpose: the sandbox preloads each file under its o
 would be imported by its bare name inside the sandbox but as `corrgrpo_code.<name>` here (the tests import
 this one), and the half that runs next to hostile code is easier to audit whole.
 
-I/O mode (`run_io`): the child is the candidate's process; the parent trusts none of it beyond the data it
+I/O mode (`run_io`): the child is the candidate's process. The parent trusts none of it beyond the data it
 writes to fd 3, and the judge (`judge`) never sees the candidate's code. Assert mode (`run_assert`): the run's
-process is the *judge*; it forks the candidate's process (`serve`) before it reads the test from stdin, so no
+process is the *judge*. It forks the candidate's process (`serve`) before it reads the test from stdin, so no
 object in the candidate's process holds the test's text. The two talk over two pipes in the `pack` format
-(data and instances of the prelude's classes, never code); only the judge holds fd 3.
+(data and instances of the prelude's classes, never code). Only the judge holds fd 3.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def encoded(message: Any) -> bytes:
 
 def decoded(line: bytes) -> Any:
     """A line from the other side of assert mode's pipes, its ints of any size as in `encoded`. A long one is
-    read with the collector paused (see `collector_paused`); no short one holds enough containers to need it.
+    read with the collector paused (see `collector_paused`). No short one holds enough containers to need it.
     """
     text = line.decode()  # `encoded` writes ASCII; json.loads of bytes would first guess their encoding
     if len(text) >= LONG_LINE:
@@ -106,7 +106,7 @@ def encode(x: Any) -> Any:
 
 
 def compiled(source: str, fd: int = CHANNEL) -> Any:
-    """`source` compiled, reported on `fd` before any of it runs (the one line the parent trusts); exits if it
+    """`source` compiled, reported on `fd` before any of it runs (the one line the parent trusts). Exits if it
     fails."""
     try:
         code = compile(source, "<program>", "exec")
@@ -121,7 +121,7 @@ def compiled(source: str, fd: int = CHANNEL) -> Any:
 
 def load(prelude: str, solution: str, fd: int = CHANNEL) -> dict[str, Any]:
     """Compile the assembled program (prelude + "\n" + solution) and report it before anything runs, then run
-    it as `__main__` and report its top level; exits when either failed. Nothing here needs the prelude kept
+    it as `__main__` and report its top level. Exits when either failed. Nothing here needs the prelude kept
     apart from the solution: the tests' checks run outside this process (the parent, or assert mode's judge,
     use their own)."""
     code = compiled(prelude + "\n" + solution, fd)
@@ -142,7 +142,7 @@ def run_main(solution: str) -> None:
 
 
 def run_io(prelude: str, solution: str, entry: str, calls: list[str], independent: bool = False) -> None:
-    """Evaluate each call expression with `candidate` bound; write each output (or the error) as it comes. The
+    """Evaluate each call expression with `candidate` bound. Write each output (or the error) as it comes. The
     first error ends the run (the tests are one check function's lines), unless the calls are `independent`
     cases."""
     ns = load(prelude, solution)
@@ -187,7 +187,7 @@ class NotData(TypeError):
 
 def program_classes(ns: dict[str, Any]) -> dict[str, type]:
     """The classes a program defines (not those it imports), by name. In the judge: the prelude's, the only
-    ones it rebuilds; in the candidate's process: the prelude's and the solution's (a class the judge lacks
+    ones it rebuilds. In the candidate's process: the prelude's and the solution's (a class the judge lacks
     stays refused)."""
     return {n: v for n, v in ns.items() if isinstance(v, type) and v.__module__ == ns["__name__"]}
 
@@ -425,7 +425,7 @@ class Candidate:
         return message
 
     def ended(self) -> str:
-        """Why the candidate's process is gone; raises CandidateOutOfTime when its CPU limit ended it (SIGXCPU
+        """Why the candidate's process is gone. Raises CandidateOutOfTime when its CPU limit ended it (SIGXCPU
         at the soft limit, or SIGKILL at the hard one when it ignored that)."""
         _, status, usage = os.wait4(self.pid, 0)
         if not os.WIFSIGNALED(status):

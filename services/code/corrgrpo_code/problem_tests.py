@@ -1,4 +1,4 @@
-"""A problem of any kind made runnable once (its tests, its reference parsed, its content hashed); its run.
+"""A problem of any kind made runnable once (its tests, its reference parsed, its content hashed). Its run.
 
 * check functions: split into I/O tests (`split.py`), else run whole in assert mode;
 * call cases: one I/O test per case whose expectation the service decides on data (`ReturnMatches`): the
@@ -135,7 +135,7 @@ Content = tuple[str, ...]
 
 
 def problem_content(problem: AnyProblem) -> Content:
-    """Every field but `task_id`; the first string names the kind (a check problem's four fields need none).
+    """Every field but `task_id`. The first string names the kind (a check problem's four fields need none).
     An absent optional string and an empty one judge alike, so they are one content."""
     if isinstance(problem, CodeProblem):
         return problem.prompt, problem.entry_point, problem.test, problem.reference

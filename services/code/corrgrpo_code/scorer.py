@@ -1,7 +1,7 @@
 """`CodeScorer.score(items)`: each item a `Job` through extract → parse → run → conclude, then efficiency.
 
-Lane threads take a batch's jobs, longest first. Copies of one program share one verdict (`SharedVerdicts`);
-a copy whose program another lane is running waits until its own lane has nothing else to do.
+Lane threads take a batch's jobs, longest first. Copies of one program share one verdict (`SharedVerdicts`).
+A copy whose program another lane is running waits until its own lane has nothing else to do.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ VerdictFrom = tuple[HarnessResult, str]  # a program's verdict, and where it cam
 
 @dataclass
 class Job:
-    """One item on its way through the stages; each stage fills its part."""
+    """One item on its way through the stages. Each stage fills its part."""
 
     item: CodeItem
     problem: AnyProblem | None
@@ -62,7 +62,7 @@ class Job:
 
     def conclude(self, isolation: str, efficiency: bool) -> None:
         """Components and `info` from the verdict (`run`: its own, `batch`: a copy's, `store`; `isolation`:
-        the sandbox's, for a verdict without a run); with `efficiency`, a correct run is to be timed."""
+        the sandbox's, for a verdict without a run). With `efficiency`, a correct run is to be timed."""
         assert self.claim is not None and self.tests is not None and self.extracted is not None
         (result, source), tests, parsed = self.claim.future.result(), self.tests, self.tree is not None
         run = result.exec
@@ -126,7 +126,7 @@ class CodeScorer:
         self.sandbox, self.store, self.problems, self.settings = sandbox, store, problems, settings
         self.limits, workers = settings.limits(), max(1, settings.code_workers)
         # Twice the sandbox's workers: while one thread does an item's own work (extraction, similarity),
-        # another keeps its sandbox worker busy; the sandbox admits at most `workers` runs at once.
+        # another keeps its sandbox worker busy. The sandbox admits at most `workers` runs at once.
         self.lanes = 2 * workers
         self.pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="code-sandbox")
         self.cases = CasePool(sandbox, workers)
@@ -293,7 +293,7 @@ def item_error(error: BaseException, job: Job) -> ItemError:
 
 @contextlib.contextmanager
 def answering(job: Job) -> Iterator[None]:
-    """One job's failure is its error, never the batch's; a cancelled run ends the lane."""
+    """One job's failure is its error, never the batch's. A cancelled run ends the lane."""
     try:
         yield
     except RunCancelled:

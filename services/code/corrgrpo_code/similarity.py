@@ -2,7 +2,7 @@
 modules' structure sequences, clipped to [0, 1].
 
 A module's sequence is its pre-order walk (`ast.iter_child_nodes` order) writing each node's type name on the
-way in and `/<name>` on the way out; identifiers and literal values are fields, not nodes, so a renamed copy
+way in and `/<name>` on the way out. Identifiers and literal values are fields, not nodes, so a renamed copy
 scores 1 (the context nodes `Load`/`Store` and operators such as `Add` are nodes: they count). ratio = 2·M /
 (len(candidate) + len(reference)), M the total size of the matching blocks SequenceMatcher finds.
 
@@ -30,7 +30,7 @@ from corrgrpo_code.extract import parse_python, pick_code, split_fences
 
 MATCH_BUDGET = 3_000_000  # (i, j) pairs one comparison examines: ~1 s of Python on a loaded core
 MEMO_SIZE = 64  # distinct candidate structures whose ratio a reference keeps
-# null bytes; nesting past the parser's stack
+# null bytes. Nesting past the parser's stack
 _UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
 _CLOSING: dict[str, str] = {}
 
@@ -100,7 +100,7 @@ def matched(a: list[str], b: list[str], where: dict[str, list[int]], budget: int
 def reachable_pairs(a: list[str], b: list[str], where: dict[str, list[int]]) -> int:
     """An upper bound of the pairs `search` examines: the regions of one depth of its recursion are disjoint
     in `a` and in `b`, so together they examine at most what the first region does (each of `a`'s positions
-    once, and its token's positions in `b`); each depth's regions are shorter by at least one, so there are at
+    once, and its token's positions in `b`). Each depth's regions are shorter by at least one, so there are at
     most min(|a|, |b|)."""
     return first_region_pairs(a, where) * min(len(a), len(b))
 

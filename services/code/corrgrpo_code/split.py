@@ -3,18 +3,18 @@
 A check qualifies when its body is only `assert <expr>[, msg]` statements (plus docstrings, `pass`, `assert
 True`, a builtin's bare name and imports of modules the judge provides), each `<expr>` containing exactly one
 call of the candidate, and the rest of `<expr>` using only names the judge provides (`SAFE_NAMES`). The call
-is sent to the child; the rest of the assertion becomes the check with the call replaced by the output, e.g.
+is sent to the child. The rest of the assertion becomes the check with the call replaced by the output, e.g.
 `assert abs(candidate(2.5) - 0.5) < 1e-6` → child: `candidate(2.5)`, check: `abs(_out - 0.5) < 1e-6`. Nothing
 here evaluates test text: checks are parsed with `ast`, and `_out == <literal>` (the literal read by
 `ast.literal_eval`, data only), `_out is True/False/None`, `_out` and `not _out` become an `Expect` the
-service process decides on data; every other check is evaluated by the harness's sandboxed judge. A `for
+service process decides on data. Every other check is evaluated by the harness's sandboxed judge. A `for
 <name> in range(<int literals>):` loop of such assertions is unrolled (at most `UNROLLED` tests): each value
 is written into the assertions' text in place of the name, so `for x in range(2, 4): assert candidate(x) ==
 str(x)` is `candidate((2)) == str((2))` and `candidate((3)) == str((3))`. Anything else (other loops, locals,
 helpers such as `is_same_tree`) is left to assert mode (`None`).
 
 LeetCode checks hold arguments and expected values of up to 10⁵ elements, so the splitter works on source
-segments and only descends into the AST where the parameter's name occurs in the text; any doubt (the name
+segments and only descends into the AST where the parameter's name occurs in the text. Any doubt (the name
 inside a string, say) sends the problem to assert mode, never to a wrong I/O test.
 """
 
@@ -108,7 +108,7 @@ def _is_output(node: ast.expr) -> bool:
 
 class _Constants(ast.NodeTransformer):
     """`inf`/`nan` as constants, `+ - * /` of two numbers folded (`2.0/3.0`, `3 * 5 * 7`): the operation the
-    judge's compiler would fold, on numbers read from the AST; operands of any other kind, or ints over
+    judge's compiler would fold, on numbers read from the AST. Operands of any other kind, or ints over
     `_FOLDED_INT`, stay. And `str(<int>)` as its digits (an unrolled loop's `str(x)`): what the judge's
     builtin `str` returns."""
 
@@ -154,8 +154,8 @@ _FOLDED_INT = 1 << 64
 
 
 def _literal(node: ast.expr) -> Any:
-    """The value of a literal (`inf`/`nan` and `_Constants`' arithmetic allowed) read as data, or `_NOT_DATA`;
-    never evaluates an expression."""
+    """The value of a literal (`inf`/`nan` and `_Constants`' arithmetic allowed) read as data, or `_NOT_DATA`.
+    Never evaluates an expression."""
     try:
         return ast.literal_eval(_Constants().visit(node))
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
@@ -325,7 +325,7 @@ def _test_module(module: ast.Module, check: ast.FunctionDef) -> _TestModule:
     return _TestModule(pattern, SAFE_NAMES - bound)
 
 
-UNROLLED = 100  # the most tests a check's loops are unrolled into; longer ones are left to assert mode
+UNROLLED = 100  # the most tests a check's loops are unrolled into. Longer ones are left to assert mode
 UNROLLED_BYTES = 1 << 16  # and the most text: LeetCode's assertions hold literals of 10^5 elements
 _SCOPES = (
     ast.Lambda,

@@ -42,7 +42,7 @@ TOLERANCE = 1e-6  # absolute or relative, as contest checkers of real-valued ans
 
 
 def _lines(text: str) -> list[list[str]]:
-    """The tokens of each line; leading and trailing blank lines and all trailing whitespace (\\r too)
+    """The tokens of each line. Leading and trailing blank lines and all trailing whitespace (\\r too)
     ignored."""
     return [line.split() for line in text.strip().splitlines()]
 
