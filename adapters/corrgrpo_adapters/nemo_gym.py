@@ -4,11 +4,11 @@ NeMo Gym 0.5+ needs Python >= 3.13.14, which no registry here ships (Debian has 
 with 0.7's names for a failure. An item the service could not score (the service's fault, never the policy's:
 the rule of `corrgrpo_proto.common`) answers `mask_sample` = true (0.7: not a valid measurement, left out of
 scores), `failure_kind` = "verifier_error" (0.7's shared vocabulary, `nemo_gym.failure_kinds`), the reason in
-`failure_reason`, `reward` 0 and no components; a scored one answers `mask_sample` false.
+`failure_reason`, `reward` 0 and no components. A scored one answers `mask_sample` false.
 
 A package of ours that NeMo Gym loads, not routes on the services: NeMo Gym's `/verify` and `/step` bodies are
 its Responses-API objects (`nemo_gym.openai_utils`, Python >= 3.12, with ray, mlflow and wandb behind them),
-which the services would otherwise have to import and parse; here a thin NeMo Gym server turns them into our
+which the services would otherwise have to import and parse. Here a thin NeMo Gym server turns them into our
 items and reaches the services only through `corrgrpo_proto`. `adapters/nemo_gym/resources_servers/` holds the
 servers' folders (`app.py` + config) that `ng_run` starts.
 
@@ -20,7 +20,7 @@ servers' folders (`app.py` + config) that `ng_run` starts.
 - `AgentDojoResourcesServer` (multi-turn, for NeMo Gym's `gymnasium_agent`): `/reset` creates the row's
   episode (`suite`, `user_task`, `injection_task`, `attack`) and observes the user task's prompt; `/step` runs
   the response's function calls in the episode and hands their results back as `info.tool_outputs` (injections
-  included); a response without function calls is the final answer: the episode is finished, `reward` is the
+  included). A response without function calls is the final answer: the episode is finished, `reward` is the
   total and `info` carries `reward_components` and each component.
 
 Rows for AgentDojo (the suite's tools as Responses-API function tools, agentdojo's system message):

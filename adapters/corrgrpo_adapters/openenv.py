@@ -3,22 +3,22 @@
     CORRGRPO_SERVICE_URL=http://127.0.0.1:8103 uvicorn --factory corrgrpo_adapters.openenv:app --port 8000
 
 The service decides the environment (`/v1/components`, `/openapi.json`):
-- AgentDojo: `reset(suite=, user_task=, injection_task=, attack=)` creates an episode; its observation carries
+- AgentDojo: `reset(suite=, user_task=, injection_task=, attack=)` creates an episode. Its observation carries
   the episode's `messages` and `tools`. `step(AgentDojoAction(tool_calls=[...]))` runs the calls and observes
-  their `tool_results` (injections included); an action without tool calls is the policy's turn as text
+  their `tool_results` (injections included). An action without tool calls is the policy's turn as text
   (`completion`): calls written in it run as well, and when it holds none it is the final answer: the episode
   is finished and that step is `done` with `reward` = the weighted total and `components` = the reward vector.
 - code, tool calls: one step. `reset(**item_fields)` (e.g. `task_id=`, or `ground_truth=`), then
   `step(ScoreAction(completion=...))`: `done`, `reward` = total, `components`, the service's `info`.
 
-OpenEnv's step result has a scalar `reward`; the vector travels in the observation's `components` (a stack
+OpenEnv's step result has a scalar `reward`. The vector travels in the observation's `components` (a stack
 that reads only `reward` gets the weighted total). An item the service could not score ends with `reward` None
 and the reason in `error`. Each WebSocket session is its own environment instance (concurrent sessions are
 fine: the service keeps the episodes). The service is reached with `corrgrpo_proto`'s blocking client; OpenEnv
 runs these synchronous methods on its thread pool.
 
 The clients are OpenEnv's `EnvClient`: in async code `reset`, `step` and `state` are awaited
-(`async with ScoreEnv(base_url=...) as env: await env.reset(...)`); synchronous code uses `.sync()`
+(`async with ScoreEnv(base_url=...) as env: await env.reset(...)`). Synchronous code uses `.sync()`
 (`with ScoreEnv(base_url=...).sync() as env: env.reset(...)`).
 """
 

@@ -50,7 +50,7 @@ def describe(client: RewardClient) -> ServiceInfo:
 
 
 def parse_arguments(arguments: Any) -> Any:
-    """A call's arguments as the policy gave them: a JSON text is decoded; what does not decode stays as it is
+    """A call's arguments as the policy gave them: a JSON text is decoded. What does not decode stays as it is
     (the service then scores the call as malformed: the policy's failure)."""
     if isinstance(arguments, str):
         try:
@@ -82,7 +82,7 @@ def finished(response: FinishResponse) -> ItemResult:
 
 
 class Episodes:
-    """The AgentDojo episode API. Steps are never retried (a lost step may have run); create and finish
+    """The AgentDojo episode API. Steps are never retried (a lost step may have run). Create and finish
     are."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 120.0) -> None:
@@ -96,14 +96,14 @@ class Episodes:
         )
 
     async def step(self, episode_id: str, calls: list[dict[str, Any]]) -> StepResponse:
-        """`calls`: `{"function", "args", "id"}` each; one result per call, in order."""
+        """`calls`: `{"function", "args", "id"}` each. One result per call, in order."""
         answer = await self.steps.request("POST", f"/v1/episodes/{episode_id}/step", {"tool_calls": calls})
         return StepResponse.model_validate(answer)
 
     async def finish(
         self, episode_id: str, completion: str, weights: dict[str, float] | None = None
     ) -> FinishResponse:
-        """Close the episode; the service reads the final answer out of the last turn's text; `total` under
+        """Close the episode. The service reads the final answer out of the last turn's text; `total` under
         `weights`."""
         body = {"completion": completion, "weights": weights}
         answer = await self.client.request("POST", f"/v1/episodes/{episode_id}/finish", body)

@@ -5,7 +5,7 @@
 
 The taskset asks the service what it is (`/v1/components`, `/openapi.json`) and yields one task per row:
 - code and tool calls: a row is `prompt` or `question`, the item's fields in `info` (e.g. `{"task_id":
-  "HumanEval/0"}`) or a bare label in `answer`; the rollout's last assistant turn is the completion;
+  "HumanEval/0"}`) or a bare label in `answer`. The rollout's last assistant turn is the completion;
 - AgentDojo: each rollout is an episode of the service (task setup creates it, its messages and tool schemas
   become the conversation, each tool call of the policy is a step, a turn without tool calls ends it). Rows
   default to every user task of the service's suites (`suites`), optionally under every injection task.
@@ -144,7 +144,7 @@ class ServiceTaskConfig(vf.TaskConfig):
     service_url: str = "http://127.0.0.1:8102"
     """The corrgrpo service that scores (bearer token: the `CORRGRPO_API_TOKEN` variable)."""
     weights: dict[str, float] = Field(default_factory=dict)
-    """Weights of some components; the others keep the weight the service declares."""
+    """Weights of some components. The others keep the weight the service declares."""
     timeout_s: float = Field(120.0, gt=0)
     """Seconds a request to the service may take."""
     batch_window_s: float = Field(0.05, ge=0)
@@ -293,7 +293,7 @@ class ServiceHarnessConfig(vf.HarnessConfig):
 
 class ServiceHarness(vf.Harness[ServiceHarnessConfig]):
     """The policy's conversation, in-process: every model call goes through the rollout's interception
-    endpoint (so verifiers records the turns); an AgentDojo episode's tool calls run at the service."""
+    endpoint (so verifiers records the turns). An AgentDojo episode's tool calls run at the service."""
 
     APPENDS_SYSTEM_PROMPT = True
     EXECUTES_CODE = False

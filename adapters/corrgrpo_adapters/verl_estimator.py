@@ -20,7 +20,7 @@ Weights: `verl_reward.compute_score` hands each rollout its service's weights (`
 declared ones with `reward_kwargs.corrgrpo_weights` applied, the weights of the `score` verl logs), and each
 rollout's components are weighed by its own. The components are those weights' keys, or
 `+algorithm.corrgrpo_reward_keys=[...]` (leaving out one that weighs in the score warns). Another reward
-function's batch needs both the keys and `+algorithm.corrgrpo_reward_weights=[...]`; given with ours, they
+function's batch needs both the keys and `+algorithm.corrgrpo_reward_weights=[...]`. Given with ours, they
 must agree. A rollout the service could not score (`corrgrpo_on_error=zero`) is missing: out of its group's
 statistics, advantage 0. Without keys the estimator sees only the summed token-level reward, K = 1, where Σρ =
 1 and CorrGRPO gives the centered reward unscaled: it warns. With keys but no components it raises.
@@ -114,7 +114,7 @@ def _scalars(
     config: Any,
     non_tensor_batch: dict[str, Any] | None,
 ) -> torch.Tensor:
-    """One advantage per rollout, rollouts grouped by `index`; each group size is one vectorised batch."""
+    """One advantage per rollout, rollouts grouped by `index`. Each group size is one vectorised batch."""
     rewards, weights = _components(token_level_rewards, config, non_tensor_batch)
     _, group_of = np.unique(np.asarray(index), return_inverse=True)
     group_of_t = torch.as_tensor(group_of, device=rewards.device)
@@ -270,7 +270,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-try:  # registered only inside verl; importing this module elsewhere is harmless
+try:  # registered only inside verl. Importing this module elsewhere is harmless
     from verl.trainer.ppo.core_algos import register_adv_est
 except ImportError:
     register_adv_est = None

@@ -17,15 +17,15 @@ An item's service is `extra_info["corrgrpo_service"]`, else its `data_source`. T
 carries (a JSON object, or a bare string for the service's label field: a code `task_id`, a tool-call
 reference), and the solution as `completion`.
 
-The weights are the service's declared ones (`/v1/components`, `resolve_weights`) with the overrides applied;
-they go with each request, so `score` is the service's `total` under them, and with each result as
+The weights are the service's declared ones (`/v1/components`, `resolve_weights`) with the overrides applied.
+They go with each request, so `score` is the service's `total` under them, and with each result as
 `corrgrpo_weights` (JSON), from which the `corrgrpo` estimator (`verl_estimator`) weighs the components.
 
 Each call returns `{"score": total, <component>: value, ..., "corrgrpo_weights": "{...}", "corrgrpo_error":
 ""}` with the same keys for every item: the components of every configured service (0 where a service lacks
 one), because verl builds its `reward_extra_info` columns from the first item's keys. An item the service
 could not score raises `RuntimeError` naming it (verl has no missing reward; the rule of
-`corrgrpo_proto.common`); with `corrgrpo_on_error=zero` it gets score 0, every component 0, and the reason in
+`corrgrpo_proto.common`). With `corrgrpo_on_error=zero` it gets score 0, every component 0, and the reason in
 `corrgrpo_error`: the `corrgrpo` estimator leaves such a rollout out of its group (advantage 0), verl's other
 estimators do not.
 """
@@ -48,7 +48,7 @@ T = TypeVar("T")
 
 
 class _Once(Generic[T]):
-    """The result of `make()`, fetched once by concurrent callers; fetched again after a failure."""
+    """The result of `make()`, fetched once by concurrent callers. Fetched again after a failure."""
 
     def __init__(self, make: Callable[[], Awaitable[T]]) -> None:
         self.make, self.task = make, None

@@ -3,7 +3,7 @@ descriptions.
 
 Each list lies between `<!-- settings:begin -->` and `<!-- settings:end -->`: the kit's shared settings
 in services/common/README.md, each declared service's own ones in its folder's README.md. Without
-`--check` the lists are rewritten; with it, the command lists the READMEs that drifted and exits 1.
+`--check` the lists are rewritten. With it, the command lists the READMEs that drifted and exits 1.
 """
 
 from __future__ import annotations

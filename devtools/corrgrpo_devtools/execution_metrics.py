@@ -5,10 +5,10 @@
 `completions.jsonl` holds one `{"task_id", "completion"}` per line (several per task are fine).
 - Executable: share of completions whose tests run without a runtime error (`runtime` = 1).
 - Pass@1: share of completions that pass every test (`correct` = 1).
-- Efficiency: over the correct completions (eligible pairs), `--rounds` paired rounds (default 8);
-  in each, candidate and reference run back to back on one CPU core (`os.sched_setaffinity`; the
+- Efficiency: over the correct completions (eligible pairs), `--rounds` paired rounds (default 8).
+  In each, candidate and reference run back to back on one CPU core (`os.sched_setaffinity`; the
   sandbox workers are started after pinning so they inherit it), the order alternating between
-  rounds; a pair counts when the candidate's child CPU time is strictly below the reference's. The
+  rounds. A pair counts when the candidate's child CPU time is strictly below the reference's. The
   metric is the mean of the per-round percentages.
 """
 
@@ -34,7 +34,7 @@ from corrgrpo_sandbox import IsolationUnavailable, Limits, Sandbox
 
 
 def completion_items(path: Path, limit: int | None) -> list[CodeItem]:
-    """The file's first `limit` rows as items; a ValueError names the file and what is wrong with it."""
+    """The file's first `limit` rows as items. A ValueError names the file and what is wrong with it."""
     try:
         rows = list(read_jsonl(path))[:limit]
     except OSError as error:
@@ -51,7 +51,7 @@ def completion_items(path: Path, limit: int | None) -> list[CodeItem]:
 def read_inputs(
     dataset: str, completions: Path, limit: int | None
 ) -> tuple[dict[str, AnyProblem], list[CodeItem]]:
-    """The problems and the completions to score; a ValueError says which input is wrong."""
+    """The problems and the completions to score. A ValueError says which input is wrong."""
     try:
         problems = load_problems(dataset)
     except (OSError, ValueError) as error:

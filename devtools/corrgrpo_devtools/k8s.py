@@ -53,7 +53,7 @@ def probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
     return {"httpGet": Flow(path=path, port="http"), "periodSeconds": period_s, "failureThreshold": failures}
 
 
-# The sandbox keeps its workers' files on a tmpfs (always resident: no page-cache bits between runs); a pod's
+# The sandbox keeps its workers' files on a tmpfs (always resident: no page-cache bits between runs). A pod's
 # /dev/shm is 64 MiB, so it gets a memory volume there (counted against the pod's memory limit).
 ROOTFS_VOLUME = {"name": "sandbox-rootfs", "emptyDir": Flow(medium="Memory", sizeLimit="256Mi")}
 ROOTFS_MOUNT = Flow(name="sandbox-rootfs", mountPath="/dev/shm")

@@ -2,9 +2,9 @@
 
 Each runs as its container does (`python -m corrgrpo_<name> --host H --port P`) with in-memory state
 (`CORRGRPO_REDIS_URL` is not passed on) and plain-text logs unless `CORRGRPO_LOG_JSON` is set, on its
-declared port unless `--port NAME=PORT` moves it. Their output is streamed with a `[name]` prefix;
-once a service answers `/healthz`, its URL and its `/readyz` checks (the code service's: which
-sandbox isolation it uses) are printed. Ctrl-C or SIGTERM stops them all; a service that exits on
+declared port unless `--port NAME=PORT` moves it. Their output is streamed with a `[name]` prefix.
+Once a service answers `/healthz`, its URL and its `/readyz` checks (the code service's: which
+sandbox isolation it uses) are printed. Ctrl-C or SIGTERM stops them all. A service that exits on
 its own stops the others. A taken port is refused before anything starts (one line, exit 2).
 
 Every service runs in its own session (its process group is killed after it, so nothing it started
@@ -40,7 +40,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class UsageError(Exception):
-    """What `up` refuses before starting anything; printed as one line, exit 2."""
+    """What `up` refuses before starting anything. Printed as one line, exit 2."""
 
 
 @dataclass
@@ -157,7 +157,7 @@ def exited(running: Sequence[Running]) -> Running | None:
 
 
 def supervise(running: list[Running], out: Output, stop: threading.Event) -> int:
-    """Announce each service once it answers, then wait for a stop signal or a service's exit; the exit
+    """Announce each service once it answers, then wait for a stop signal or a service's exit. The exit
     code."""
     pending, deadline = list(running), time.monotonic() + START_TIMEOUT_S
     while not stop.is_set():

@@ -3,11 +3,11 @@
 Generated files beside hand-written ones, as the README tables (docs.py) and the JSON Schemas are: the files
 stay plain compose, nginx and kustomize input that runs without this tool, a drift test
 (tests/deploy/test_static.py) fails when they differ from the declarations, and `make manifests` rewrites
-them. Rewritten: in docker-compose.yml, each service's block and the load balancer's ports and dependencies;
-in deploy/nginx/nginx.conf the `listen` lines; in deploy/nginx/upstreams.conf the port → service map, each
+them. Rewritten: in docker-compose.yml, each service's block and the load balancer's ports and dependencies.
+In deploy/nginx/nginx.conf the `listen` lines. In deploy/nginx/upstreams.conf the port → service map, each
 between `# <part>:begin` and `# <part>:end` lines (the rest of those files is hand-written); and whole,
 deploy/k8s/base/<service>.yaml and deploy/k8s/base/kustomization.yaml (k8s.py). The YAML is built as data and
-written by yaml_text.py. Without `--check` the files are rewritten; with it, the command lists those that
+written by yaml_text.py. Without `--check` the files are rewritten. With it, the command lists those that
 drifted and exits 1.
 """
 

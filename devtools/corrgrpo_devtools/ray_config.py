@@ -7,7 +7,7 @@ the replicas (autoscaled on ongoing requests between its `autoscale` bounds, els
 replica's CPUs and memory (its Kubernetes requests) and its environment (compose's, less the worker count: a
 replica sizes that from its `num_cpus`). The store's URL and secret are not in the file: they come from the
 environment `ray start` runs in on every node, as secrets should. Plain Serve config (`serve deploy` takes it
-as it is); a drift test (tests/deploy/test_ray_config.py) fails when it differs from the declarations, `make
+as it is). A drift test (tests/deploy/test_ray_config.py) fails when it differs from the declarations, `make
 manifests` rewrites it.
 """
 
@@ -29,7 +29,7 @@ SERVE_CONFIG = "deploy/ray/serve.yaml"
 IMPORT_PATH = "corrgrpo_common.ray_serve:application"
 HTTP_PORT = 8000  # Serve's default
 # A request is a chunk of up to 256 items (the clients' default): two at a time keep a replica's workers busy
-# while it parses the next; more per replica asks for another.
+# while it parses the next. More per replica asks for another.
 TARGET_ONGOING_REQUESTS = 2
 # Scoring comes in bursts (one batch per training step): scale up at once, down slowly (as the Kubernetes HPA
 # does).

@@ -102,7 +102,7 @@ class FinishRequest(WireModel):
 
 
 class FinishResponse(BaseModel):
-    """The episode's reward vector; the episode is closed."""
+    """The episode's reward vector. The episode is closed."""
 
     episode_id: str
     components: dict[str, float] = Field(description="`utility` and `security`, each 0 or 1")

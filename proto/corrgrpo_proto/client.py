@@ -3,12 +3,12 @@
 Both clients split a large batch into chunks of at most `chunk_size` items and `chunk_bytes` of JSON (an item
 larger than that goes alone), send at most `max_concurrency` chunks at a time, and return the results in the
 order of the items. Chunking by size keeps a batch of inline problems (megabytes of test cases each) under the
-service's body limit, and lets the service score one chunk while it reads the next; a request carries an
+service's body limit, and lets the service score one chunk while it reads the next. A request carries an
 inline problem once, its other items naming that one (`problem_from`: a GRPO group's rollouts share their
 problem). A request is retried with jittered exponential backoff on connection errors, timeouts, 5xx and 429
 (honouring `Retry-After`): safe because scoring is idempotent. Other 4xx are raised at once as
-`RewardServiceError` with the service's message; a request that still fails after `retries` retries raises
-`RewardServiceUnavailable`. Both clients take these decisions in one place (`_Client._after`); their loops
+`RewardServiceError` with the service's message. A request that still fails after `retries` retries raises
+`RewardServiceUnavailable`. Both clients take these decisions in one place (`_Client._after`). Their loops
 differ only in sending and waiting (blocking or awaited).
 """
 
@@ -268,7 +268,7 @@ class AsyncRewardClient(_Client):
         return asyncio.Semaphore(self.max_concurrency)
 
     async def request(self, method: str, path: str, json: Any = None) -> Any:
-        """One retried request; returns the decoded JSON body."""
+        """One retried request. Returns the decoded JSON body."""
         return await self._send(method, path, None if json is None else _json(json))
 
     async def _send(self, method: str, path: str, content: bytes | None) -> Any:
@@ -285,7 +285,7 @@ class AsyncRewardClient(_Client):
             await asyncio.sleep(step)
 
     async def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
-        """Score `items` (models, dicts or `encode_item` bytes); one result per item, in order."""
+        """Score `items` (models, dicts or `encode_item` bytes). One result per item, in order."""
 
         async def one(chunk: _Chunk) -> list[ItemResult]:
             async with self._slots:
@@ -312,13 +312,13 @@ class AsyncRewardClient(_Client):
 
 
 class RewardClient(_Client):
-    """Blocking client of one reward service: `client.score(items)`; chunks go out on threads."""
+    """Blocking client of one reward service: `client.score(items)`. Chunks go out on threads."""
 
     _http_class = httpx.Client
     _http: httpx.Client
 
     def request(self, method: str, path: str, json: Any = None) -> Any:
-        """One retried request; returns the decoded JSON body."""
+        """One retried request. Returns the decoded JSON body."""
         return self._send(method, path, None if json is None else _json(json))
 
     def _send(self, method: str, path: str, content: bytes | None) -> Any:
@@ -335,7 +335,7 @@ class RewardClient(_Client):
             time.sleep(step)
 
     def score(self, items: Sequence[Item], weights: dict[str, float] | None = None) -> list[ItemResult]:
-        """Score `items` (models, dicts or `encode_item` bytes); one result per item, in order."""
+        """Score `items` (models, dicts or `encode_item` bytes). One result per item, in order."""
         chunks = self._chunks(items, weights)
 
         def one(chunk: _Chunk) -> list[ItemResult]:

@@ -2,7 +2,7 @@
 
 A service's `POST /v1/score` takes a `ScoreRequest[ItemT]` (its own item type) and returns a
 `ScoreResponse`: one `ItemResult` per item, in the order asked. An item that cannot be scored
-gets an `error` instead of components; the batch itself never fails because of one item.
+gets an `error` instead of components. The batch itself never fails because of one item.
 
 Weights: `resolve_weights`, the one rule of every path (declared defaults, overrides, components not trained
 at 0).

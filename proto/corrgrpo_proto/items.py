@@ -51,7 +51,7 @@ class ItemShape:
         }
 
     def label_fields(self, label: Any) -> dict[str, Any]:
-        """The item fields a label carries: a JSON object (or its text) as it is; a bare string fills `label`.
+        """The item fields a label carries: a JSON object (or its text) as it is. A bare string fills `label`.
 
         ValueError when the label is a bare value and the service declares no label field.
         """

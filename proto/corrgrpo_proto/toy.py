@@ -2,7 +2,7 @@
 template).
 
 A service's wire models live here, in proto, whatever the service: the trainer and adapters, which may import
-only proto, build some services' requests from them; the schemas under `proto/schemas/` are made from every
+only proto, build some services' requests from them. The schemas under `proto/schemas/` are made from every
 module here.
 """
 
@@ -14,7 +14,7 @@ from .common import ScoreRequest, WireModel
 
 
 class ToyItem(WireModel):
-    """A completion scored by its length; it holds one of the toy's worker slots for the configured time."""
+    """A completion scored by its length. It holds one of the toy's worker slots for the configured time."""
 
     id: str | None = None
     completion: str = Field(description="Scored by its length in characters")

@@ -109,7 +109,7 @@ class WorkerCgroup:
 
     def remove(self) -> None:
         """Remove the cgroups once their processes are gone. The worker's sandboxed processes die after it,
-        each asynchronously (bwrap --die-with-parent, then its PID namespace); any still there are killed
+        each asynchronously (bwrap --die-with-parent, then its PID namespace). Any still there are killed
         here."""
         for path in self.paths:
             for _ in range(CGROUP_REMOVE_ROUNDS):

@@ -1,6 +1,6 @@
 """The `docker` isolation: each warm worker runs in its own locked-down container (hosts without bubblewrap).
 
-`docker run -i` carries the worker protocol over the container's stdin/stdout; the worker (`worker/`, mounted
+`docker run -i` carries the worker protocol over the container's stdin/stdout. The worker (`worker/`, mounted
 read-only) is the container's PID 1, so it is alone in its PID and IPC namespaces as under bwrap, and accounts
 its children's CPU by rusage + /proc (no cgroups of its own inside the container). The container: no network,
 read-only root, no capabilities, no-new-privileges, pids and memory limits, a non-root uid of its own, tmpfs
@@ -51,7 +51,7 @@ def owner() -> str:
 
 
 def remove_leftovers(client: object) -> int:
-    """Remove worker containers whose starting process (on this host) is gone; returns how many."""
+    """Remove worker containers whose starting process (on this host) is gone. Returns how many."""
     import docker
 
     removed = 0

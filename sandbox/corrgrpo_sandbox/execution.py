@@ -12,7 +12,7 @@ class Limits:
     """Resource limits of one execution (applied in the child as rlimits, plus a wall-clock timeout)."""
 
     cpu_s: float = 5.0  # RLIMIT_CPU (rounded up to whole seconds)
-    wall_s: float = 10.0  # wall-clock timeout; the child's process group and every straggler are killed
+    wall_s: float = 10.0  # wall-clock timeout. The child's process group and every straggler are killed
     memory_mb: int = 1024  # RLIMIT_AS
     file_mb: int = 16  # RLIMIT_FSIZE
     open_files: int = 64  # RLIMIT_NOFILE

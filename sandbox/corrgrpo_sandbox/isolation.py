@@ -32,7 +32,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 INSIDE_PACKAGE_DIR = "/opt/corrgrpo_sandbox"
 INSIDE_PRELOAD_DIR = "/opt/corrgrpo_preload"  # where the caller's preloaded module files appear, read-only
 TMP_SIZE_BYTES = 256 * 1024 * 1024  # the sandbox's /tmp is a tmpfs (RAM): cap it
-# /dev/shm likewise (multiprocessing needs it); the rest of /dev is read-only
+# /dev/shm likewise (multiprocessing needs it). The rest of /dev is read-only
 SHM_SIZE_BYTES = 64 * 1024 * 1024
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 INSTALL_HINT = (
@@ -43,7 +43,7 @@ INSTALL_HINT = (
 
 
 class IsolationUnavailable(RuntimeError):
-    """The isolation asked for cannot run here; the message says why and what to do."""
+    """The isolation asked for cannot run here. The message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Launcher:
     isolation: str  # "bwrap", "docker", "unsafe-none"
     head: tuple[str, ...]  # the isolating wrapper and its options; () for none
     # then the mounts of preloaded files (`mount`), then `seal` (e.g. making the root read-only), then:
-    command: tuple[str, ...]  # the worker interpreter; the worker's arguments follow it
+    command: tuple[str, ...]  # the worker interpreter. The worker's arguments follow it
     # alone in its own PID and network namespaces: kill(-1) is safe, their state the sandbox's
     namespaced: bool
     scratch: tuple[str, ...]  # writable mounts the worker wipes after every run ("" = a fresh host temp dir)
@@ -85,7 +85,7 @@ def worker_command(python: str, package_dir: str) -> tuple[str, ...]:
 
 
 def bwrap_head(bwrap: str, rootfs: RootFs) -> tuple[str, ...]:
-    """Whitelist mounts: the tmpfs copy of what the worker needs (`rootfs`), read-only; no host directory.
+    """Whitelist mounts: the tmpfs copy of what the worker needs (`rootfs`), read-only. No host directory.
 
     The environment is cleared twice: bwrap is itself started with an empty environment (its PID 1 inside the
     sandbox keeps the environment it was started with, readable as /proc/1/environ) and --clearenv."""

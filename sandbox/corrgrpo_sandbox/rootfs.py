@@ -70,7 +70,7 @@ PROBE = (
 
 
 class RootFsError(RuntimeError):
-    """The copy cannot be made here; the message says why and what to do."""
+    """The copy cannot be made here. The message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def place_all(files: list[Path], mount_points: list[Path], root: Path) -> None:
 
 
 def package_sources(names: tuple[str, ...]) -> dict[str, Path]:
-    """Where the caller's pure-Python packages (import names) live; a compiled one is refused."""
+    """Where the caller's pure-Python packages (import names) live. A compiled one is refused."""
     sources = {}
     for name in names:
         spec = importlib.util.find_spec(name)

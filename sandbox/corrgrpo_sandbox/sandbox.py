@@ -71,7 +71,7 @@ def encoded_request(
 def run_result(
     reply: dict | None, streams: list[bytes], isolation: str, anomaly: str | None, started: float
 ) -> ExecResult:
-    """The run's result from its worker's reply; without one (the worker broke), an empty result that names
+    """The run's result from its worker's reply. Without one (the worker broke), an empty result that names
     why."""
     if reply is None:
         return ExecResult(
@@ -109,7 +109,7 @@ class Sandbox:
     sandboxed interpreter per run (`fresh`). Thread-safe; `run` blocks until the child is reaped.
 
     `preload`: the caller's stdlib-only module files, which every worker imports under their own names (the
-    file's stem) before its first run, so that a run's program can use them at no cost; they are the only
+    file's stem) before its first run, so that a run's program can use them at no cost. They are the only
     files of the caller's that the sandbox shows inside (read-only). `packages`: import names of pure-Python
     packages of the caller's environment that a run's program may import (bwrap: copied beside the standard
     library)."""

@@ -4,7 +4,7 @@ replies.
 A worker serves one run at a time, but a second request may wait in its request pipe (`QUEUE_DEPTH`): the
 worker starts it as soon as it has written the reply before, without waiting for the parent to read that reply
 and send another (on a busy machine, the parent's threads got a core only after a fraction of a millisecond,
-each time). The replies come in the order of the requests; each caller reads its own in turn. A request queued
+each time). The replies come in the order of the requests. Each caller reads its own in turn. A request queued
 behind a run that broke the worker never started: the caller gets `WorkerLost` and runs it elsewhere."""
 
 from __future__ import annotations
@@ -314,10 +314,10 @@ class WorkerHandle:
         timeout: float,
         cancel: threading.Event | None = None,
     ) -> tuple[dict, list[bytes]]:
-        """Send one request (the header the worker reads, the body's parts its child reads); the reply and the
+        """Send one request (the header the worker reads, the body's parts its child reads). The reply and the
         streams. The parts go out as they are, gathered (a copy of megabytes of stdin cost more than the
         write). Raises WorkerLost when this request never ran: an earlier one broke the worker, or it could
-        not be sent whole. `timeout` counts from this request's turn; a cancel is noticed from then on (before
+        not be sent whole. `timeout` counts from this request's turn. A cancel is noticed from then on (before
         it, another's run holds the worker)."""
         with self._sending:
             ticket = self._send(header, body, processes)
@@ -333,11 +333,11 @@ class WorkerHandle:
         return reply, streams
 
     def _send(self, header: bytes, body: list[bytes], processes: int) -> int:
-        """Write one request behind those in flight; its ticket."""
+        """Write one request behind those in flight. Its ticket."""
         ticket = self.tickets.take(processes)
         self.runs += 1
         try:
-            if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0; the pids cgroup does
+            if self.cgroup is not None:  # RLIMIT_NPROC does not hold for uid 0. The pids cgroup does
                 self.cgroup.limit_tasks(processes + WORKER_TASKS)
         except OSError as error:
             self.end(f"cannot set the worker's process limit: {error!r}")

@@ -1,6 +1,6 @@
 """Start a worker: `python -I <package dir>/worker/__main__.py ARGS` (the argument list: `server.main`).
 
-`-I` leaves this script's directory off `sys.path`; the directory above is put there only while `worker` is
+`-I` leaves this script's directory off `sys.path`. The directory above is put there only while `worker` is
 imported, so a run can import nothing else of the package's (nor the parent's modules)."""
 
 import os

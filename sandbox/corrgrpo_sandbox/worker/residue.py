@@ -64,7 +64,7 @@ def wipe(directory: str, mode: int) -> bool:
 class Invariants:
     """What a run must leave as it found it in the worker, checked after every run: the worker's limits,
     priority, CPU affinity and scheduling, and the namespace's UTS names. The seccomp filter should make each
-    change impossible; a change seen anyway makes the run an anomaly and the worker is replaced, so no later
+    change impossible. A change seen anyway makes the run an anomaly and the worker is replaced, so no later
     run (nor a timing) is measured in a worker a run reached. Read with system calls, not from /proc/self:
     under bwrap the worker's /proc entry is hidden (`isolation.bwrap_head`), and with it its OOM score."""
 
@@ -90,8 +90,8 @@ class Invariants:
 class PidCounter:
     """The pid namespace's counter, which every later run on the worker reads in its own pid: a run that
     started k processes or threads would tell the next one k. After each run the worker spends pids (threads
-    that exit at once) until the counter stands where a run that started `PID_ALLOWANCE` of them leaves it;
-    after a run that started more the worker is spent, replaced before another run (a fork, a thread: most
+    that exit at once) until the counter stands where a run that started `PID_ALLOWANCE` of them leaves it.
+    After a run that started more the worker is spent, replaced before another run (a fork, a thread: most
     programs that start processes or threads). The pids are spent after the reply (`settle`): a thread waits
     to be scheduled, and so would the caller."""
 
@@ -123,7 +123,7 @@ class InodeCounters:
     """The inode numbers of the writable tmpfs mounts: each new file or directory takes the next one, so a
     later run would read in its own files' numbers how many an earlier one made. After each run the worker
     spends numbers (files that vanish when closed, O_TMPFILE) until each counter stands `INODE_STRIDE` past
-    where it stood before; a run that made more (its cwd and the request's files included) leaves the worker
+    where it stood before. A run that made more (its cwd and the request's files included) leaves the worker
     spent, like `PidCounter`. /dev/mqueue numbers its files from the host's one counter (pipes, sockets): out
     of any run's control."""
 

@@ -16,23 +16,23 @@ reach another process or leave state behind the run are refused with EPERM:
   program chose, as do the namespace's packet counters. Unix sockets (multiprocessing and asyncio need them)
   end with their processes, but for a cycle of them in flight, which the worker treats as a leftover. No SysV
   IPC objects (`shmget`, `semget`, `msgget`): the namespace numbers each one after all it made before. Files
-  are removed by the worker after each run; namespaced sysctls are behind the read-only `/proc` (see
+  are removed by the worker after each run. Namespaced sysctls are behind the read-only `/proc` (see
   `isolation.bwrap_head`);
 * ways around the filter or the mounts: `io_uring_*` (its operations bypass seccomp), `bpf`,
   `perf_event_open`, `userfaultfd`, the mount API, `unshare` and `setns`, and on x86-64 the x32 ABI;
 * CPU outside the count: any new action for SIGCHLD (`rt_sigaction(SIGCHLD, act)`; querying stays). With
   SIGCHLD ignored or SA_NOCLDWAIT the kernel reaps a run's children itself and their CPU is lost to every
-  counter but a cgroup's; without them each process waits as a zombie until its parent or the worker reaps it,
+  counter but a cgroup's. Without them each process waits as a zombie until its parent or the worker reaps it,
   its CPU then added to the reaper's (`process_tree`);
 * the host's page cache, shared by every run: a run could evict a page of a read-only file (a 0) or touch
   it (a 1) and a later run read it without blocking. Refused: `mincore`, `cachestat` and `preadv2`/`pwritev2`
   with RWF_NOWAIT (residency), `fadvise64`, `readahead`, `remap_file_pages`, `process_madvise` and `madvise`
   with any advice but `ADVICE` (eviction: PAGEOUT, COLD, REMOVE; KSM merging, a cross-process side channel).
   Touching a cold page and reading residency back by fault-around or timing: under bwrap no page a run sees
-  is cold (`rootfs.py`); under docker that remains (the sandbox README).
+  is cold (`rootfs.py`). Under docker that remains (the sandbox README).
 
 Why a filter and not a second uid: bwrap maps exactly one uid and cannot run the program as another one
-without a setuid helper; the filter holds the same under bwrap, docker and for a root service, costs about a
+without a setuid helper. The filter holds the same under bwrap, docker and for a root service, costs about a
 microsecond per filtered syscall, and is checked after every run anyway (`residue.Invariants`).
 """
 
@@ -57,7 +57,7 @@ RETURN = 0x06  # BPF_RET | BPF_K
 NR_OFFSET, ARCH_OFFSET, ARGS_OFFSET = 0, 4, 16  # struct seccomp_data
 X32_SYSCALL_BIT = 0x40000000
 
-# name: (x86-64 number, aarch64 number); the same names on both
+# name: (x86-64 number, aarch64 number). The same names on both
 SYSCALLS = {
     "ptrace": (101, 117),
     "process_vm_readv": (310, 270),

@@ -26,8 +26,8 @@ from .streams import Streams, output_pipe
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-PROTOCOL_FD_BASE = 200  # the worker's own pipes live here; the child closes every fd >= 4
-# a pipe holds at most 1 MiB; more means a straggler keeps writing, and it is about to be killed
+PROTOCOL_FD_BASE = 200  # the worker's own pipes live here. The child closes every fd >= 4
+# a pipe holds at most 1 MiB. More means a straggler keeps writing, and it is about to be killed
 DRAIN_READS = 32
 COALESCE_S = 0.002  # outputs are read at most this often while the child runs (see supervise)
 POLL_S = 0.02  # how often a running tree's CPU is checked (runs shorter than this never pay for it)
@@ -107,7 +107,7 @@ def supervise(
 
 
 class WorkerServer:
-    """The worker inside the sandbox, serving one run at a time; holds what lives across runs: the protocol's
+    """The worker inside the sandbox, serving one run at a time. Holds what lives across runs: the protocol's
     fds, the scratch mounts, the output buffers, the residue checks."""
 
     def __init__(self, argv: list[str]) -> None:
@@ -119,7 +119,7 @@ class WorkerServer:
         self.namespaced = argv[3] == "1"
         self.tree = ProcessTree(self.namespaced, KernelFile(moved[2]) if len(moved) > 2 else None)
         self.pipe_bytes = int(argv[5])  # the most each output pipe may hold (`streams.output_pipe`)
-        self.scratch = argv[7:]  # writable mounts wiped after every run; the first one holds the child's cwd
+        self.scratch = argv[7:]  # writable mounts wiped after every run. The first one holds the child's cwd
         self.modes = {directory: stat.S_IMODE(os.stat(directory).st_mode) for directory in self.scratch}
         self.streams = Streams()
 
@@ -204,7 +204,7 @@ class WorkerServer:
         # the worker's objects out of the collector's reach: a child's collections never copy their pages
         gc.freeze()
         self.invariants = Invariants()
-        # unix sockets are the only ones a run may create (`seccomp`); the kernel frees one that was sent over
+        # unix sockets are the only ones a run may create (`seccomp`). The kernel frees one that was sent over
         # another in a cycle only when its collector runs, meanwhile listed with the name the program chose
         self.unix_sockets = namespace_file(UNIX_SOCKETS) if self.namespaced else None
         self.pids = PidCounter() if self.namespaced else None  # unsandboxed, the counters are the host's

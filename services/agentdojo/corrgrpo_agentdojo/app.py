@@ -1,4 +1,4 @@
-"""HTTP layer of the AgentDojo episode service: routes only; the work is in `task_listing`, `live_episodes`
+"""HTTP layer of the AgentDojo episode service: routes only. The work is in `task_listing`, `live_episodes`
 and `trajectory_replay`, over one catalog and one start-environment cache."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ async def answer(work: Callable[[], Awaitable[T]]) -> T | JSONResponse:
         if error.retry_after_s is not None:
             response.headers["Retry-After"] = str(error.retry_after_s)
         return response
-    except StoreTampered as error:  # logged by the store; the forged state was never unpickled
+    except StoreTampered as error:  # logged by the store. The forged state was never unpickled
         return error_response(500, "store_tampered", f"episode state refused: {error}")
     except StoreUnavailable as error:
         return error_response(503, "store_unavailable", f"episode state is unreachable: {error}")

@@ -2,7 +2,7 @@
 
 Attacks in agentdojo address the model they attack by name (`important_instructions` says
 "... to you, GPT-4"), so they want a `target_pipeline` with a `name`. We attack no real pipeline:
-`NamedTarget` is a stub that only carries the configured model id; attacks never query it.
+`NamedTarget` is a stub that only carries the configured model id. Attacks never query it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _pick(kind: str, name: str, known: Sequence[str]) -> None:
 
 
 class Catalog:
-    """Suites of `version`; attacks built once per (suite, attack) against a stub target named
+    """Suites of `version`. Attacks built once per (suite, attack) against a stub target named
     `model_name`."""
 
     def __init__(self, version: str, default_attack: str, model_name: str) -> None:
@@ -92,14 +92,14 @@ class Catalog:
         key = (suite.name, name)
         if key not in self._attacks:
             attack = ATTACKS[name](suite, NamedTarget(self.model_name))
-            # agentdojo's own method builds a fresh canary environment per user task; ours shares one per
+            # agentdojo's own method builds a fresh canary environment per user task. Ours shares one per
             # suite
             attack.get_injection_candidates = lambda user_task: injection_candidates(attack, user_task)  # type: ignore[method-assign]
             self._attacks[key] = attack
         return self._attacks[key]
 
     def resolve(self, suite: str, user_task: str, injection_task: str | None, attack: str | None) -> Resolved:
-        """The objects of a spec; raises `UnknownTask` with the known names."""
+        """The objects of a spec. Raises `UnknownTask` with the known names."""
         _pick("suite", suite, sorted(self.suites))
         task_suite = self.suites[suite]
         _pick("user task", user_task, list(task_suite.user_tasks))

@@ -1,7 +1,7 @@
 """The quota of live episodes: each holds a lease in its client's groups and in the groups of all
 (`Store.lease`): a place while unfinished, and the bytes stored for it (its tombstone's once finished), so one
 client filling the store cannot lock the others out. A create or step over a client's share gets 429 and
-changes nothing; what it abandons idles out after `agentdojo_episode_ttl_s`, freeing its share.
+changes nothing. What it abandons idles out after `agentdojo_episode_ttl_s`, freeing its share.
 """
 
 from __future__ import annotations

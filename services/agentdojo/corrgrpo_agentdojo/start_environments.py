@@ -4,11 +4,11 @@ Building one is most of an episode's cost (YAML parse + pydantic validation of t
 environment). An injected environment depends only on the suite and the injection texts, and
 many (user task, injection task) pairs put the same texts in the same vectors (v1.2.2: 506
 distinct environments for 949 pairs), so `StartCache` keys on (suite, injections) and keeps
-pickled bytes; an episode's copy is one `pickle.loads`. A user task that overrides
+pickled bytes. An episode's copy is one `pickle.loads`. A user task that overrides
 `init_environment` (none in v1.2.2 does) gets it applied to its own copy.
 
 `load_injected_environment` is agentdojo's `TaskSuite.load_and_inject_default_environment` with
-libyaml's C parser when available and the vector defaults parsed once per suite; a test checks
+libyaml's C parser when available and the vector defaults parsed once per suite. A test checks
 both give equal environments. Which vectors an attack fills is agentdojo's
 `BaseAttack.get_injection_candidates` (the vectors the user task's ground truth reads), computed
 here on one canary environment per suite instead of a fresh one per user task.
@@ -39,7 +39,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _memoize_email_validation() -> None:
     """pydantic checks every `EmailStr` with email_validator: a pure function of the string, yet half
     the cost of building a workspace environment (~200 addresses, the same ones every time).
-    Memoized for this process; the equality test against agentdojo's loader covers it."""
+    Memoized for this process. The equality test against agentdojo's loader covers it."""
     if not hasattr(pydantic.networks.validate_email, "cache_info"):
         pydantic.networks.validate_email = lru_cache(maxsize=65536)(pydantic.networks.validate_email)
 

@@ -28,7 +28,7 @@ def number_list(max_chars: int) -> str:
 
 
 class TaskListing:
-    """The suites' tasks and tools with the probes' flags; each suite is probed once per process."""
+    """The suites' tasks and tools with the probes' flags. Each suite is probed once per process."""
 
     def __init__(self, settings: AgentDojoSettings, catalog: Catalog, starts: StartCache) -> None:
         self.settings, self.catalog, self.starts = settings, catalog, starts
@@ -63,7 +63,7 @@ class TaskListing:
         )
 
     async def tasks(self, suites: list[str] | None = None) -> TasksResponse:
-        """The catalog of `suites` (default: all) with the probes' flags; each suite is probed once per
+        """The catalog of `suites` (default: all) with the probes' flags. Each suite is probed once per
         process, off the event loop (banking and slack take milliseconds, workspace a few seconds: its
         checkers diff)."""
         names = suites or sorted(self.catalog.suites)

@@ -32,7 +32,7 @@ _SPECIAL_TOKEN_AT_END = re.compile(
 
 
 class ToolCallError(ValueError):
-    """A tool call that cannot be read; the message says which and why."""
+    """A tool call that cannot be read. The message says which and why."""
 
 
 def _parsed(text: str, where: str) -> Any:
@@ -83,7 +83,7 @@ def strip_special_tokens(text: str) -> str:
 
 
 def _blocks(text: str, tag: str) -> tuple[list[str], str]:
-    """(contents of `<tag>...</tag>` blocks in order, the text outside them); an unclosed block runs to the
+    """(contents of `<tag>...</tag>` blocks in order, the text outside them). An unclosed block runs to the
     end."""
     opening, closing = f"<{tag}>", f"</{tag}>"
     inside, outside, position = [], [], 0
@@ -115,7 +115,7 @@ class Completion:
 
 def read_completion(text: str) -> Completion:
     """Tool-call blocks and the answer of raw generated text: the `<response>` block when there is one,
-    else the text outside `<think>` and `<tool_call>` blocks; trailing special tokens do not count."""
+    else the text outside `<think>` and `<tool_call>` blocks. Trailing special tokens do not count."""
     text = strip_special_tokens(text)
     blocks, rest = _blocks(text, "tool_call")
     calls: list[ToolCall | ToolCallError] = []
@@ -130,7 +130,7 @@ def read_completion(text: str) -> Completion:
 
 
 def tool_calls_from_text(text: str) -> list[ToolCall]:
-    """`<tool_call>{json}</tool_call>` blocks of generated text, in order; no block → no calls; raises on
+    """`<tool_call>{json}</tool_call>` blocks of generated text, in order. No block → no calls. Raises on
     an unreadable one."""
     calls = read_completion(text).calls
     for call in calls:

@@ -2,7 +2,7 @@
 
 `create_app` assembles an app from this module's parts: the kit's `router` (health, readiness, metrics,
 components; each handler reads the app's state), the guards, the `Observe` middleware and the error
-handlers. A service builds its routes on top of it; scoring routes come from
+handlers. A service builds its routes on top of it. Scoring routes come from
 `corrgrpo_common.scoring.add_score_route`, so the envelope, totals and idempotency are the same
 everywhere.
 """
@@ -45,7 +45,7 @@ from .store.interface import Store
 
 log = logging.getLogger("corrgrpo.service")
 ReadinessCheck = Callable[[], Awaitable[str | None]]
-"""Raises when a dependency is down; may return a warning (e.g. a sandbox fallback) shown in /readyz."""
+"""Raises when a dependency is down. May return a warning (e.g. a sandbox fallback) shown in /readyz."""
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

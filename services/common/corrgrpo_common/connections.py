@@ -89,7 +89,7 @@ class GuardedH11Protocol(H11Protocol):
     def _refuse(self, response: bytes) -> None:
         self._refused = True
         self.transport.write(response)
-        # the client reads the answer, then end of stream; what it sends is discarded
+        # the client reads the answer, then end of stream. What it sends is discarded
         self.transport.write_eof()
         self._arm("app", REFUSED_LINGER_S)
 
@@ -110,7 +110,7 @@ class GuardedH11Protocol(H11Protocol):
             self._arm("body", self.body_timeout_s)
         elif state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR) and self._stage != "app":
             self._disarm()
-            self._stage = "app"  # the request is in; the handler's time is the in-flight budget's business
+            self._stage = "app"  # the request is in. The handler's time is the in-flight budget's business
 
     def on_response_complete(self) -> None:
         self._release_unclaimed()

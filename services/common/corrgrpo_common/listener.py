@@ -57,7 +57,7 @@ class ScreeningListener(socket.socket):
         return listener
 
     def accept(self) -> tuple[socket.socket, object]:
-        """The next connection asyncio should serve; refused ones are answered here. BlockingIOError when
+        """The next connection asyncio should serve. Refused ones are answered here. BlockingIOError when
         none is left."""
         self._defer_while_full()
         for _ in range(_REFUSALS_PER_CALL):
@@ -68,7 +68,7 @@ class ScreeningListener(socket.socket):
             conn = socket.socket(self.family, self.type, self.proto, fileno=fd)
             try:
                 first = conn.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            # nothing sent yet (or already reset): asyncio serves it; its protocol screens it later
+            # nothing sent yet (or already reset): asyncio serves it. Its protocol screens it later
             except OSError:
                 return conn, address
             verdict = self.admission.screen(first)
@@ -82,7 +82,7 @@ class ScreeningListener(socket.socket):
 
     def _defer_while_full(self) -> None:
         """While the budget is full the kernel queues a connection only once its first bytes came
-        (`TCP_DEFER_ACCEPT`), so that its request line can be screened here; a connection that sends nothing
+        (`TCP_DEFER_ACCEPT`), so that its request line can be screened here. A connection that sends nothing
         (a TCP probe) waits a second or two. Off otherwise: an idle connection is accepted at once, and counts
         against the connection cap."""
         full = not self.admission.inflight.admits_another()
@@ -106,7 +106,7 @@ class ScreeningListener(socket.socket):
         self.refused.append((time.monotonic() + REFUSED_LINGER_S, conn))
 
     def _close_refused(self) -> None:
-        """Closes the refused connections whose linger is over (their unread bytes drained); rearms for the
+        """Closes the refused connections whose linger is over (their unread bytes drained). Rearms for the
         rest."""
         now = time.monotonic()
         while self.refused and self.refused[0][0] <= now:

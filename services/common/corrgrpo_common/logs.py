@@ -1,4 +1,4 @@
-"""Logging: one JSON object per line on stderr (CORRGRPO_LOG_JSON), else one plain-text line; both carry the
+"""Logging: one JSON object per line on stderr (CORRGRPO_LOG_JSON), else one plain-text line. Both carry the
 record's `extra=` fields (a request's method, path, status and ms)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class JsonFormatter(logging.Formatter):
 
 class PlainFormatter(logging.Formatter):
     """`time LEVEL logger message key=value ...`: the `extra=` fields follow the message on its line (a value
-    with a space or quote is JSON-quoted); a traceback follows on the next lines."""
+    with a space or quote is JSON-quoted). A traceback follows on the next lines."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -5,10 +5,10 @@ OpenRLHF (`--reward.remote_url` since 0.10.2, `--remote_rm_url` before) posts
 special tokens kept, and reads `{"rewards": [...], "scores": [...], "extra_logs": {...}}`. Here:
 
 - the completion is the query with its prompt prefix removed (the whole query when it does not start
-  with the prompt); trailing end-of-turn tokens are the scorers' business (they ignore them);
+  with the prompt). Trailing end-of-turn tokens are the scorers' business (they ignore them);
 - a label is the item's fields as a JSON object (e.g. `{"problem": {...}}`, `{"suite": ..., ...}`), or a
   bare string for the field the item declares (`x-corrgrpo-label`: `task_id` for code, `ground_truth` for
-  tool calls); see `corrgrpo_proto.items`;
+  tool calls). See `corrgrpo_proto.items`;
 - `rewards` are the weighted totals (the declared weights); `extra_logs` holds one list per component, and
   `corrgrpo_error`;
 - an item the service could not score fails the request (422 `unscored_items`, each item's reason at
@@ -77,7 +77,7 @@ def label_item(
     """The item a label makes with its completion and the JSON values it holds, or its problem as that item.
 
     Only a text that opens an object can hold fields (`ItemShape.label_fields`): such a text is parsed and
-    checked as a request body is; any other label fills the item's label field unparsed."""
+    checked as a request body is. Any other label fills the item's label field unparsed."""
     fields: dict[str, Any] | None = None
     escapes = False
     if label.lstrip().startswith("{"):
@@ -99,7 +99,7 @@ def _at(index: int, problem: Problem) -> JSONResponse:
 def build_items(
     request: OpenRLHFRequest, item_model: type[BaseModel], shape: ItemShape, limits: JsonLimits
 ) -> list[BaseModel] | JSONResponse:
-    """The items the labels make; a label over a limit refuses the request (its problem, at
+    """The items the labels make. A label over a limit refuses the request (its problem, at
     `labels.<index>`)."""
     items, details = [], []
     values = 0  # every label's values, against one request's cap

@@ -8,7 +8,7 @@ is sized to the CPUs Ray granted the replica (its `num_cpus`, rounded up) unless
 node's CPU count would start a pool per replica as large as the whole machine. A replica without
 `CORRGRPO_REDIS_URL` refuses to start: replicas on several nodes share idempotency, caches and episodes only
 through Redis. Every response names the node and the replica that answered (`x-corrgrpo-node`,
-`x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_devtools.ray_config) holds the options; needs the
+`x-corrgrpo-replica`). deploy/ray/serve.yaml (corrgrpo_devtools.ray_config) holds the options. Needs the
 `ray` extra (`ray[serve]`), which the images and the default install leave out. Serve's proxy keeps an
 application's route prefix (`/code`) in the request's path and names it in `root_path`: the guards decide on
 the route less that prefix (`guards.auth.route_path`), as the router does.
@@ -87,7 +87,7 @@ def replica_settings(service: ServiceDeclaration, cpus: float) -> ServiceSetting
 
 @serve.ingress()
 class ServiceReplica:
-    """One replica of a declared service; the app is built at replica start, never pickled from the driver."""
+    """One replica of a declared service. The app is built at replica start, never pickled from the driver."""
 
     def __init__(self, service: str) -> None:
         self.service = declared()[service]

@@ -13,7 +13,7 @@ and registers it with one entry point in its own pyproject.toml:
 
 `python -m corrgrpo_<name>` serves its `SERVICE`; `declared()` finds every installed one for the
 tests' service lists, the deployment files (`python -m corrgrpo_devtools.manifests`) and local launchers.
-Importing a declaration is cheap (settings and component specs only); the app module, which may import
+Importing a declaration is cheap (settings and component specs only). The app module, which may import
 heavy packages (agentdojo takes seconds), is imported only by `build`.
 """
 
@@ -65,7 +65,7 @@ class Deploy:
     # min/max replicas: Kubernetes scales on CPU, with a disruption budget; Ray Serve on ongoing requests
     autoscale: tuple[int, int] | None = None
     # The settings field of the replica's worker count, set from its CPUs where the engine grants them (Ray
-    # Serve: ray_actor_options.num_cpus, rounded up) unless its variable is set; the CPU count of the whole
+    # Serve: ray_actor_options.num_cpus, rounded up) unless its variable is set. The CPU count of the whole
     # node otherwise.
     workers_setting: str | None = None
 
@@ -99,13 +99,13 @@ class ServiceDeclaration:
         return create_app(self.name, self.version, list(self.components), settings, **kwargs)
 
     def build(self, settings: ServiceSettings | None = None) -> FastAPI:
-        """The service's full app; settings from the environment when none are given."""
+        """The service's full app. Settings from the environment when none are given."""
         module, _, function = self.app.partition(":")
         return getattr(importlib.import_module(module), function)(settings or self.settings())
 
 
 def declared() -> dict[str, ServiceDeclaration]:
-    """Every installed service, by name, in port order; raises when two declarations clash."""
+    """Every installed service, by name, in port order. Raises when two declarations clash."""
     found: dict[str, ServiceDeclaration] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         service = entry.load()

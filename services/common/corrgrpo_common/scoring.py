@@ -58,7 +58,7 @@ def to_result(item_id: str | None, answer: Scored | ItemError, weights: dict[str
     here.
 
     The one place a scorer's text becomes a result: `info` and error messages echo what a candidate wrote, so
-    they are made encodable here (`valid_json`); one item's lone surrogate cannot fail its batch's
+    they are made encodable here (`valid_json`). One item's lone surrogate cannot fail its batch's
     serialisation."""
     if isinstance(answer, ItemError):
         error = ItemError.model_construct(code=answer.code, message=valid_text(answer.message))
@@ -71,7 +71,7 @@ def to_result(item_id: str | None, answer: Scored | ItemError, weights: dict[str
 
 
 def cache_key(service: str, item: BaseModel, weights: dict[str, float]) -> str:
-    """Same id and same content and weights → same key; a reused id with new content misses."""
+    """Same id and same content and weights → same key. A reused id with new content misses."""
     payload = json.dumps([item.model_dump(mode="json"), weights], sort_keys=True)
     return f"corrgrpo:{service}:score:{hashlib.sha256(payload.encode()).hexdigest()}"
 

@@ -1,6 +1,6 @@
-"""Service settings, read from environment variables (pydantic-settings); the only place that reads them.
+"""Service settings, read from environment variables (pydantic-settings). The only place that reads them.
 
-Naming rule: a setting every service has is `CORRGRPO_<NAME>`; a setting of one service is a field
+Naming rule: a setting every service has is `CORRGRPO_<NAME>`. A setting of one service is a field
 `<service>_<name>` of its subclass, so its variable is `CORRGRPO_<SERVICE>_<NAME>` (a test holds every
 declared service to it). Every field has a description: the READMEs' configuration lists are
 generated from them (`python -m corrgrpo_devtools.docs`).

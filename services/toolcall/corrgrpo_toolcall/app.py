@@ -1,4 +1,4 @@
-"""HTTP layer of the tool-call service: routes only; scoring lives in `scoring.py`."""
+"""HTTP layer of the tool-call service: routes only. Scoring lives in `scoring.py`."""
 
 from __future__ import annotations
 

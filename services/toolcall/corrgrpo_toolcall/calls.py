@@ -18,7 +18,7 @@ class ParseCaps:
 @dataclass(frozen=True)
 class ToolCall:
     """One call. A prediction's call may be foreign: a `name` that is not a string (None here: it can match
-    nothing, only counts in the name union) or `parameters` that are not an object (None); the authors fail a
+    nothing, only counts in the name union) or `parameters` that are not an object (None). The authors fail a
     prediction on such a call only when matching reads it, which `match` does the same way."""
 
     name: str | None
@@ -32,11 +32,11 @@ class Unparseable(ValueError):
 def parse_calls(
     text: str, max_calls: int | None = ParseCaps.max_calls, strict: bool = True
 ) -> list[ToolCall]:
-    """The calls after the first `<tool_call>`, one JSON object with a `name` per line; raises `Unparseable`.
+    """The calls after the first `<tool_call>`, one JSON object with a `name` per line. Raises `Unparseable`.
 
     Cut as ToolRL cuts: at the next `<tool_call>` or the first `</tool_call>`, whichever comes first,
     provided the text has a `</tool_call>` at all. `strict` (ground truths): a string `name` and object
-    `parameters` on every call; otherwise foreign names and parameters are kept for `match` to judge.
+    `parameters` on every call. Otherwise foreign names and parameters are kept for `match` to judge.
     """
     start = text.find("<tool_call>")
     if start < 0 or "</tool_call>" not in text:

@@ -11,7 +11,7 @@ DATASETS = ("rlla4k", "api-bank-1", "api-bank-2", "api-bank-3")
 
 
 def default_source(dataset: str, data_dir: str | Path | None) -> Path:
-    """Where `dataset` lies in the data folder (`CORRGRPO_TOOLCALL_DATA_DIR`); there is no guessed default."""
+    """Where `dataset` lies in the data folder (`CORRGRPO_TOOLCALL_DATA_DIR`). There is no guessed default."""
     if data_dir is None:
         raise ValueError(f"no source for {dataset}: pass --source or set CORRGRPO_TOOLCALL_DATA_DIR")
     return Path(data_dir) / ("rlla_4k/test.parquet" if dataset == "rlla4k" else "api_bank")
@@ -31,7 +31,7 @@ def load_rlla4k(source: str | Path) -> list[Example]:
 
         rows: list[dict[str, Any]] = pq.read_table(source).to_pylist()
     else:
-        import datasets  # only for hub ids; a local parquet needs nothing beyond pyarrow
+        import datasets  # only for hub ids. A local parquet needs nothing beyond pyarrow
 
         rows = list(datasets.load_dataset(str(source), split="test"))
     return [

@@ -48,7 +48,7 @@ RANGES = {"name": (-0.5, 0.5), "param_names": (-1.0, 1.0), "param_values": (-1.5
 
 
 def multiset_jaccard(left: Iterable[Any], right: Iterable[Any]) -> float:
-    """|A ∩ B| / |A ∪ B| counting repeats; two empty collections match fully (ToolRL's `match_score`)."""
+    """|A ∩ B| / |A ∪ B| counting repeats. Two empty collections match fully (ToolRL's `match_score`)."""
     a, b = Counter(left), Counter(right)
     if not a and not b:
         return 1.0
@@ -83,7 +83,7 @@ def json_equal(left: Any, right: Any) -> bool:
 
 
 def pair_score(truth: dict[str, Any], given: dict[str, Any]) -> tuple[float, int]:
-    """(parameter-name Jaccard, count of equal values) of one prediction for one ground-truth call; two empty
+    """(parameter-name Jaccard, count of equal values) of one prediction for one ground-truth call. Two empty
     objects match fully. One pass over the smaller object, so a huge prediction costs no more than its
     match."""
     small, large = (truth, given) if len(truth) <= len(given) else (given, truth)
@@ -144,8 +144,8 @@ def _refuse_bare_candidates(truth: Sequence[ToolCall], predicted: Sequence[ToolC
 def match(truth: Sequence[ToolCall], predicted: Sequence[ToolCall]) -> Matching:
     """ToolRL's matching: name Jaccard, then per ground-truth call the best unused same-name prediction.
 
-    "Best" is the largest parameter-name Jaccard plus count of equal values (first one on ties);
-    a candidate scoring 0 is not taken, exactly as in ToolRL. Raises `Unparseable` when a same-name
+    "Best" is the largest parameter-name Jaccard plus count of equal values (first one on ties).
+    A candidate scoring 0 is not taken, exactly as in ToolRL. Raises `Unparseable` when a same-name
     candidate has no object `parameters` (the authors fail the whole prediction there).
 
     Only candidates that score above 0 are looked at (`_Unused`), and each ground-truth call that looks at one

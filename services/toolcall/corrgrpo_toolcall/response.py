@@ -19,7 +19,7 @@ class FormatRules:
     newline).
 
     The fork accepts a response without the opening `<think>` when the model's name contains "think"
-    (the template of a thinking model opens it); we cannot see the model, so that is a setting.
+    (the template of a thinking model opens it). We cannot see the model, so that is a setting.
     """
 
     lenient_separators: bool = True  # `\s*` instead of exactly `\n` between the tag blocks
@@ -27,7 +27,7 @@ class FormatRules:
 
 
 # End-of-sequence and end-of-turn tokens of common tokenizers. A completion decoded with special tokens
-# kept (OpenRLHF does) ends in one or several (end of turn, then EOS or padding); they never change a score.
+# kept (OpenRLHF does) ends in one or several (end of turn, then EOS or padding). They never change a score.
 END_TOKENS = (
     "<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
     "<end_of_turn>", "<eos>", "<｜end▁of▁sentence｜>",
@@ -35,7 +35,7 @@ END_TOKENS = (
 
 
 def strip_end_tokens(text: str) -> str:
-    """`text` without the end tokens (and whitespace) it ends with; linear in their length."""
+    """`text` without the end tokens (and whitespace) it ends with. Linear in their length."""
     end = len(text)
     while True:
         while end and text[end - 1].isspace():

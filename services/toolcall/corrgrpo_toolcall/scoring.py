@@ -86,7 +86,7 @@ CACHED_TRUTH_CHARS = 4096
 
 
 def _truth_calls(ground_truth: str) -> tuple[ToolCall, ...]:
-    """Parsed ground truth, cached across requests when short; callers must not mutate."""
+    """Parsed ground truth, cached across requests when short. Callers must not mutate."""
     if len(ground_truth) > CACHED_TRUTH_CHARS:
         return tuple(parse_calls(ground_truth, max_calls=None))
     return _cached_truth_calls(ground_truth)

@@ -1,6 +1,6 @@
 """Settings of the tool-call service (`CORRGRPO_TOOLCALL_*`, on top of the kit's `CORRGRPO_*`).
 
-Defaults live once, in the scoring dataclasses; the scorer's config is built from these settings.
+Defaults live once, in the scoring dataclasses. The scorer's config is built from these settings.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class InflightItems:
     A scoring request reserves its expected size at the door, before its body is read (`reserve`, a running
     mean of recent shares), and the route resizes the reservation to its batch's share once the items are
     known: a request is refused (429 + Retry-After) rather than queued, nearly always before it costs a parse,
-    so memory, latency and the CPU spent on refusals stay bounded under overload; the client backs off and
+    so memory, latency and the CPU spent on refusals stay bounded under overload. The client backs off and
     retries. A request asks for at most one request's share (`max_request_inflight_items`, never more than the
     limit), so a large batch is slow, never refused forever. One event loop per process: no lock.
     """
@@ -135,7 +135,7 @@ class EarlyAdmission:
     accept, a read and a write (no h11 parse, no ASGI task, no middleware, no log line;
     `corrgrpo_rejections{reason="overload"}` counts it). The bearer token is not checked first: a client
     without it learns only that the service is busy. Our server sets no `root_path`, so a request line's path
-    is the route; one this misses (percent-escaped) is `AdmitScoring`'s.
+    is the route. One this misses (percent-escaped) is `AdmitScoring`'s.
     """
 
     def __init__(self, inflight: InflightItems, retry_after_s: int, on_reject: Callable[[], None]) -> None:
@@ -167,7 +167,7 @@ class EarlyAdmission:
 
 class AdmitScoring:
     """`POST /v1/score` and `/v1/openrlhf` reserve their expected share of the budget before the body is read
-    or parsed, or get 429 at once; the reservation is the route's (`CURRENT_RESERVATION`) and is released when
+    or parsed, or get 429 at once. The reservation is the route's (`CURRENT_RESERVATION`) and is released when
     the request ends. Decided on the route (`route_path`), whatever prefix a proxy mounts the app under.
 
     Refusing after parsing would let rejected requests eat the CPU the admitted ones need. Batches that turn

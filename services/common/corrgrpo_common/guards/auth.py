@@ -24,7 +24,7 @@ def route_path(scope: Scope) -> str:
 class BearerAuth:
     """401 for a request without `Authorization: Bearer <token>`, unless its route is one of `open_routes`.
 
-    Decided on the route the app serves (`route_path`), whatever prefix a proxy adds; a path that is no open
+    Decided on the route the app serves (`route_path`), whatever prefix a proxy adds. A path that is no open
     route needs the token, an unknown one too (401 before 404). The credentials are compared by their SHA-256
     digests with `hmac.compare_digest`: the time taken tells nothing of the token's content or length. An
     empty credential is refused whatever the token.

@@ -17,7 +17,7 @@ class CancelOnDisconnect:
     The cancellation reaches the scorer as `asyncio.CancelledError` in every task it awaits:
     `asyncio.gather` cancels its children, and a future from `loop.run_in_executor` that has not
     started is removed from the pool's queue. Work already running in a thread or a sandbox is not
-    interrupted by asyncio; a scorer that can stop it should do so when it sees the cancellation
+    interrupted by asyncio. A scorer that can stop it should do so when it sees the cancellation
     (e.g. `except asyncio.CancelledError: kill the run; raise`). The budget is released by the
     route's `finally`, at once.
     """

@@ -11,7 +11,7 @@ class UnambiguousFraming:
     """400 for a request with both `Content-Length` and `Transfer-Encoding`, and the connection closed (RFC
     9112 6.3).
 
-    h11 reads such a body as chunked and passes both headers on; a proxy in front that trusts `Content-Length`
+    h11 reads such a body as chunked and passes both headers on. A proxy in front that trusts `Content-Length`
     sees another end of the request, and the rest as a second request of its own (request smuggling)."""
 
     def __init__(self, app: ASGIApp) -> None:

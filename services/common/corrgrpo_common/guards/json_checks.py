@@ -68,7 +68,7 @@ def too_many_values(body: bytes, limit: int) -> bool:
     """Whether a JSON body holds more than `limit` values, decided without parsing it or copying it.
 
     Every value but the first follows a `,`, `[` or `{`. Counted over the raw bytes first (fast,
-    but strings may hold such marks too); only when that count is over the limit are the marks
+    but strings may hold such marks too). Only when that count is over the limit are the marks
     outside strings counted, stopping as soon as the limit is passed.
     """
     # In valid JSON a comma comes after a value and a bracket before its closing one, bytes that are no marks:
@@ -200,11 +200,11 @@ def check_json(body: bytes, limits: JsonLimits = JsonLimits()) -> Problem | Chec
     """Why a JSON body must be refused before FastAPI parses it, else the parsed document; None to let FastAPI
     parse it (a syntax error).
 
-    Refused: bytes that are not UTF-8 (400); more than `max_values` values (413, counted before
+    Refused: bytes that are not UTF-8 (400). More than `max_values` values (413, counted before
     parsing, so the parse itself stays bounded), an array or object over `max_items` entries (the
     batch's `items`, a `weights` map) or a capped field over its length (413, naming the field);
     `NaN`/`Infinity` literals and overflowing numbers like `1e999` (not finite; they would slip
-    through `Any` fields as null); nesting deeper than `max_depth` (the response serializer and the
+    through `Any` fields as null). Nesting deeper than `max_depth` (the response serializer and the
     recursion limit would turn it into a 500); and unpaired UTF-16 surrogates (`"\\ud800"`: valid
     JSON escapes no UTF-8 response can carry).
     A syntax error is left to FastAPI's 422.

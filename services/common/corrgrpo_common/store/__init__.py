@@ -3,7 +3,7 @@
 `MemoryStore` (`memory`) is the embedded default (one process, nothing shared, capped in size); `RedisStore`
 (`redis_store`) is used when `CORRGRPO_REDIS_URL` is set, so replicas share caches and episode state. Both
 implement the same async `Store` interface (`interface`, errors in `errors`) and are tested with the same test
-body; every key either writes carries a TTL. `make_store` (`factory`) picks one from the settings.
+body. Every key either writes carries a TTL. `make_store` (`factory`) picks one from the settings.
 
 Whoever can write to Redis is not trusted: `RedisStore` prefixes every value with an HMAC-SHA256
 (`CORRGRPO_STORE_SECRET`) of its key and bytes (`sealing`), and refuses a value whose MAC does not match
@@ -18,6 +18,6 @@ value put back under its own key is refused (`StoreTampered`), as is a rollback 
 the later version.
 
 Leases (`lease`, `release`) hold an amount per group with a limit (a place, or bytes), for quotas that must
-hold across replicas (AgentDojo's episodes per client and in total, in places and in bytes); on Redis they are
+hold across replicas (AgentDojo's episodes per client and in total, in places and in bytes). On Redis they are
 Lua scripts (`lease_scripts`).
 """

@@ -13,7 +13,7 @@ class StoreTampered(StoreUnavailable):
 
 
 class StoreFull(StoreUnavailable):
-    """The in-memory store is at its size cap with live state only; a new state key is refused (services
+    """The in-memory store is at its size cap with live state only. A new state key is refused (services
     answer 503)."""
 
 

@@ -74,7 +74,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def set_state(self, key: str, value: bytes, version: int, ttl_s: float | None = None) -> int:
         """Write `key` when its current version is `version` (0: absent) and return the new version,
-        `version` + 1; raise `StoreConflict` otherwise. Never evicted; a new key may be refused for size
+        `version` + 1. Raise `StoreConflict` otherwise. Never evicted. A new key may be refused for size
         (`StoreFull`)."""
 
     @abc.abstractmethod
@@ -86,7 +86,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def release(self, member: str, groups: Sequence[str]) -> None:
-        """End `member`'s hold in `groups`; a lease also ends `ttl_s` after it was last taken."""
+        """End `member`'s hold in `groups`. A lease also ends `ttl_s` after it was last taken."""
 
     @abc.abstractmethod
     async def ping(self) -> None:

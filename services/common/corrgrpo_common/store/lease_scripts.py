@@ -3,7 +3,7 @@ replicas never both take a last place, nor both write over one version of a stat
 
 Leases use server time, so replicas agree. A group is a sorted set of member → deadline (ms) and a hash
 of member → amount whose field "" is the sum of the amounts, so a lease costs what has lapsed, not what is
-held; each key's TTL runs past its last deadline.
+held. Each key's TTL runs past its last deadline.
 """
 
 LEASE = """

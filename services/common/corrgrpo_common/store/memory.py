@@ -22,7 +22,7 @@ class _Entry:
 
 
 class MemoryLeases:
-    """Lease holders of one process: group → member → (deadline, amount), with each group's total; a lapsed
+    """Lease holders of one process: group → member → (deadline, amount), with each group's total. A lapsed
     hold is dropped on the next call (a heap of deadlines: a call costs what has lapsed, not what is held)."""
 
     def __init__(self) -> None:
@@ -106,7 +106,7 @@ class MemoryEntries:
             heapq.heapify(self._deadlines)
 
     def entry(self, key: str) -> _Entry | None:
-        """The key's entry, unless expired; a read that does not count as a use."""
+        """The key's entry, unless expired. A read that does not count as a use."""
         self.expire()
         return self._data.get(key)
 
@@ -162,7 +162,7 @@ class MemoryStore(Store):
     """In-process store that frees what it no longer needs.
 
     Expired keys are removed, not just hidden. Past `max_bytes` (keys + values + a fixed overhead per entry),
-    cache entries are evicted least recently used first; a *new* state key that still does not fit raises
+    cache entries are evicted least recently used first. A *new* state key that still does not fit raises
     `StoreFull`, while updates of existing state and `add` (locks) are admitted, so live episodes are never
     lost.
     """

@@ -117,7 +117,7 @@ class ReadBack:
         return StoreTampered(f"the value of {key!r} in redis at {self._shown_url} {why}")
 
     async def opened(self, key: str, blob: bytes | None) -> bytes | None:
-        """The value `blob` carries when its MAC is this service's for `key`; a forged one is deleted and
+        """The value `blob` carries when its MAC is this service's for `key`. A forged one is deleted and
         refused."""
         if blob is None:
             return None
@@ -128,7 +128,7 @@ class ReadBack:
 
 
 class RedisStore(Store):
-    """Redis-backed store; every Redis failure surfaces as `StoreUnavailable` (password redacted), every value
+    """Redis-backed store. Every Redis failure surfaces as `StoreUnavailable` (password redacted), every value
     read back is authenticated with `secret` (HMAC-SHA256 of key and value, stored in front of the value).
 
     A state value (`set_state`) seals its version with it, and the version key (`version_key`) says which
