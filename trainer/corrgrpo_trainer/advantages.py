@@ -2,7 +2,7 @@ r"""Group-relative advantages for multi-reward RL: GRPO, CorrGRPO and GDPO.
 
 Every estimator has one signature, ``estimator(r, weights=None, eps=..., ...)``: rewards ``r`` of
 shape [B, G, K] (B prompt groups, G rollouts per prompt, K reward components, unweighted) and
-optional per-component weights w [K]; it returns advantages of shape [B, G] on r's device.
+optional per-component weights w [K]. It returns advantages of shape [B, G] on r's device.
 ε is 1e-4 (TRL's) for GRPO and GDPO, 1e-6 under the square root for CorrGRPO (the authors').
 Statistics are within a group and use one convention everywhere: torch's unbiased
 (Bessel-corrected) std, as TRL does. Notation for one group, rollouts g = 1..G:
@@ -29,7 +29,7 @@ still varies (anti-correlated components) scales advantages by up to 1/sqrt(ε) 
 counts such groups and `floor` bounds the denominator.
 
 This equals the authors' estimator (their verl fork's ``grpo_covariance_coefficient``) everywhere but
-one region: "zero" variance. Theirs drops a component only when its variance is exactly 0; ours when
+one region: "zero" variance. Theirs drops a component only when its variance is exactly 0. Ours when
 std <= ZERO_VAR_TOL · max(1, |mean|), so the float32 rounding noise of a constant (std ~3e-8 for 0.3)
 is no component of Σρ (nor is a component weighed down to that scale). Where theirs counts j such
 components, its denominator differs from ours by up to j (Cauchy-Schwarz: sqrt(Σρ) moves by at most 1

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_trainer <command>`: the trainer's command line; each command is a few lines over its
+"""`python -m corrgrpo_trainer <command>`: the trainer's command line. Each command is a few lines over its
 module.
 
 Every command that reads a config takes `--config FILE`, `--set key.path=value` (repeatable) and `--model M`;

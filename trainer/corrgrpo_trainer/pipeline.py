@@ -4,7 +4,7 @@ directory.
 1. warm-up: the config's `warmup` (an SFT config) trains the RL config's `model` unless a checkpoint made of
    the same model, data and settings is there already (`<output root>/warmups/<domain>-<hash>`); RL starts
    from it.
-2. RL (train.py); the policy is saved to `<run_dir>/policy`.
+2. RL (train.py). The policy is saved to `<run_dir>/policy`.
 3. the `evaluation` section: code and tool-call rows get one greedy completion each, scored by the services
    (per-component means); AgentDojo episodes run through agentdojo/episode_metrics.py. Written to
    `<run_dir>/evaluation.json`.
@@ -44,7 +44,7 @@ def write_resolved(config: Config, run_dir: Path, name: str = RESOLVED) -> None:
 
 
 def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> dict[str, Any] | None:
-    """Warm up (when its checkpoint is missing), train, save the policy and evaluate it; the held-out metrics
+    """Warm up (when its checkpoint is missing), train, save the policy and evaluate it. The held-out metrics
     (None without an `evaluation` section). `resume` continues the run directory's training from its last
     checkpoint."""
     check_services(config.services)  # before the warm-up: a down service should not cost a warm-up first

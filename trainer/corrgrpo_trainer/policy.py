@@ -17,7 +17,7 @@ from .models import TINY, load_pretrained
 
 
 def load_policy(model: str, output_dir: str, threads: int | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer): "tiny" builds the local tiny policy; anything else is resolved by
+    """(model, tokenizer): "tiny" builds the local tiny policy. Anything else is resolved by
     models.load_pretrained (the embedded default, a local checkpoint or a hub id; bf16 on GPU). On CPU torch
     runs `threads` threads (None: torch's default)."""
     if threads and not torch.cuda.is_available():

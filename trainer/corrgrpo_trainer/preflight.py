@@ -1,7 +1,7 @@
 """`python -m corrgrpo_trainer preflight`: one generation batch of the configured policy scored by the real
 services, and what it says about the config before a run spends hours on it.
 
-The batch is made by the run's own trainer (train.build_trainer), so TRL's own sampling settings; one group of
+The batch is made by the run's own trainer (train.build_trainer), so TRL's own sampling settings. One group of
 it is trained on for real (TRL's loss, backward, no optimizer step) to time the update. The report: truncation
 rate, per-component zero-variance share and reward range, seconds per item per service, a step's time split
 into generation / scoring / update, and advice drawn from those numbers. `run` prints the same lines before
@@ -88,7 +88,7 @@ class Report:
         return self.generation_s + self.scoring_s + self.update_s
 
     def advice(self) -> list[str]:
-        """What to change, from the numbers; empty when nothing stands out."""
+        """What to change, from the numbers. Empty when nothing stands out."""
         advice = []
         if self.truncation_rate > TRUNCATION_ADVICE:
             lengths = [

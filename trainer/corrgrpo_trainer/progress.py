@@ -75,8 +75,8 @@ SHOWN_S = 0.05
 
 class StepPhases:
     """What the current step is doing and for how long: generating, log-probs, scoring (per service, items/s),
-    updating. On a terminal one line is rewritten every second; elsewhere a line is written every HEARTBEAT_S
-    while a phase lasts; each step ends with a summary line of its phases. Thread-safe: scoring runs on TRL's
+    updating. On a terminal one line is rewritten every second. Elsewhere a line is written every HEARTBEAT_S
+    while a phase lasts. Each step ends with a summary line of its phases. Thread-safe: scoring runs on TRL's
     event-loop thread."""
 
     def __init__(self, stream: TextIO | None = None) -> None:

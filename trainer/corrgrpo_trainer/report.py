@@ -5,8 +5,8 @@ Everything is computed again from `rollouts.jsonl` with each run's weights (rund
 grouped them, with the statistics of advantages.py, so a plot says what the estimator saw:
 
 - rewards.png          each component's mean per step (one run: a band for its 25-75 % range), and the
-  weighted total;
-                       a component trained at weight 0 is drawn grey and titled so
+  weighted total.
+                       A component trained at weight 0 is drawn grey and titled so
 - scale.png            CorrGRPO's scale 1 / sqrt(Σρ + ε) per group (one run: dots) and its mean per step,
   beside
                        GRPO's 1 / std R (log scale when anything varied)
@@ -16,7 +16,7 @@ grouped them, with the statistics of advantages.py, so a plot says what the esti
                        its number, a pair never both varying a grey cell with "n/a"
 - zero_variance.png    per step: the share of groups whose total did not vary (advantage 0: nothing learned)
   and,
-                       per trained component, the share in which it did not vary; the legend beside the plot
+                       per trained component, the share in which it did not vary. The legend beside the plot
 - evaluation.png       the held-out evaluation (evaluation.json) of each run that has one
 
 Runs overlaid (an ablation: GRPO, CorrGRPO, GDPO on the same seed) share the plots, one colour per run. A run
@@ -125,7 +125,7 @@ def labels(paths: Sequence[Path]) -> list[str]:
 
 def report(run_dirs: str | Path | Sequence[str | Path], output_dir: str | Path | None = None) -> list[Path]:
     """Write the PNGs of the run (or the runs, overlaid) into `output_dir` (default: the run directory; for
-    several runs, `report` under the working folder); their paths."""
+    several runs, `report` under the working folder). Their paths."""
     try:
         import matplotlib
     except ImportError:

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_trainer rescore RUN_DIR`: a run's kept rollouts scored again; per component, how many
+"""`python -m corrgrpo_trainer rescore RUN_DIR`: a run's kept rollouts scored again. Per component, how many
 changed.
 
 A reward change (a new grader, a fixed bug, another deployment) checked against real past rollouts before it
@@ -6,7 +6,7 @@ trains anything: the rollouts go through the run's own reward columns (rewards.p
 `config.resolved.yaml`; `--url NAME=URL` points a service elsewhere, with the token of `--token-file` or none:
 the run's token goes to the run's services only), one request per service per step as in training. A value
 changed when it differs at float32 precision (the kept values went through TRL's float32 reward tensor) or
-became missing or scored; a stage when the service's `info.stage` differs. The counts are printed and every
+became missing or scored. A stage when the service's `info.stage` differs. The counts are printed and every
 change is written to `<run_dir>/rescore.json`. AgentDojo rollouts are multi-turn episodes whose tool results
 came from the service: they cannot be sent again.
 """
@@ -130,7 +130,7 @@ async def compare(columns: Sequence[RewardColumn], run: Run) -> list[Change]:
 def rescore(
     run_dir: str | Path, urls: Mapping[str, str] | None = None, token_file: str | None = None
 ) -> dict[str, Any]:
-    """Score the run's rollouts again; the summary written to `<run_dir>/rescore.json` (also returned)."""
+    """Score the run's rollouts again. The summary written to `<run_dir>/rescore.json` (also returned)."""
     run = read_run(run_dir)
     if not run.rollouts:
         raise InputError(

@@ -19,7 +19,7 @@ import torch
 from .advantages import ESTIMATORS, diagnostics
 from .config import InputError
 
-MAX_NESTING = 4  # {"rewards": [B][G][K]}: an object around three lists; anything deeper is not this input
+MAX_NESTING = 4  # {"rewards": [B][G][K]}: an object around three lists. Anything deeper is not this input
 
 
 def _number(value: Any, where: str) -> float:
@@ -91,7 +91,7 @@ def load_rewards(payload: Any) -> tuple[torch.Tensor, list[float] | None, list[s
 
 
 def advantages_report(payload: Any, estimators: Sequence[str]) -> dict[str, Any]:
-    """{"advantages": {estimator: [B][G]}, "diagnostics": {...}}; each estimator applies the weights its own
+    """{"advantages": {estimator: [B][G]}, "diagnostics": {...}}. Each estimator applies the weights its own
     way."""
     rewards, weights, names = load_rewards(payload)
     advantages = {name: ESTIMATORS[name](rewards, weights).tolist() for name in estimators}

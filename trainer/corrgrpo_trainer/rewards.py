@@ -3,14 +3,14 @@ batch.
 
 TRL calls every reward function with the whole batch (`prompts`, `completions` and each dataset column as a
 list) and logs `rewards/<function name>/mean`. A service returns a vector per item, so
-`ServiceRewards.columns()` gives one async function per component, named after it; they share one cached call:
+`ServiceRewards.columns()` gives one async function per component, named after it. They share one cached call:
 the first column to run scores the batch, the others await the same task. TRL runs async reward functions
 concurrently with `asyncio.gather` on its daemon loop, so the services of a step are called at the same time,
 one request each (the client splits very large batches into chunks). Every request carries the training
 weights, so a response's `total` is the sum TRL optimises. A per-item error becomes None in every column (the
 rule of `corrgrpo_proto.common`: TRL 1.16 leaves a rollout whose every reward is None out of its group's
 statistics, advantage 0). An item the service refuses (413, 422: malformed or over a limit) is such an error,
-with a warning, never the whole batch's failure; a service that cannot be reached through the client's retries
+with a warning, never the whole batch's failure. A service that cannot be reached through the client's retries
 fails the step with `RewardServiceUnavailable`.
 
 Plain TRL, one line per service: `reward_funcs, reward_weights = trl_rewards(url)`, then
@@ -90,8 +90,8 @@ def batch_rows(count: int, columns: dict[str, Any]) -> list[Row]:
 
 class SharedCall(Generic[T]):
     """The latest call's result by key, shared by concurrent callers (TRL starts a step's columns together):
-    the first caller with a new key starts the call, the others await the same task; a failure lets the next
-    caller try again; a success is kept as a plain value, readable from any later event loop."""
+    the first caller with a new key starts the call, the others await the same task. A failure lets the next
+    caller try again. A success is kept as a plain value, readable from any later event loop."""
 
     def __init__(self) -> None:
         self._entry: tuple[str, asyncio.Future[T] | T] | None = None
@@ -118,7 +118,7 @@ class ServiceRewards:
     """The reward components of one service as TRL reward functions sharing one request per batch.
 
     An item is generic (`corrgrpo_proto.items`): the row's columns that are fields of the service's item (read
-    once from its `/openapi.json`), and the completion; the service validates it. `components` are the columns
+    once from its `/openapi.json`), and the completion. The service validates it. `components` are the columns
     to expose (a subset of the service's, in the order wanted); `prefix` is put before each column's name (use
     it when two services share a component name, e.g. `format`). `client_options` go to `AsyncRewardClient`
     (timeout, retries, backoff, chunk_size, chunk_bytes, max_concurrency, token). `weights` (every
@@ -164,14 +164,14 @@ class ServiceRewards:
             ) from error
 
     async def results(self, items: list[dict[str, Any]]) -> list[ItemResult]:
-        """Scored results of `items`; concurrent callers with the same batch share one request."""
+        """Scored results of `items`. Concurrent callers with the same batch share one request."""
         # once: the cache key is the hash of what goes on the wire
         encoded = [encode_item(item) for item in items]
         key = hashlib.sha256(b"\n".join(encoded)).hexdigest()  # an item's JSON has no raw newline
         return await self._results.get(key, lambda: self._call(lambda client: self._score(client, encoded)))
 
     async def _score(self, client: AsyncRewardClient, encoded: list[bytes]) -> list[ItemResult]:
-        """The results of `encoded`; a request refused for an item it holds is halved until the refused items
+        """The results of `encoded`. A request refused for an item it holds is halved until the refused items
         stand alone, each then an error result (missing in every column) with a warning. A service validates a
         request before it scores any item, so every item that can be scored is scored once."""
         try:
@@ -204,7 +204,7 @@ class ServiceRewards:
         client_options: dict[str, Any] | None = None,
     ) -> ServiceRewards:
         """The service at `url` as it declares itself in `/v1/components`: its components (default: all)
-        weighted as it declares (`weights` overrides some); the others go out at weight 0, so a result's
+        weighted as it declares (`weights` overrides some). The others go out at weight 0, so a result's
         `total` is the trained sum."""
         options = client_options or {}
         with RewardClient(url, **sync_options(options)) as client:
@@ -275,7 +275,7 @@ def trained_weights(
 
 
 def reward_columns(services: Sequence[ServiceRewards]) -> list[RewardColumn]:
-    """All services' columns for `GRPOTrainer(reward_funcs=...)`; names must be unique (TRL keys its metrics
+    """All services' columns for `GRPOTrainer(reward_funcs=...)`. Names must be unique (TRL keys its metrics
     by them)."""
     columns = [column for service in services for column in service.columns()]
     names = [column.__name__ for column in columns]

@@ -2,7 +2,7 @@
 a step.
 
 A row goes to every configured service as an item (its item fields and the completion). Each service's
-`/openapi.json` names the request model of `POST /v1/score`; that model is a wire model of `corrgrpo_proto`,
+`/openapi.json` names the request model of `POST /v1/score`. That model is a wire model of `corrgrpo_proto`,
 the one the service validates requests with, so the check here is the service's own validation run on a
 one-item request with an empty completion, not a copy of it. What the model does not decide (a service's size
 limits, a `task_id` it did not load) is refused at scoring; rewards.py then leaves that rollout missing rather
@@ -23,7 +23,7 @@ from corrgrpo_proto.schemas import MODELS
 from .config_shape import Service
 from .rewards import client_options, sync_options
 
-SHOWN = 5  # rows named in the line; the rest are counted
+SHOWN = 5  # rows named in the line. The rest are counted
 
 
 def request_model(document: Mapping[str, Any]) -> type[BaseModel] | None:
@@ -65,7 +65,7 @@ def refused_rows(rows: Sequence[Mapping[str, Any]], services: Mapping[str, Servi
 def checked_rows(
     rows: list[dict[str, Any]], services: Mapping[str, Service], first: int = 0, label: str = "dataset"
 ) -> list[dict[str, Any]]:
-    """`rows` (from row `first` of their source) without those a configured service cannot take; one line says
+    """`rows` (from row `first` of their source) without those a configured service cannot take. One line says
     how many, which (row numbers of the source) and why."""
     refused = refused_rows(rows, services)
     if not refused:

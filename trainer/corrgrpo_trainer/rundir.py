@@ -32,12 +32,12 @@ METRICS, RUN, ROLLOUTS, PROMPTS = "metrics.jsonl", "run.json", "rollouts.jsonl",
 
 
 class Interrupted(Exception):
-    """A run stopped by Ctrl-C; the message is one line, which `cli.main` completes with the resume
+    """A run stopped by Ctrl-C. The message is one line, which `cli.main` completes with the resume
     command."""
 
 
 def claim(run_dir: str | Path, output_dir: str | Path, resume: bool) -> None:
-    """A run starts only where no run is: both directories new or empty; a resumed one needs a checkpoint in
+    """A run starts only where no run is: both directories new or empty. A resumed one needs a checkpoint in
     `output_dir` unless it kept no step yet (starting over would drop the steps it kept)."""
     for directory in dict.fromkeys((Path(run_dir), Path(output_dir))):
         if not resume and directory.is_dir() and any(directory.iterdir()):

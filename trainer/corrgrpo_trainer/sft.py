@@ -10,12 +10,12 @@ learned (docs/policy_experiment.md). A short SFT (TRL's `SFTTrainer`) on demonst
   `think_sentences` keeps the first sentences of each `<think>` (ToolRL's run to ~300 tokens, RL's completions
   get 64-128).
 - `agentdojo`: the training user tasks' ground truths, executed by the service (agentdojo/demonstrations.py),
-  as the conversation TRL's environment loop produces; loss on the assistant turns only (not the tool
+  as the conversation TRL's environment loop produces. Loss on the assistant turns only (not the tool
   results).
 
 Rows longer than `trl.max_length` tokens are dropped, not truncated (a cut demonstration teaches no answer).
 The checkpoint (model and tokenizer, its tool-calling template included) goes to `trl.output_dir`, where `run`
-finds it (an RL config names this config as its `warmup`); every logged step is appended to
+finds it (an RL config names this config as its `warmup`). Every logged step is appended to
 `<output_dir>/metrics.jsonl`.
 
 `python -m corrgrpo_trainer.sft generate` writes greedy completions of RLLA-4K or API-Bank prompts as the
@@ -137,7 +137,7 @@ def sft(config: WarmupConfig, progress: bool = True) -> Any:
     name = config.model
     model, tokenizer = load_policy(name, trl_args["output_dir"], config.threads)
     if config.domain.episodes:
-        # the template the RL loop renders tools with; saved with the checkpoint
+        # the template the RL loop renders tools with. Saved with the checkpoint
         tool_calling_template(tokenizer)
     args = SFTConfig(**{"bf16": bf16(name), **trl_args})
     spec = config.dataset

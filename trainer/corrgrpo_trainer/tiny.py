@@ -1,7 +1,7 @@
 """A tiny Qwen2-style policy built locally (no hub): for CPU runs, tests and `make demo`.
 
 The tokenizer is a byte-level BPE trained on a handful of strings, so any text round-trips
-(unknown words fall back to bytes); it carries a ChatML chat template like Qwen's, so TRL's
+(unknown words fall back to bytes). It carries a ChatML chat template like Qwen's, so TRL's
 conversational path works unchanged. The model is randomly initialised (~32k parameters).
 """
 
@@ -27,7 +27,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-# A few strings in the shapes the domains produce; enough for a few hundred merges.
+# A few strings in the shapes the domains produce. Enough for a few hundred merges.
 TRAINING_TEXT = [
     "def add(a, b):\n    return a + b\n",
     "```python\nclass Solution:\n    def twoSum(self, nums: list[int], target: int) -> list[int]:\n        "

@@ -1,11 +1,11 @@
 """`python -m corrgrpo_trainer train`: one RL run, read top-down as it happens: config → data → policy →
 trainer.
 
-1. config (config.py): the YAML with the command line's overrides; every configured service must answer first.
+1. config (config.py): the YAML with the command line's overrides. Every configured service must answer first.
 2. data and rewards: single-turn domains read their dataset (data.py) and score it with one reward column per
    service component (rewards.py); AgentDojo's episodes bring rows, columns and environments (agentdojo/).
 3. policy (policy.py): the config's `model`.
-4. trainer (trl_trainer.py): TRL's GRPOTrainer with the configured advantage estimator; each logged step is a
+4. trainer (trl_trainer.py): TRL's GRPOTrainer with the configured advantage estimator. Each logged step is a
    progress line and a line of `<run_dir>/metrics.jsonl` (progress.py). `preflight` builds the same trainer.
 """
 
@@ -92,7 +92,7 @@ def train(
     Every logged step is appended to `<run_dir>/metrics.jsonl` (TRL's metrics, the estimator's diagnostics,
     `model/params`). `resume` continues from the last checkpoint of the output directory (from the start when
     there is none). The first Ctrl-C ends the run after the current step, saved as a resume needs it
-    (Interrupted); a second one stops at once.
+    (Interrupted). A second one stops at once.
     """
     from transformers import PrinterCallback
 

@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer with the advantage estimator of corrgrpo_trainer.advantages (CorrGRPO, GRPO or GDPO).
 
-TRL computes advantages inline in `_generate_and_score_completions`; there is no hook. So:
+TRL computes advantages inline in `_generate_and_score_completions`. There is no hook. So:
 1. `_calculate_rewards` is wrapped to keep the [N, K] reward tensor TRL gathers from all processes;
 2. after `super()._generate_and_score_completions` the advantages of all N rollouts are recomputed
    (groups of `num_generations` consecutive rows, as TRL groups them) and this process's slice replaces
@@ -52,7 +52,7 @@ from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, diagnostics
 from corrgrpo_trainer.progress import ABS_ADVANTAGE, StepPhases
 from corrgrpo_trainer.rundir import RolloutWriter
 
-SUPPORTED_TRL = (Version("1.14"), Version("1.17"))  # the pyproject pin; tested with 1.16
+SUPPORTED_TRL = (Version("1.14"), Version("1.17"))  # the pyproject pin. Tested with 1.16
 
 # The private methods this subclass relies on, with the parameters it passes through.
 _HOOKS = {
@@ -112,7 +112,7 @@ class CorrGRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         if (
             self.activation_checkpointing is None
-        ):  # TRL sets the deprecated alias; pass it on under its new name (no warning)
+        ):  # TRL sets the deprecated alias. Pass it on under its new name (no warning)
             self.activation_checkpointing = self.gradient_checkpointing
         super().__post_init__()
         if self.advantage_estimator not in ESTIMATORS:
@@ -130,7 +130,7 @@ class CorrGRPOConfig(GRPOConfig):
 
 
 class CorrGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose advantages come from `args.advantage_estimator`; logs `corrgrpo/*` and `grpo/*`
+    """GRPOTrainer whose advantages come from `args.advantage_estimator`. Logs `corrgrpo/*` and `grpo/*`
     diagnostics."""
 
     args: CorrGRPOConfig
@@ -194,7 +194,7 @@ class CorrGRPOTrainer(GRPOTrainer):
         local = out["advantages"].shape[0]
         start = self.accelerator.process_index * local
         out["advantages"] = advantages[start : start + local].to(out["advantages"].dtype)
-        # TRL logged its own advantages of all rollouts for the completions table; show ours instead.
+        # TRL logged its own advantages of all rollouts for the completions table. Show ours instead.
         logged = self._logs["advantages"]
         for _ in range(min(len(advantages), len(logged))):
             logged.pop()
@@ -222,7 +222,7 @@ class CorrGRPOTrainer(GRPOTrainer):
     def _keep_rollouts(
         self, rows: list[dict[str, Any]], rewards: torch.Tensor, advantages: torch.Tensor
     ) -> None:
-        """The generation's rollouts into the run directory; completions and extra columns as TRL logged
+        """The generation's rollouts into the run directory. Completions and extra columns as TRL logged
         them."""
         if self.rollouts is None:  # not the main process: it only took part in the gather
             return
@@ -285,7 +285,7 @@ class PhaseCallback(TrainerCallback):
 
 def timed(func: Callable[..., Any], phases: StepPhases) -> Callable[..., Any]:
     """A reward function that tells `phases` how long it took for how many items, under its service's name (a
-    column's `service` attribute, rewards.py) or its own; other reward models (nn.Module) are left as they
+    column's `service` attribute, rewards.py) or its own. Other reward models (nn.Module) are left as they
     are."""
     if isinstance(func, torch.nn.Module):
         return func

@@ -2,7 +2,7 @@
 service.
 
 Every AgentDojo user task has `ground_truth(pre_environment)`, the function calls that solve it, and most a
-`GROUND_TRUTH_OUTPUT`, the answer; both are read with the `agentdojo` package on the suite's default
+`GROUND_TRUTH_OUTPUT`, the answer. Both are read with the `agentdojo` package on the suite's default
 environment, at the benchmark version the service reports. The calls then run through the environment class
 the RL loop uses (trl_environment.py: `reset` creates the episode, one tool method and one `/step` per call),
 so the tool results, injections included, are what the policy reads in training, and `/finish` with the answer
@@ -99,7 +99,7 @@ class Demonstration:
 def demonstrate(
     env: AgentDojoEnvironment, row: dict[str, Any], calls: Sequence[dict[str, Any]], answer: str
 ) -> Demonstration | str:
-    """Run `calls` then `answer` in a fresh episode of `row`; the demonstration, or why it was rejected."""
+    """Run `calls` then `answer` in a fresh episode of `row`. The demonstration, or why it was rejected."""
     messages = [dict(row["prompt"][0]), {"role": "user", "content": env.reset(**row)}]
     for call in calls:
         call_message = {"type": "function", "function": {"name": call["function"], "arguments": call["args"]}}

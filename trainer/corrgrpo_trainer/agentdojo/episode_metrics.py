@@ -1,7 +1,7 @@
 """AgentDojo's paper metrics: `python -m corrgrpo_trainer eval` (and `rollout`, a look at a few episodes).
 
 Code and tool-call completions are scored offline by their services' evaluators
-(`corrgrpo_code.execution_metrics`, `corrgrpo_toolcall.match_metrics`); an AgentDojo episode needs the policy
+(`corrgrpo_devtools.execution_metrics`, `corrgrpo_toolcall.match_metrics`). An AgentDojo episode needs the policy
 in the loop, so its evaluator lives here. Episodes run through TRL's multi-turn loop as in training (the
 trainer's `evaluate`, no update), so the policy sees the same prompts, tools and tool results.
 """
@@ -21,7 +21,7 @@ from .trl_inputs import AgentDojoEpisodes, agentdojo_episodes, task_rows
 def run_episodes(
     config: AgentDojoRL, episodes: AgentDojoEpisodes, rows: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Run each row's episode once with the config's policy; the finished episodes (`EpisodeLog` rows)."""
+    """Run each row's episode once with the config's policy. The finished episodes (`EpisodeLog` rows)."""
     from datasets import Dataset
 
     from ..trl_trainer import CorrGRPOConfig, CorrGRPOTrainer
@@ -29,7 +29,7 @@ def run_episodes(
     trl_args = {k: v for k, v in config.trl.items() if k != "max_steps"}
     name = config.model
     model, tokenizer = load_policy(name, trl_args["output_dir"], config.threads)
-    # one generation per episode; the train-side sizes only have to be valid
+    # one generation per episode. The train-side sizes only have to be valid
     trl_args |= {
         "num_generations": 2,
         "per_device_train_batch_size": 2,
@@ -51,8 +51,8 @@ def run_episodes(
 
 def evaluate(config: RLConfig, output: str | None = None) -> dict[str, Any]:
     """Run every configured episode once with the policy through TRL's multi-turn loop (the trainer's
-    `evaluate`, no update) under the config's `dataset`, plus the same user tasks without attack;
-    print the paper's metrics as a table and write them (with every episode) as JSON to `output`."""
+    `evaluate`, no update) under the config's `dataset`, plus the same user tasks without attack.
+    Print the paper's metrics as a table and write them (with every episode) as JSON to `output`."""
     if not isinstance(config, AgentDojoRL):
         raise ValueError("the AgentDojo evaluation needs an agentdojo config (domain: agentdojo)")
     attacked = agentdojo_episodes(config)
@@ -86,7 +86,7 @@ def rollout(config: RLConfig, count: int) -> list[dict[str, Any]]:
 
 def paper_metrics(log: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Utility without attack, utility under attack and attack success rate (ASR = share of attacked
-    episodes whose injection goal was met) over the finished episodes; unscored ones are counted apart."""
+    episodes whose injection goal was met) over the finished episodes. Unscored ones are counted apart."""
     scored = [row for row in log if row["components"] is not None]
     benign = [row["components"]["utility"] for row in scored if row["injection_task"] is None]
     attacked = [row["components"] for row in scored if row["injection_task"] is not None]

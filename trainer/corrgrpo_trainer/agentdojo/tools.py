@@ -1,7 +1,7 @@
 """The suite's tools as Python methods TRL can render and call, and a chat template that renders tool calls.
 
 TRL renders a tool from its Python signature, type hints and Google-style docstring (transformers'
-`get_json_schema`), so each tool schema the service serves becomes a method with exactly those; calling it
+`get_json_schema`), so each tool schema the service serves becomes a method with exactly those. Calling it
 runs the tool in the instance's episode (`_run_tool`, trl_environment.py).
 """
 
@@ -53,7 +53,7 @@ def _one_line(text: str) -> str:
 
 def tool_method(tool: dict[str, Any]) -> Callable[..., str]:
     """A method named after the tool whose signature, type hints and Google-style docstring describe its
-    parameters (what TRL renders into the prompt); calling it runs the tool in the episode."""
+    parameters (what TRL renders into the prompt). Calling it runs the tool in the episode."""
     function = tool["function"]
     name, parameters = function["name"], function.get("parameters", {})
     properties, required = parameters.get("properties", {}), set(parameters.get("required", []))

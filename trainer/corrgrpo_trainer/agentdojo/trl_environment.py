@@ -1,6 +1,6 @@
 """Multi-turn AgentDojo for TRL's GRPOTrainer: the policy calls the suite's tools and reads their results.
 
-TRL 1.16's `environment_factory` gives every rollout its own environment instance; its public
+TRL 1.16's `environment_factory` gives every rollout its own environment instance. Its public
 methods are the tools (TRL renders their signatures and docstrings into the chat template and
 calls them when the policy emits a tool call), `reset(**row)` starts it and returns text appended
 to the prompt, and reward functions receive the instances as `environments=`. Here each instance
@@ -9,16 +9,16 @@ is one episode of the AgentDojo service, reached only over HTTP through `corrgrp
 - `reset` creates the episode (`POST /v1/episodes`) for the row's suite, user task, injection task
   and attack and returns the user task's prompt (the row's prompt holds agentdojo's system message);
 - each tool method is built from the service's tool schema (name, parameters, description) and
-  runs one `POST .../step`; the result text (injections included) is what the policy reads next.
+  runs one `POST .../step`. The result text (injections included) is what the policy reads next.
   A failed call raises `ToolError` with the service's error text: TRL shows it to the policy as
-  the tool's result and counts it in `tools/failure_frequency`; the training step goes on;
+  the tool's result and counts it in `tools/failure_frequency`. The training step goes on;
 - the reward columns `utility` and `security` call `POST .../finish` once per rollout with the
   last assistant message (the service reads the answer out of it) and give the two components.
   An episode whose finish fails scores None (missing) and is left to expire.
 
 The protocol: the tool calls TRL parsed from the policy's text go to `/step` as structured `tool_calls`,
-the wire contract's typed form (one parser, the policy's own chat template, decides what the policy called);
-the last message goes to `/finish` raw, so the service reads the answer and checks its form. Timing of
+the wire contract's typed form (one parser, the policy's own chat template, decides what the policy called).
+The last message goes to `/finish` raw, so the service reads the answer and checks its form. Timing of
 every service call is kept in `ServiceClock`, so a run can say how much of a step the service took.
 """
 
@@ -116,7 +116,7 @@ class AgentDojoEnvironment:
             self.clock.record(kind, start, time.perf_counter())
 
     def reset(self, **row: Any) -> str:
-        """Create the row's episode; the user task's prompt is appended to the (empty) last user message."""
+        """Create the row's episode. The user task's prompt is appended to the (empty) last user message."""
         spec = EpisodeSpec(**{key: row.get(key) for key in SPEC_KEYS})
         if spec.suite != self.suite:
             raise ValueError(f"a {spec.suite} row reached the {self.suite} environment")
@@ -130,7 +130,7 @@ class AgentDojoEnvironment:
         return str(episode.messages[-1]["content"])
 
     def _run_tool(self, function: str, arguments: dict[str, Any]) -> str:
-        """Run one tool call in the episode; its result text, or ToolError with the text the policy should
+        """Run one tool call in the episode. Its result text, or ToolError with the text the policy should
         see."""
         if self.episode_id is None:
             raise ToolError("no episode: reset() did not run")
@@ -161,7 +161,7 @@ class AgentDojoEnvironment:
                         )
                     )
                 except (RewardServiceError, RewardServiceUnavailable):
-                    self._result = None  # left to expire; the rollout's rewards are missing
+                    self._result = None  # left to expire. The rollout's rewards are missing
                 self.log.add(self.spec, self._result)
                 self.episode_id = None
             return self._result

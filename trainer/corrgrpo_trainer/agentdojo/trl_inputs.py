@@ -1,7 +1,7 @@
 """AgentDojo's rows and what GRPOTrainer needs to train on them multi-turn, read from the service.
 
 The config's `dataset` section selects the episodes (suites, user tasks, injection tasks, attack) out of
-`GET /v1/tasks`; one environment class per suite (the suites' tools differ) and rows select theirs by an
+`GET /v1/tasks`. One environment class per suite (the suites' tools differ) and rows select theirs by an
 `environment` column, TRL's multi-environment form.
 """
 
@@ -65,7 +65,7 @@ class AgentDojoEpisodes:
     log: EpisodeLog
 
     def trainer_kwargs(self, tokenizer: Any) -> dict[str, Any]:
-        """Extra GRPOTrainer arguments; fits the tokenizer's chat template for tool calls in place."""
+        """Extra GRPOTrainer arguments. Fits the tokenizer's chat template for tool calls in place."""
         tool_calling_template(tokenizer)
         return {"environment_factory": dict(self.factories)}
 
