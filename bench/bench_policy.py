@@ -9,10 +9,11 @@ prompts.
 Per task (code: HumanEval; toolcall: RLLA-4K), the base policy is evaluated once on held-out prompts, then for
 every seed × estimator a fresh copy trains `--steps` steps against the live services
 (`corrgrpo_trainer.train.train`, which writes metrics.jsonl) and is evaluated again on the same prompts with
-greedy decoding. Metrics are the services' own evaluators: code `python -m corrgrpo_devtools.execution_metrics`
-(Executable, Pass@1, Efficiency; run as a subprocess because it pins itself to one core), toolcall
-`corrgrpo_toolcall.match_metrics` (format, name, parameter name / value, all-exact, %). Each run's results are
-written as soon as it ends, so `--report-only` can tabulate a partial run.
+greedy decoding. Metrics are the services' own evaluators: code `python -m
+corrgrpo_devtools.execution_metrics` (Executable, Pass@1, Efficiency; run as a subprocess because it pins
+itself to one core), toolcall `corrgrpo_devtools.match_metrics` (format, name, parameter name / value,
+all-exact, %). Each run's results are written as soon as it ends, so `--report-only` can tabulate a partial
+run.
 
 One file of ~340 lines on purpose: a bench script is run by path (`bench/` is no package) and read top-down,
 from the rows to the table.
@@ -99,8 +100,8 @@ def evaluate(
             [*command, "--workers", "1", "--json"], capture_output=True, text=True, check=True
         )
         return json.loads(result.stdout.strip().splitlines()[-1])
+    from corrgrpo_devtools.match_metrics import evaluate as evaluate_toolcall
     from corrgrpo_toolcall.datasets import load
-    from corrgrpo_toolcall.match_metrics import evaluate as evaluate_toolcall
 
     (where / "eval_completions.jsonl").write_text(
         "".join(json.dumps({"completion": c}) + "\n" for c in completions)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from corrgrpo_devtools import match_metrics
 from corrgrpo_testing.environment import require_shared_data
-from corrgrpo_toolcall import match_metrics
 from corrgrpo_toolcall.datasets import load, load_api_bank, load_rlla4k
 from corrgrpo_toolcall.scoring import score
 
@@ -77,7 +77,7 @@ def test_evaluate_completions_file(
     assert "scoring the first 3 of 67 rows" in captured.err
     match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "3"])
     assert capsys.readouterr().out.strip().splitlines()[2].startswith("| api-bank-2 | 3 | 3 | 33.33 |")
-    error = "python -m corrgrpo_toolcall.match_metrics: error: "
+    error = "python -m corrgrpo_devtools.match_metrics: error: "
     with pytest.raises(SystemExit) as exit_:
         match_metrics.main(["--dataset", "api-bank-2", "--completions", str(path), "--limit", "2"])
     assert exit_.value.code == 2 and capsys.readouterr().err == f"{error}{path}: 3 completions for 2 rows\n"

@@ -473,8 +473,7 @@ def every_cli() -> dict[str, Callable[[], object]]:
     """`--help` of every command line of the repository's packages, as a call."""
     from corrgrpo_common import cli as service_cli
     from corrgrpo_common.registry import declared
-    from corrgrpo_devtools import docs, execution_metrics, launcher
-    from corrgrpo_toolcall import match_metrics
+    from corrgrpo_devtools import docs, execution_metrics, launcher, match_metrics
 
     clis: dict[str, Callable[[], object]] = {
         f"corrgrpo_trainer {name}": partial(main, [name, "--help"]) for name in COMMANDS
@@ -486,7 +485,7 @@ def every_cli() -> dict[str, Callable[[], object]]:
     return clis | {
         "corrgrpo_trainer": partial(main, ["--help"]),
         "corrgrpo_devtools.execution_metrics": partial(execution_metrics.main, ["--help"]),
-        "corrgrpo_toolcall.match_metrics": partial(match_metrics.main, ["--help"]),
+        "corrgrpo_devtools.match_metrics": partial(match_metrics.main, ["--help"]),
         "corrgrpo_devtools": partial(launcher.main, ["--help"]),
         "corrgrpo_devtools up": partial(launcher.main, ["up", "--help"]),
         "corrgrpo_devtools.docs": partial(docs.main, ["--help"]),

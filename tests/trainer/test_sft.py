@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
+from corrgrpo_devtools.match_metrics import read_completions
 from corrgrpo_testing.environment import require_shared_data
-from corrgrpo_toolcall.match_metrics import read_completions
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config_shape import ToolcallDemonstrations
 from corrgrpo_trainer.models import load_pretrained

@@ -19,7 +19,7 @@ finds it (an RL config names this config as its `warmup`). Every logged step is 
 `<output_dir>/metrics.jsonl`.
 
 `python -m corrgrpo_trainer.sft generate` writes greedy completions of RLLA-4K or API-Bank prompts as the
-JSONL that `python -m corrgrpo_toolcall.match_metrics` scores.
+JSONL that `python -m corrgrpo_devtools.match_metrics` scores.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def sft(config: WarmupConfig, progress: bool = True) -> Any:
 
 def evaluation_prompts(dataset: str, source: str) -> list[list[dict[str, Any]]]:
     """Chat prompts of RLLA-4K (a parquet) or API-Bank level N (`api-bank-N`, the folder of ToolRL's JSON
-    files), in the row order `python -m corrgrpo_toolcall.match_metrics` scores them."""
+    files), in the row order `python -m corrgrpo_devtools.match_metrics` scores them."""
     if dataset == "rlla4k":
         import pandas as pd
 

@@ -40,7 +40,7 @@ class ToolCallSettings(ServiceSettings):
     toolcall_data_dir: Path | None = Field(
         None,
         description="Folder with `rlla_4k/test.parquet` and `api_bank/level-N-api_processed.json`, read by "
-        "`python -m corrgrpo_toolcall.match_metrics` when no `--source` is given; unset: `--source` is "
+        "`python -m corrgrpo_devtools.match_metrics` when no `--source` is given; unset: `--source` is "
         "required",
     )
 

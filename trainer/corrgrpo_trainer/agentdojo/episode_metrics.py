@@ -1,7 +1,7 @@
 """AgentDojo's paper metrics: `python -m corrgrpo_trainer eval` (and `rollout`, a look at a few episodes).
 
 Code and tool-call completions are scored offline by their services' evaluators
-(`corrgrpo_devtools.execution_metrics`, `corrgrpo_toolcall.match_metrics`). An AgentDojo episode needs the
+(`corrgrpo_devtools.execution_metrics`, `corrgrpo_devtools.match_metrics`). An AgentDojo episode needs the
 policy in the loop, so its evaluator lives here. Episodes run through TRL's multi-turn loop as in training
 (the trainer's `evaluate`, no update), so the policy sees the same prompts, tools and tool results.
 """

@@ -1,4 +1,4 @@
-"""`python -m corrgrpo_toolcall.match_metrics`: the paper's Table 2 columns for a file of completions.
+"""`python -m corrgrpo_devtools.match_metrics`: the paper's Table 2 columns for a file of completions.
 
 Columns, over the examples whose ground truth has tool calls (RLLA-4K test: 71 of 80):
 normalised function-name score s_name, parameter-name score s_params/|gt calls|, parameter-value
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .datasets import DATASETS, Example, default_source, load
-from .matching import Matching
-from .scoring import Score, score
-from .settings import ToolCallSettings
+from corrgrpo_toolcall.datasets import DATASETS, Example, default_source, load
+from corrgrpo_toolcall.matching import Matching
+from corrgrpo_toolcall.scoring import Score, score
+from corrgrpo_toolcall.settings import ToolCallSettings
 
 
 @dataclass(frozen=True)
@@ -73,26 +73,22 @@ def report(dataset: str, scores: Sequence[Score]) -> Report:
     )
 
 
-class InputError(ValueError):
-    """An unreadable completions file or dataset source; main() prints it as one line and exits 2."""
-
-
 def read_completions(path: Path, rows: int) -> list[str]:
     """JSONL, one `{"completion": "..."}` per line for the first rows of the dataset, in row order (at most
-    `rows`)."""
+    `rows`). A ValueError names the file and what is wrong with it."""
     try:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         completions = [json.loads(line)["completion"] for line in lines]
     except OSError as error:
-        raise InputError(f"cannot read {path}: {error.strerror or error}") from None
+        raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
     except (ValueError, KeyError, TypeError, RecursionError) as error:
-        raise InputError(
+        raise ValueError(
             f'{path}: expected JSONL of {{"completion": "..."}} ({type(error).__name__}: {error})'
         ) from None
     if len(completions) > rows:
-        raise InputError(f"{path}: {len(completions)} completions for {rows} rows")
+        raise ValueError(f"{path}: {len(completions)} completions for {rows} rows")
     if not all(isinstance(c, str) for c in completions):
-        raise InputError(f'{path}: every line needs a string "completion"')
+        raise ValueError(f'{path}: every line needs a string "completion"')
     return completions
 
 
@@ -107,7 +103,7 @@ def markdown(reports: Sequence[Report]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m corrgrpo_toolcall.match_metrics", description=__doc__.splitlines()[0]
+        prog="python -m corrgrpo_devtools.match_metrics", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "--dataset",
@@ -138,19 +134,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     try:
         examples = load(args.dataset, source)[: args.limit]
-        completions = (
-            [e.ground_truth for e in examples]
-            if args.self
-            else read_completions(args.completions, len(examples))
-        )
-    except InputError as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     except (OSError, ValueError) as error:  # the dataset's files: missing, or not what the loader expects
         parser.exit(
             2,
             f"{parser.prog}: error: cannot load {args.dataset} from {source}: "
             f"{' '.join(str(error).split())}\n",
         )
+    try:
+        completions = (
+            [e.ground_truth for e in examples]
+            if args.self
+            else read_completions(args.completions, len(examples))
+        )
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     if len(completions) < len(examples):
         print(f"scoring the first {len(completions)} of {len(examples)} rows", file=sys.stderr)
         examples = examples[: len(completions)]
