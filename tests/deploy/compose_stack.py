@@ -33,6 +33,11 @@ from docker.models.containers import Container
 
 from corrgrpo_common.registry import declared, default_ports
 from corrgrpo_proto import RewardClient
+from corrgrpo_testing.bad_input import (
+    check_garbage_completions,
+    check_hostile_bodies,
+    check_schema_violations,
+)
 from corrgrpo_testing.manifests import compose as compose_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -349,6 +354,17 @@ def test_hostile_completions_through_nginx_are_the_candidates_failure(stack: Sta
     run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
     SUMMARY["security_shapes"] = run.stdout.strip().splitlines()[-1]
+
+
+def test_bad_input_through_nginx_is_a_4xx_or_a_per_item_result(stack: Stack) -> None:
+    """The reliability suite's bad input (corrgrpo_testing.bad_input) in shape `compose`, every service
+    through nginx: never a 5xx. The stack keeps its default 64 MiB body limit."""
+    with httpx.Client(timeout=300) as http:
+        for name in PORTS:
+            check_hostile_bodies(http, stack.url(name), limit=64 << 20)
+            check_schema_violations(http, stack.url(name), name)
+            check_garbage_completions(http, stack.url(name), name)
+    SUMMARY["bad_input"] = f"4xx or a per-item result through nginx: {', '.join(PORTS)}"
 
 
 def test_agentdojo_episode_across_a_redis_restart_is_an_error_or_its_true_reward(stack: Stack) -> None:
