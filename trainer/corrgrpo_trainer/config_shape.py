@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import typing
-from enum import StrEnum
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -32,12 +32,15 @@ Estimator = Literal["corrgrpo", "grpo", "gdpo"]
 DEFAULT_ESTIMATOR: Estimator = "corrgrpo"
 
 
-class Domain(StrEnum):
+class Domain(str, Enum):  # not StrEnum: Python 3.10 is supported
     """A config's `domain`: it picks the shape of `dataset` (SHAPES) and how a rollout is made."""
 
     CODE = "code"
     TOOLCALL = "toolcall"
     AGENTDOJO = "agentdojo"
+
+    def __str__(self) -> str:
+        return self.value
 
     @property
     def episodes(self) -> bool:
