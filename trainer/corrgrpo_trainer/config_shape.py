@@ -10,7 +10,7 @@ import json
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -219,7 +219,7 @@ class RL(Common):
     run_dir: str | None = Field(None, description="the run's folder (default: trl.output_dir)")
 
     @model_validator(mode="after")
-    def _run_dir_default(self) -> Self:
+    def _run_dir_default(self) -> RL:
         if self.run_dir is None and "output_dir" in self.trl:
             self.run_dir = str(self.trl["output_dir"])
         return self
