@@ -1,5 +1,6 @@
-"""Multi-turn AgentDojo training throughput: episodes per second through TRL's loop, the service's share
-of a step, and whether TRL runs the tool calls of different rollouts concurrently.
+"""Multi-turn AgentDojo training throughput: episodes per second through TRL's loop.
+
+Also the service's share of a step, and whether TRL runs the tool calls of different rollouts concurrently.
 
 Runs `train` (CorrGRPO, TRL environment_factory) against a real AgentDojo service process for
 `--steps` steps on banking/user_task_0 under injection_task_0. Default policy: the tiny one steered

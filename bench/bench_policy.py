@@ -1,5 +1,4 @@
-"""GRPO vs CorrGRPO vs GDPO on a real pretrained policy (SmolLM2-135M-Instruct by default), same seeds and
-prompts.
+"""GRPO vs CorrGRPO vs GDPO on a real pretrained policy (SmolLM2-135M-Instruct), same seeds and prompts.
 
     python bench/bench_policy.py --out /tmp/policy                 # the CPU size (see --help for every knob)
     python bench/bench_policy.py --out /tmp/policy --steps 200 --seeds 0 1 2 --train-prompts 128 \\

@@ -1,5 +1,4 @@
-"""Reward-component correlations on real rollouts of the embedded policy, and what each estimator makes of
-them.
+"""Reward-component correlations on the embedded policy's real rollouts, and what the estimators make of them.
 
     python bench/bench_reward_correlations.py  # make bench: 4 prompts x 4, 64 tokens, own service
     python bench/bench_reward_correlations.py --prompts 16 --group 8 --max-tokens 192 \\

@@ -1,5 +1,4 @@
-"""`python -m corrgrpo_devtools.ray_config [--check]`: deploy/ray/serve.yaml, the Ray Serve config, from the
-declarations.
+"""`python -m corrgrpo_devtools.ray_config [--check]`: the Ray Serve config written from the declarations.
 
 One Serve application per declared service, at `/<name>` on Serve's HTTP port, each a deployment of
 `corrgrpo_common.ray_serve:application` (the app `python -m corrgrpo_<name>` serves). From the declaration:

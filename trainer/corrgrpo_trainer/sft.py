@@ -1,5 +1,4 @@
-"""`python -m corrgrpo_trainer sft`: the supervised warm-up before RL, on demonstrations in the format RL
-rewards.
+"""`python -m corrgrpo_trainer sft`: the supervised warm-up before RL, on demonstrations RL would reward.
 
 By itself the 135M policy never writes a well-formed tool call, so every RL group is constant and nothing is
 learned (docs/policy_experiment.md). A short SFT (TRL's `SFTTrainer`) on demonstrations fixes that:

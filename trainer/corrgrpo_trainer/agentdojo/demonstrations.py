@@ -1,5 +1,4 @@
-"""AgentDojo demonstrations for the SFT warm-up: training user tasks solved by their ground truth, run by the
-service.
+"""AgentDojo demonstrations for the warm-up: training user tasks solved by their ground truth at the service.
 
 Every AgentDojo user task has `ground_truth(pre_environment)`, the function calls that solve it, and most a
 `GROUND_TRUTH_OUTPUT`, the answer. Both are read with the `agentdojo` package on the suite's default
