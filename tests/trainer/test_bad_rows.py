@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from corrgrpo_testing.servers import start_service
+from corrgrpo_testing.tiny_runs import cpu_config
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config_shape import Service
 from corrgrpo_trainer.rewards import REFUSED
 from corrgrpo_trainer.row_check import checked_rows
 from corrgrpo_trainer.rundir import read_jsonl
 
-CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 GOOD = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
 LIMIT = 300  # the service's ground_truth limit in these tests
 
@@ -53,19 +53,8 @@ def test_a_bad_row_costs_that_row_not_the_run(tmp_path: Path, capsys: pytest.Cap
         {"prompt": chat(f"q{i}"), "reward_model": {"ground_truth": g}} for i, g in enumerate(ground_truths)
     ]
     data.write_text("".join(json.dumps(record) + "\n" for record in records))
-    config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
-    config |= {"dataset": {"path": str(data)}, "warmup": None, "evaluation": None}
-    config["trl"] |= {
-        "output_dir": str(tmp_path / "out"),
-        "per_device_train_batch_size": 8,
-        "num_generations": 2,
-    }
-    config["trl"] |= {
-        "max_completion_length": 4,
-        "gradient_checkpointing": False,
-        "use_cpu": True,
-        "report_to": "none",
-    }
+    config = cpu_config("toolcall.yaml", tmp_path / "out", batch=8, generations=2)
+    config |= {"dataset": {"path": str(data)}}
     # the over-long row passes the model, not the service
     env = {"CORRGRPO_TOOLCALL_MAX_GROUND_TRUTH_CHARS": str(LIMIT)}
     with start_service("toolcall", env=env) as service:

@@ -13,13 +13,13 @@ import yaml
 from corrgrpo_proto import RewardClient
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import ServiceProcess, start_service
+from corrgrpo_testing.tiny_runs import cpu_config
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import TOKEN_ENV, InputError, read_config
 from corrgrpo_trainer.rewards import check_services
 from corrgrpo_trainer.rundir import RESOLVED_CONFIG, RolloutWriter
 
 SECRET = "s3cret-token-of-the-test"
-CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 TRUTH = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
 
 
@@ -30,21 +30,10 @@ def toolcall() -> Iterator[ServiceProcess]:
 
 
 def config_file(tmp_path: Path, url: str, client: dict[str, str] | None = None) -> Path:
-    config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
+    config = cpu_config("toolcall.yaml", tmp_path / "out", batch=2, generations=2)
     data = require_shared_data("rlla_4k/test.parquet")
-    config |= {"warmup": None, "evaluation": None, "dataset": {"path": str(data), "limit": 2}}
+    config |= {"dataset": {"path": str(data), "limit": 2}}
     config["services"]["toolcall"] |= {"url": url, "client": client or {}}
-    config["trl"] |= {
-        "output_dir": str(tmp_path / "out"),
-        "per_device_train_batch_size": 2,
-        "num_generations": 2,
-    }
-    config["trl"] |= {
-        "max_completion_length": 4,
-        "gradient_checkpointing": False,
-        "use_cpu": True,
-        "report_to": "none",
-    }
     path = tmp_path / "toolcall.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
