@@ -209,6 +209,11 @@ def test_run_warms_up_trains_and_evaluates_under_the_working_folder_and_reuses_t
     evaluation = json.loads((run / "evaluation.json").read_text())
     assert set(evaluation) == {"format", "name", "param_names", "param_values", "reward"}
     assert f"[eval] 2 held-out rows: format={evaluation['format']:.3f}" in first
+    start = json.loads((run / "evaluation_start.json").read_text())  # the warm-up's weights, before RL
+    assert set(start) == set(evaluation)
+    assert first.index("[run] evaluation: ") < first.index("[train] step 1/1")
+    row = f"[run] held-out {'format':<16} {start['format']:>8.3f} {evaluation['format']:>8.3f}"
+    assert row in first.splitlines()
     assert (run / "policy" / "config.json").is_file() and (run / "metrics.jsonl").is_file()
     assert f"[run] warm-up: {warm} (made of this model, data and settings before: reused)" in second
     assert "[sft] step" not in second and "[train] step 1/1  " in second

@@ -12,7 +12,7 @@ import torch
 
 from corrgrpo_trainer.advantages import CORRGRPO_EPS
 from corrgrpo_trainer.cli import main
-from corrgrpo_trainer.report import Shown, plot_correlations, plot_rewards, steps_of
+from corrgrpo_trainer.report import Shown, plot_correlations, plot_evaluation, plot_rewards, steps_of
 from corrgrpo_trainer.rundir import RolloutWriter, read_run
 
 NAMES = ["a", "b", "c"]
@@ -123,6 +123,21 @@ def test_runs_are_overlaid_with_their_held_out_evaluation(
     ]
     legend = plot_rewards(shown).legends[0]
     assert [text.get_text() for text in legend.get_texts()] == ["grpo/run", "c"]
+
+
+def test_the_held_out_plot_puts_each_runs_start_beside_its_trained_policy(tmp_path: Path) -> None:
+    grpo, corrgrpo = write_run(tmp_path / "grpo", STEPS), write_run(tmp_path / "corrgrpo", STEPS)
+    (grpo / "evaluation_start.json").write_text(json.dumps({"a": 0.25, "reward": 0.5}))
+    (grpo / "evaluation.json").write_text(json.dumps({"a": 0.5, "reward": 1.25}))
+    # an AgentDojo run's file also holds its episodes: not a bar
+    (corrgrpo / "evaluation.json").write_text(json.dumps({"a": 0.75, "log": [{"episode": 1}]}))
+    shown = [Shown(read_run(path), steps_of(read_run(path)), path.name) for path in (grpo, corrgrpo)]
+    axis = plot_evaluation(shown).axes[0]
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["grpo start", "grpo", "corrgrpo"]
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["a", "reward"]
+    heights = [[bar.get_height() for bar in bars] for bars in axis.containers]
+    assert heights[:2] == [[0.25, 0.5], [0.5, 1.25]] and heights[2][0] == 0.75 and math.isnan(heights[2][1])
+    assert [bars.patches[0].get_hatch() for bars in axis.containers] == ["//", None, None]
 
 
 def test_correlations_show_full_names_zero_apart_from_never_varying_and_weight_0_apart(

@@ -5,18 +5,22 @@ directory.
    the same model, data and settings is there already (`<output root>/warmups/<domain>-<hash>`); RL starts
    from it.
 2. RL (train.py). The policy is saved to `<run_dir>/policy`.
-3. the `evaluation` section: code and tool-call rows get one greedy completion each, scored by the services
-   (per-component means); AgentDojo episodes run through agentdojo/episode_metrics.py. Written to
-   `<run_dir>/evaluation.json`.
+3. the `evaluation` section, for the starting weights before RL and for the trained policy after it: code and
+   tool-call rows get one greedy completion each, scored by the services (per-component means); AgentDojo
+   episodes run through agentdojo/episode_metrics.py. Written to `<run_dir>/evaluation_start.json` and
+   `<run_dir>/evaluation.json`, and printed side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import hashlib
 import importlib.metadata
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from .sft import generate, sft
 from .train import train
 
 RESOLVED = "config.resolved.yaml"
+EVALUATION, START_EVALUATION = "evaluation.json", "evaluation_start.json"
 HELD_OUT_TOKENS = 256  # a held-out completion's length when trl.max_completion_length is unset
 
 
@@ -44,9 +49,9 @@ def write_resolved(config: Config, run_dir: Path, name: str = RESOLVED) -> None:
 
 
 def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> dict[str, Any] | None:
-    """Warm up (when its checkpoint is missing), train, save the policy and evaluate it. The held-out metrics
-    (None without an `evaluation` section). `resume` continues the run directory's training from its last
-    checkpoint."""
+    """Warm up (when its checkpoint is missing), evaluate the starting weights, train, save the policy and
+    evaluate it. The trained policy's held-out metrics (None without an `evaluation` section). `resume`
+    continues the run directory's training from its last checkpoint."""
     check_services(config.services)  # before the warm-up: a down service should not cost a warm-up first
     write_resolved(config, config.run_path)
     if warmup is not None:
@@ -60,9 +65,14 @@ def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> 
             )
         else:
             sft(warmup)
+            release_freed_memory()
         config = config.model_copy(update={"model": str(checkpoint)})
     if not config.domain.episodes:  # the lines of `preflight`, before step 1
         preflight(config, warmup)
+        release_freed_memory()
+    start = config.run_path / START_EVALUATION
+    if config.evaluation is not None and not start.is_file():  # the "before" of the run's before/after
+        evaluate_held_out(config, config.model, start)
     policy = config.run_path / "policy"
     if resume and (policy / "config.json").is_file():  # the run was stopped after its training
         print(f"[run] {policy}: training finished before; evaluating it", flush=True)
@@ -71,8 +81,23 @@ def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> 
     record_peak_memory(config.run_path)  # the process's: warm-up, preflight and training
     if config.evaluation is None:
         return None
-    held_out = config.model_copy(update={"model": str(policy), "dataset": config.evaluation})
-    output = config.run_path / "evaluation.json"
+    metrics = evaluate_held_out(config, str(policy), config.run_path / EVALUATION)
+    print(before_after(json.loads(start.read_text()), metrics))
+    return metrics
+
+
+def release_freed_memory() -> None:
+    """Collect the finished stage's reference cycles and hand glibc's freed pages back to the OS, so the next
+    stage's peak does not stack on the last one's (after the warm-up 2.4 GB stayed resident, 0.55 GB after
+    this)."""
+    gc.collect()
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def evaluate_held_out(config: RLConfig, model: str, output: Path) -> dict[str, Any]:
+    """The held-out metrics of `model` on the config's `evaluation` rows, written to `output`."""
+    held_out = config.model_copy(update={"model": model, "dataset": config.evaluation})
     if isinstance(held_out, AgentDojoRL):
         from .agentdojo.episode_metrics import evaluate
 
@@ -81,6 +106,15 @@ def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> 
     output.write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"[run] evaluation: {output}")
     return metrics
+
+
+def before_after(start: dict[str, Any], trained: dict[str, Any]) -> str:
+    """The held-out metrics of the starting weights and of the trained policy, one row each."""
+    rows = [f"[run] held-out {'metric':<16} {'start':>8} {'trained':>8}"]
+    for name, value in trained.items():
+        if isinstance(value, (int, float)) and isinstance(start.get(name), (int, float)):
+            rows.append(f"[run] held-out {name:<16} {start[name]:>8.3f} {value:>8.3f}")
+    return "\n".join(rows)
 
 
 def warmup_checkpoint(config: RLConfig, warmup: WarmupConfig) -> Path:

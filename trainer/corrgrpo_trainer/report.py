@@ -5,19 +5,16 @@ Everything is computed again from `rollouts.jsonl` with each run's weights (rund
 grouped them, with the statistics of advantages.py, so a plot says what the estimator saw:
 
 - rewards.png          each component's mean per step (one run: a band for its 25-75 % range), and the
-  weighted total.
-                       A component trained at weight 0 is drawn grey and titled so
+                       weighted total; a component trained at weight 0 is drawn grey and titled so
 - scale.png            CorrGRPO's scale 1 / sqrt(Σρ + ε) per group (one run: dots) and its mean per step,
-  beside
-                       GRPO's 1 / std R (log scale when anything varied)
-- correlations.png     the mean within-group correlation matrix ρ of the trained components (weight 0 ones are
-  not
-                       in ρ): one run per window of steps, several runs one panel each; 0 is a white cell with
-                       its number, a pair never both varying a grey cell with "n/a"
+                       beside GRPO's 1 / std R (log scale when anything varied)
+- correlations.png     the mean within-group correlation matrix ρ of the trained components (weight 0 ones
+                       are not in ρ): one run per window of steps, several runs one panel each; 0 is a white
+                       cell with its number, a pair never both varying a grey cell with "n/a"
 - zero_variance.png    per step: the share of groups whose total did not vary (advantage 0: nothing learned)
-  and,
-                       per trained component, the share in which it did not vary. The legend beside the plot
-- evaluation.png       the held-out evaluation (evaluation.json) of each run that has one
+                       and, per trained component, the share in which it did not vary
+- evaluation.png       the held-out evaluation of each run that has one: its starting weights
+                       (evaluation_start.json, hatched) beside its trained policy (evaluation.json)
 
 Runs overlaid (an ablation: GRPO, CorrGRPO, GDPO on the same seed) share the plots, one colour per run. A run
 of any shape gets its plots: one step, no group varying, no evaluation, cut short. Groups are left out of a
@@ -41,7 +38,7 @@ from .rundir import Run, read_run
 
 EPS = 1e-4  # GRPO's ε
 WINDOWS = 4  # correlation panels of one run at most
-EVALUATION = "evaluation.json"
+EVALUATION, START_EVALUATION = "evaluation.json", "evaluation_start.json"  # pipeline.py writes them
 
 
 @dataclass(frozen=True)
@@ -72,8 +69,8 @@ class Shown:
             range(len(self.run.weights))
         )
 
-    def evaluation(self) -> dict[str, float] | None:
-        path = self.run.file(EVALUATION)
+    def evaluation(self, name: str = EVALUATION) -> dict[str, float] | None:
+        path = self.run.file(name)
         try:
             return json.loads(path.read_text()) if path.is_file() else None
         except ValueError:
@@ -343,19 +340,37 @@ def plot_zero_variance(shown: list[Shown]) -> Any:
 
 
 def plot_evaluation(shown: list[Shown]) -> Any:
-    results = {s.label: s.evaluation() or {} for s in shown}
-    metrics = list(dict.fromkeys(name for values in results.values() for name in values))
-    fig, (axis,) = figure(width=max(4.0, 1.1 * len(metrics) * max(1, len(shown)) ** 0.5), height=3.4)
-    width = 0.8 / len(shown)
-    for index, (label, values) in enumerate(results.items()):
-        x = [m + (index - (len(shown) - 1) / 2) * width for m in range(len(metrics))]
+    bars = [  # (run index, label, values, hatch): each run's start, when evaluated, then its trained policy
+        (index, label, values, hatch)
+        for index, s in enumerate(shown)
+        for label, values, hatch in [
+            (f"{s.label} start", s.evaluation(START_EVALUATION), "//"),
+            (s.label, s.evaluation() or {}, None),
+        ]
+        if values is not None
+    ]
+    metrics = list(dict.fromkeys(name for *_, values, _ in bars for name, v in values.items() if numeric(v)))
+    fig, (axis,) = figure(width=max(4.0, 1.1 * len(metrics) * max(1, len(bars)) ** 0.5), height=3.4)
+    width = 0.8 / len(bars)
+    for slot, (index, label, values, hatch) in enumerate(bars):
+        x = [m + (slot - (len(bars) - 1) / 2) * width for m in range(len(metrics))]
         heights = [values.get(name, float("nan")) for name in metrics]
-        bars = axis.bar(
-            x, heights, width=width, color=colour(index, shown), label=label if values else f"{label} (none)"
+        drawn = axis.bar(
+            x,
+            heights,
+            width=width,
+            color=colour(index, shown),
+            alpha=0.45 if hatch else 1.0,
+            hatch=hatch,
+            label=label if values else f"{label} (none)",
         )
-        axis.bar_label(bars, fmt="%.3f", fontsize=6)
+        axis.bar_label(drawn, fmt="%.3f", fontsize=6)
     axis.axhline(0, color="black", linewidth=0.6)
     axis.set_xticks(range(len(metrics)), metrics, rotation=30, ha="right", fontsize=8)
     axis.set_ylabel("held-out mean (greedy)")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
+
+
+def numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
