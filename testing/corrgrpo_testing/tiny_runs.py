@@ -11,14 +11,18 @@ CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 CPU_TRL = {"max_completion_length": 4, "gradient_checkpointing": False, "use_cpu": True, "report_to": "none"}
 
 
-def cpu_config(name: str, output_dir: Path, batch: int, generations: int) -> dict[str, Any]:
-    """Config `name` without warm-up or evaluation, `batch` rollouts a step in groups of `generations`."""
-    config = yaml.safe_load((CONFIGS / name).read_text())
+def cpu_config(
+    name: str, output_dir: Path, batch: int, generations: int, folder: Path = CONFIGS, **trl: Any
+) -> dict[str, Any]:
+    """Config `name` of `folder` without warm-up or evaluation, `batch` rollouts a step in groups of
+    `generations`; `trl`: TRL fields set over CPU_TRL's."""
+    config = yaml.safe_load((folder / name).read_text())
     config |= {"warmup": None, "evaluation": None}
     config["trl"] |= {
         "output_dir": str(output_dir),
         "per_device_train_batch_size": batch,
         "num_generations": generations,
         **CPU_TRL,
+        **trl,
     }
     return config

@@ -18,6 +18,7 @@ import yaml
 
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import free_port, start_service
+from corrgrpo_testing.tiny_runs import cpu_config
 from corrgrpo_trainer.advantages import ESTIMATORS, corrgrpo, gdpo
 from corrgrpo_trainer.cli import COMMANDS, build_parser, main
 from corrgrpo_trainer.config import InputError, ServicesDown
@@ -126,14 +127,8 @@ def test_train_command_runs_the_tiny_policy_against_the_live_toolcall_service(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = require_shared_data("rlla_4k/test.parquet")
-    config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
+    config = cpu_config("toolcall.yaml", tmp_path / "out", batch=2, generations=2, max_completion_length=8)
     config["dataset"] = {"path": str(data), "limit": 4}
-    config["trl"] |= {
-        "output_dir": str(tmp_path / "out"),
-        "per_device_train_batch_size": 2,
-        "num_generations": 2,
-    }
-    config["trl"] |= {"max_completion_length": 8, "gradient_checkpointing": False, "use_cpu": True}
     with start_service("toolcall") as service:
         config["services"]["toolcall"]["url"] = service.url
         (tmp_path / "toolcall.yaml").write_text(yaml.safe_dump(config))

@@ -12,12 +12,11 @@ import yaml
 
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import start_service
+from corrgrpo_testing.tiny_runs import cpu_config
 from corrgrpo_trainer import models
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.models import EMBEDDED, PolicyLoadError, load_pretrained, resolve_model
 from corrgrpo_trainer.tiny import build_tiny_policy
-
-CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 
 
 def test_a_local_checkpoint_directory_resolves_to_itself_and_loads(tmp_path: Path) -> None:
@@ -70,15 +69,10 @@ def test_the_embedded_default_trains_one_step_and_writes_metrics(tmp_path: Path)
     """The real SmolLM2-135M-Instruct (converted into the user cache on first use), 1 step against the live
     code service."""
     data = require_shared_data("leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz")
-    config = yaml.safe_load((CONFIGS / "code.yaml").read_text())
-    config["dataset"] = {"path": str(data), "limit": 2}
-    config["trl"] |= {"per_device_train_batch_size": 2, "num_generations": 2, "max_completion_length": 16}
-    config["trl"] |= {
-        "output_dir": str(tmp_path / "from-config"),
-        "gradient_checkpointing": False,
-        "use_cpu": True,
-    }
-    config["torch_threads"] = 1
+    config = cpu_config(
+        "code.yaml", tmp_path / "from-config", batch=2, generations=2, max_completion_length=16
+    )
+    config |= {"dataset": {"path": str(data), "limit": 2}, "torch_threads": 1}
     with start_service("code", timeout_s=120) as service:
         config["services"]["code"]["url"] = service.url
         (tmp_path / "code.yaml").write_text(yaml.safe_dump(config))

@@ -20,6 +20,7 @@ import yaml
 from corrgrpo_code.declaration import COMPONENTS as CODE_COMPONENTS
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import start_service
+from corrgrpo_testing.tiny_runs import cpu_config
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import read_config
 from corrgrpo_trainer.config_shape import AgentDojoRL, RLConfig
@@ -118,23 +119,17 @@ def test_agentdojo_recipe_names_the_authors_held_out_user_tasks() -> None:
 
 def tiny_step(domain: str, tmp_path: Path, url: str, dataset: dict[str, Any] | None) -> dict[str, Any]:
     """One step of the tiny policy on the recipe with only its sizes shrunk to CPU scale."""
-    config = yaml.safe_load((PAPER / f"{domain}.yaml").read_text())
+    sizes = {"gradient_accumulation_steps": 1, "generation_batch_size": 2, "max_completion_length": 8}
+    config = cpu_config(
+        f"{domain}.yaml",
+        tmp_path / "out",
+        batch=2,
+        generations=2,
+        folder=PAPER,
+        **sizes | ({"max_tool_calling_iterations": 1} if domain == "agentdojo" else {}),
+    )
     config["services"][domain]["url"] = url
     config["dataset"] = dataset or config["dataset"]
-    config["trl"] |= {
-        "per_device_train_batch_size": 2,
-        "gradient_accumulation_steps": 1,
-        "generation_batch_size": 2,
-    }
-    config["trl"] |= {
-        "num_generations": 2,
-        "max_completion_length": 8,
-        "gradient_checkpointing": False,
-        "use_cpu": True,
-    }
-    config["trl"] |= {"output_dir": str(tmp_path / "out")} | (
-        {"max_tool_calling_iterations": 1} if domain == "agentdojo" else {}
-    )
     (tmp_path / f"{domain}.yaml").write_text(yaml.safe_dump(config))
     assert (
         main(["train", "--config", str(tmp_path / f"{domain}.yaml"), "--model", "tiny", "--max-steps", "1"])

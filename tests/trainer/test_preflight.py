@@ -16,34 +16,25 @@ import yaml
 
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import ServiceProcess
+from corrgrpo_testing.tiny_runs import cpu_config
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import read_config
 from corrgrpo_trainer.preflight import Report, percentile, preflight, update_seconds
 from corrgrpo_trainer.rundir import RUN
 from corrgrpo_trainer.tiny import build_tiny_tokenizer
 
-CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 MAX_TOKENS = (
     4  # the tiny policy's random tokens end almost never this soon: (nearly) every completion is truncated
 )
 
 
 def config_file(folder: Path, url: str) -> Path:
-    config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
-    config |= {"model": "tiny", "warmup": None, "evaluation": None}
+    config = cpu_config(
+        "toolcall.yaml", folder / "run", batch=4, generations=2, max_completion_length=MAX_TOKENS, max_steps=1
+    )
+    config["model"] = "tiny"
     config["dataset"] = {"path": str(require_shared_data("rlla_4k/test.parquet")), "limit": 8}
     config["services"]["toolcall"]["url"] = url
-    config["trl"] |= {
-        "output_dir": str(folder / "run"),
-        "per_device_train_batch_size": 4,
-        "num_generations": 2,
-    }
-    config["trl"] |= {
-        "max_completion_length": MAX_TOKENS,
-        "max_steps": 1,
-        "use_cpu": True,
-        "report_to": "none",
-    }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "toolcall.yaml").write_text(yaml.safe_dump(config))
     return folder / "toolcall.yaml"
