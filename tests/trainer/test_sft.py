@@ -79,8 +79,9 @@ def test_sft_command_trains_the_tiny_policy_and_writes_a_checkpoint_rl_can_name(
         main(["sft", "--config", str(tmp_path / "sft.yaml"), "--model", "tiny", "--output-dir", str(out)])
         == 0
     )
-    printed = capsys.readouterr().out
+    printed, errors = capsys.readouterr()
     assert "[sft] step 1/2" in printed and "[sft] step 2/2" in printed
+    assert "train dataset" not in errors  # no dataset progress bars: the step lines are the progress
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2] and all(
         math.isfinite(s["loss"]) and s["loss"] > 0 for s in steps

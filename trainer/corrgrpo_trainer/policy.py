@@ -29,9 +29,11 @@ def load_policy(model: str, output_dir: str, threads: int | None = None) -> tupl
     return load_pretrained(model, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32)
 
 
-def bf16(name: str) -> bool:
-    """Whether TRL should train the policy `name` in bf16: on GPU, except the tiny test policy."""
-    return torch.cuda.is_available() and name != TINY
+def device_args(name: str) -> dict[str, bool]:
+    """TRL settings for this machine, under the config's own: bf16 on GPU except for the tiny test policy
+    (TRL's bf16 default fails on a CPU), pinned loader memory only where there is a GPU to copy to."""
+    gpu = torch.cuda.is_available()
+    return {"bf16": gpu and name != TINY, "dataloader_pin_memory": gpu}
 
 
 def starting_weights(name: str, model: Any) -> dict[str, Any]:

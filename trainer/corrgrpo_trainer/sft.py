@@ -38,7 +38,7 @@ from .config import InputError
 from .config_shape import AgentDojoWarmup, ToolcallDemonstrations, WarmupConfig
 from .data import load_source
 from .models import EMBEDDED
-from .policy import bf16, load_policy
+from .policy import device_args, load_policy
 from .progress import metrics_callback
 
 THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -117,10 +117,11 @@ def progress_line(state: Any, logs: dict[str, float]) -> str:
 def sft(config: WarmupConfig, progress: bool = True) -> Any:
     """Build the policy and the demonstrations of `config`, run TRL's SFTTrainer, save the checkpoint; the
     trainer."""
-    from datasets import Dataset, Features, Json, List, Value
+    from datasets import Dataset, Features, Json, List, Value, disable_progress_bars
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
+    disable_progress_bars()  # four bars over a few dozen rows: the step lines are the progress
     trl_args = dict(config.trl)
     features = None
     # the demonstrations before the policy: a missing dataset or service costs no policy load
@@ -138,7 +139,7 @@ def sft(config: WarmupConfig, progress: bool = True) -> Any:
     if config.domain.episodes:
         # the template the RL loop renders tools with. Saved with the checkpoint
         tool_calling_template(tokenizer)
-    args = SFTConfig(**{"bf16": bf16(name), **trl_args})
+    args = SFTConfig(**device_args(name) | trl_args)
     spec = config.dataset
     seed = args.seed if spec.seed is None else spec.seed
     rows = select(rows, tokenizer, args.max_length, spec.limit, seed)

@@ -20,7 +20,7 @@ from typing import Any
 from .agentdojo.trl_inputs import agentdojo_episodes
 from .config_shape import RLConfig
 from .data import load_rows
-from .policy import bf16, load_policy, starting_weights
+from .policy import device_args, load_policy, starting_weights
 from .progress import component_table, metrics_callback, progress_line
 from .rewards import check_services, service_rewards
 from .row_check import checked_rows
@@ -69,7 +69,7 @@ def build_trainer(
         reward_weights=weights,
         run_dir=config.run_dir,  # rollouts.jsonl beside config.resolved.yaml
         show_phases=progress,
-        **{"bf16": bf16(name), **trl_args},
+        **device_args(name) | trl_args,
     )
     return CorrGRPOTrainer(
         model=model,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config_shape import AgentDojoRL, RLConfig
-from ..policy import bf16, load_policy
+from ..policy import device_args, load_policy
 from .trl_inputs import AgentDojoEpisodes, agentdojo_episodes, task_rows
 
 
@@ -41,7 +41,7 @@ def run_episodes(
         model=model,
         processing_class=tokenizer,
         reward_funcs=episodes.columns,
-        args=CorrGRPOConfig(bf16=bf16(name), **trl_args),  # as train.py: TRL's bf16 default fails on a CPU
+        args=CorrGRPOConfig(**device_args(name) | trl_args),  # as train.py
         train_dataset=Dataset.from_list(rows),
         **episodes.trainer_kwargs(tokenizer),
     )
