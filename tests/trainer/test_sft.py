@@ -81,7 +81,8 @@ def test_sft_command_trains_the_tiny_policy_and_writes_a_checkpoint_rl_can_name(
     )
     printed, errors = capsys.readouterr()
     assert "[sft] step 1/2" in printed and "[sft] step 2/2" in printed
-    assert "train dataset" not in errors  # no dataset progress bars: the step lines are the progress
+    # no dataset or shard progress bars: the step lines are the progress
+    assert "train dataset" not in errors and "Writing model shards" not in errors
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2] and all(
         math.isfinite(s["loss"]) and s["loss"] > 0 for s in steps

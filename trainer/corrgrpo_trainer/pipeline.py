@@ -28,7 +28,7 @@ import yaml
 
 from .config_shape import AgentDojoRL, Config, RLConfig, SingleTurnRL, WarmupConfig
 from .data import load_rows
-from .models import EMBEDDED, WHEEL
+from .models import EMBEDDED, WHEEL, quiet
 from .policy import load_policy
 from .preflight import preflight, record_peak_memory
 from .rewards import check_services, service_rewards
@@ -77,7 +77,9 @@ def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> 
     if resume and (policy / "config.json").is_file():  # the run was stopped after its training
         print(f"[run] {policy}: training finished before; evaluating it", flush=True)
     else:
-        train(config, resume=resume).save_model(str(policy))
+        trainer = train(config, resume=resume)
+        with quiet():  # no "Writing model shards" bar
+            trainer.save_model(str(policy))
     record_peak_memory(config.run_path)  # the process's: warm-up, preflight and training
     if config.evaluation is None:
         return None

@@ -37,7 +37,7 @@ from .agentdojo.tools import tool_calling_template
 from .config import InputError
 from .config_shape import AgentDojoWarmup, ToolcallDemonstrations, WarmupConfig
 from .data import load_source
-from .models import EMBEDDED
+from .models import EMBEDDED, quiet
 from .policy import device_args, load_policy
 from .progress import metrics_callback
 
@@ -157,7 +157,8 @@ def sft(config: WarmupConfig, progress: bool = True) -> Any:
     if progress:
         trainer.remove_callback(PrinterCallback)
     trainer.train()
-    trainer.save_model(args.output_dir)  # model and tokenizer: `model: <output_dir>` in an RL config loads it
+    with quiet():  # model and tokenizer, which `model: <output_dir>` in an RL config loads; no shard bar
+        trainer.save_model(args.output_dir)
     if progress:
         print(f"[sft] checkpoint: {args.output_dir} (`run` starts RL from it); metrics: {metrics_path}")
     return trainer
