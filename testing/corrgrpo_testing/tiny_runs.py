@@ -8,7 +8,13 @@ from typing import Any
 import yaml
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
-CPU_TRL = {"max_completion_length": 4, "gradient_checkpointing": False, "use_cpu": True, "report_to": "none"}
+CPU_TRL = {
+    "max_completion_length": 4,
+    "gradient_accumulation_steps": 1,  # a step is the `batch` rollouts
+    "gradient_checkpointing": False,
+    "use_cpu": True,
+    "report_to": "none",
+}
 
 
 def cpu_config(

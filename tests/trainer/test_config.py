@@ -35,13 +35,13 @@ MISTAKES = [
         "{file}: unknown key 'estimater'; did you mean 'estimator'?",
     ),
     (
-        ("per_device_train_batch_size: 8", "per_device_batch_size: 8"),
+        ("per_device_train_batch_size: 4", "per_device_batch_size: 4"),
         [],
         "{file}: unknown key 'trl.per_device_batch_size' (not a trl.GRPOConfig field); "
         "did you mean 'trl.per_device_eval_batch_size' or 'trl.per_device_train_batch_size'?",
     ),
     (
-        ("per_device_train_batch_size: 8", "per_device_train_batch_size: eight"),
+        ("per_device_train_batch_size: 4", "per_device_train_batch_size: eight"),
         [],
         "{file}: trl.per_device_train_batch_size: Input should be a valid integer, unable to parse string "
         "as an "

@@ -20,6 +20,7 @@ import yaml
 
 from corrgrpo_testing.environment import require_shared_data
 from corrgrpo_testing.servers import ServiceProcess
+from corrgrpo_testing.tiny_runs import cpu_config
 from corrgrpo_trainer.cli import main
 from corrgrpo_trainer.config import parse_config
 from corrgrpo_trainer.config_shape import RLConfig, WarmupConfig
@@ -30,20 +31,11 @@ CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
 
 
 def config_file(folder: Path, url: str) -> Path:
-    config = yaml.safe_load((CONFIGS / "toolcall.yaml").read_text())
-    config |= {
-        "warmup": None,
-        "evaluation": None,
-        "dataset": {"path": str(require_shared_data("rlla_4k/test.parquet"))},
-    }
+    config = cpu_config(
+        "toolcall.yaml", Path("runs/a"), batch=2, generations=2
+    )  # relative: the working folder
+    config["dataset"] = {"path": str(require_shared_data("rlla_4k/test.parquet"))}
     config["services"]["toolcall"]["url"] = url
-    config["trl"] |= {"output_dir": "runs/a", "per_device_train_batch_size": 2, "num_generations": 2}
-    config["trl"] |= {
-        "max_completion_length": 4,
-        "gradient_checkpointing": False,
-        "use_cpu": True,
-        "report_to": "none",
-    }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "toolcall.yaml").write_text(yaml.safe_dump(config))
     return folder / "toolcall.yaml"

@@ -73,6 +73,7 @@ def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> 
     start = config.run_path / START_EVALUATION
     if config.evaluation is not None and not start.is_file():  # the "before" of the run's before/after
         evaluate_held_out(config, config.model, start)
+        release_freed_memory()
     policy = config.run_path / "policy"
     if resume and (policy / "config.json").is_file():  # the run was stopped after its training
         print(f"[run] {policy}: training finished before; evaluating it", flush=True)
