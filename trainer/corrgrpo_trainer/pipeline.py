@@ -81,7 +81,7 @@ def run(config: RLConfig, warmup: WarmupConfig | None, resume: bool = False) -> 
         trainer = train(config, resume=resume)
         with quiet():  # no "Writing model shards" bar
             trainer.save_model(str(policy))
-    record_peak_memory(config.run_path)  # the process's: warm-up, preflight and training
+    record_peak_memory(config.run_path)  # the process's so far: warm-up, preflight, the start, training
     if config.evaluation is None:
         return None
     metrics = evaluate_held_out(config, str(policy), config.run_path / EVALUATION)
@@ -112,7 +112,7 @@ def evaluate_held_out(config: RLConfig, model: str, output: Path) -> dict[str, A
 
 
 def before_after(start: dict[str, Any], trained: dict[str, Any]) -> str:
-    """The held-out metrics of the starting weights and of the trained policy, one row each."""
+    """The held-out metrics of the starting weights and of the trained policy side by side, a row a metric."""
     rows = [f"[run] held-out {'metric':<16} {'start':>8} {'trained':>8}"]
     for name, value in trained.items():
         if isinstance(value, (int, float)) and isinstance(start.get(name), (int, float)):
