@@ -137,14 +137,13 @@ def test_the_advice_follows_the_numbers() -> None:
     assert report.reward_range() == {"a": (0.0, 1.0), "b": (0.0, 0.5)}
     assert report.step_s == 6.0 and percentile([1, 2, 3, 4, 100]) == 100 and percentile([3, 1, 2], 0.5) == 2
     assert report.advice() == [
-        "max_completion_length 4 truncates 50% of completions; finished completions here have p95 2 tokens: "
-        "raise "
-        "trl.max_completion_length (a truncated answer scores as malformed)",
+        "max_completion_length 4 truncates 50% of completions (2 of 4); finished completions here have p95 2 "
+        "tokens: raise trl.max_completion_length (a truncated answer scores as malformed)",
         "b did not vary in any group: it adds nothing to the advantages yet",
     ]
     report = batch([[0.0, 0.0]] * 4, [[1, 2, 3, 4]] * 4, [True] * 4, 57)
     assert report.advice()[0].startswith(
-        "max_completion_length 4 truncates 100% of completions; warm-up answers have p95 57"
+        "max_completion_length 4 truncates 100% of completions (4 of 4); warm-up answers have p95 57"
     )
     assert report.advice()[1].startswith("no group's reward varied in any component")
     report = batch([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], [[1]] * 4, [False] * 4, None)

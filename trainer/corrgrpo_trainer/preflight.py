@@ -105,8 +105,8 @@ class Report:
             )
             advice.append(
                 f"max_completion_length {self.max_completion_length} truncates {self.truncation_rate:.0%} of "
-                f"completions; {known}: raise trl.max_completion_length (a truncated answer scores as "
-                f"malformed)"
+                f"completions ({sum(self.truncated)} of {len(self.truncated)}); {known}: raise "
+                f"trl.max_completion_length (a truncated answer scores as malformed)"
             )
         shares = self.zero_variance_share()
         if shares and all(share == 1.0 for share in shares.values()):
