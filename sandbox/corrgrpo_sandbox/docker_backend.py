@@ -101,7 +101,8 @@ def name_prefix() -> str:
 
 
 def docker_stop(docker: str, environment: dict[str, str]) -> Callable[[int], None]:
-    """Remove the container of the client `pid`: killing the client leaves its container, and a run, going."""
+    """Remove the container of the client `pid`: killing the client leaves its container, and a run, going.
+    Through the CLI that started it, in its environment: the SDK's `from_env` ignores DOCKER_CONTEXT."""
 
     def stop(pid: int) -> None:
         argv = [docker, "rm", "-f", f"{name_prefix()}{pid}"]
