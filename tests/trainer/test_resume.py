@@ -190,3 +190,28 @@ def test_the_warm_up_key_changes_with_the_model_the_data_and_the_settings(tmp_pa
     assert warmup_checkpoint(config, changed(trl={"learning_rate": 2e-4})) != key
     data.write_text('[{"instruction": "", "input": "", "output": ""}]')  # the same file name, other rows
     assert warmup_checkpoint(config, warmup) != key
+
+
+def test_a_resumed_run_keeps_the_start_evaluation_it_made(
+    tmp_path: Path,
+    toolcall: ServiceProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = config_file(tmp_path, toolcall.url)
+    config = yaml.safe_load(path.read_text())
+    config["evaluation"] = {"path": config["dataset"]["path"], "limit": 2}
+    config["trl"] |= {"save_strategy": "steps", "save_steps": 1}  # what --resume continues from
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--config", str(path), "--model", "tiny", "--max-steps", "1"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    start = tmp_path / "runs" / "a" / "evaluation_start.json"
+    assert first.index("[run] evaluation: ") < first.index("[train] step 1/1") and start.is_file()
+    start.write_text(json.dumps({"format": 0.123}))  # what the first attempt measured, to be kept
+    assert main([*argv, "--resume"]) == 0
+    again = capsys.readouterr().out
+    assert again.count("[eval] ") == 1 and json.loads(start.read_text()) == {"format": 0.123}
+    trained = json.loads((tmp_path / "runs" / "a" / "evaluation.json").read_text())["format"]
+    assert f"[run] held-out {'format':<16} {0.123:>8.3f} {trained:>8.3f}" in again.splitlines()
