@@ -94,3 +94,16 @@ def test_trl_version_guard() -> None:
     for version in ("1.13.2", "1.17.0", "2.0.0"):
         with pytest.raises(ImportError, match=r"supports trl>=1.14,<1.17"):
             check_trl_version(version)
+
+
+def test_the_known_library_warnings_are_off_once_the_trainer_is_imported() -> None:
+    """Outside pytest (which resets warning filters per test): what a CLI run prints to stderr."""
+    warn = (
+        "import warnings, corrgrpo_trainer.trl_trainer as t\n"
+        "warnings.warn(t.ENVIRONMENT_FACTORY_WARNING + ', which is an experimental feature.', UserWarning)\n"
+        "warnings.warn('`gradient_checkpointing_enable` is deprecated', FutureWarning)\n"
+        "warnings.warn('a warning of our own', UserWarning)\n"
+    )
+    stderr = subprocess.run([sys.executable, "-c", warn], capture_output=True, text=True, check=True).stderr
+    assert "experimental feature" not in stderr and "is deprecated" not in stderr
+    assert "a warning of our own" in stderr  # the filters are that narrow

@@ -83,6 +83,10 @@ check_trl_version()
 # generation).
 CHECKPOINTING_WARNING = r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
 warnings.filterwarnings("ignore", message=CHECKPOINTING_WARNING, category=FutureWarning)
+# AgentDojo episodes use TRL's experimental `environment_factory` knowingly (check_trl_version pins the TRL
+# releases it was built against): its warning at every trainer says nothing new.
+ENVIRONMENT_FACTORY_WARNING = "You are using 'environment_factory'"
+warnings.filterwarnings("ignore", message=ENVIRONMENT_FACTORY_WARNING, category=UserWarning)
 if not torch.cuda.is_available():
     # Without Triton, TRL's fused LM head runs [4096 x 32768] fp32 tiles in torch: 4.3 GB at peak for
     # SmolLM2's head. [1024 x 8192] tiles need 0.5 GB and are no slower.
