@@ -33,15 +33,14 @@ from .policy import load_policy
 from .preflight import preflight, record_peak_memory
 from .rewards import check_services, service_rewards
 from .row_check import checked_rows
+from .rundir import EVALUATION, RESOLVED_CONFIG, START_EVALUATION
 from .sft import generate, sft
 from .train import train
 
-RESOLVED = "config.resolved.yaml"
-EVALUATION, START_EVALUATION = "evaluation.json", "evaluation_start.json"
 HELD_OUT_TOKENS = 256  # a held-out completion's length when trl.max_completion_length is unset
 
 
-def write_resolved(config: Config, run_dir: Path, name: str = RESOLVED) -> None:
+def write_resolved(config: Config, run_dir: Path, name: str = RESOLVED_CONFIG) -> None:
     """The config as checked, defaults filled in and paths absolute, into its run directory."""
     run_dir.mkdir(parents=True, exist_ok=True)
     plain = config.model_dump(mode="json", exclude_none=True)

@@ -34,11 +34,10 @@ import torch
 
 from .advantages import ZERO_VAR_TOL, corrgrpo_scale, group_moments
 from .config import InputError
-from .rundir import Run, read_run
+from .rundir import EVALUATION, START_EVALUATION, Run, read_run
 
 EPS = 1e-4  # GRPO's ε
 WINDOWS = 4  # correlation panels of one run at most
-EVALUATION, START_EVALUATION = "evaluation.json", "evaluation_start.json"  # pipeline.py writes them
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from .rewards import STAGE_COLUMN
 
 RESOLVED_CONFIG = "config.resolved.yaml"
 METRICS, RUN, ROLLOUTS, PROMPTS = "metrics.jsonl", "run.json", "rollouts.jsonl", "prompts.jsonl"
+EVALUATION, START_EVALUATION = "evaluation.json", "evaluation_start.json"  # held out: trained, start
 
 
 class Interrupted(Exception):
