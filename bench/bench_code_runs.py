@@ -2,10 +2,11 @@
 
 The training setup of trainer/configs/code.yaml: its LeetCodeDataset prompts, G completions per prompt sampled
 as TRL's GRPOTrainer samples them (`bench_reward_correlations.generate`, temperature 1),
-`max_completion_length` tokens. Each step's batch (`per_device_train_batch_size` completions) is one `POST
-/v1/score`, as the trainer sends it. Counted from `info.run`: `run` items started a sandbox run; `batch` items
-reused another item's run of the same batch; `store` items a stored verdict of an earlier batch. Items whose
-code does not parse need no run and count in neither.
+`max_completion_length` tokens. Each step's batch (`per_device_train_batch_size` x
+`gradient_accumulation_steps` completions, one generation) is one `POST /v1/score`, as the trainer sends it.
+Counted from `info.run`: `run` items started a sandbox run; `batch` items reused another item's run of the
+same batch; `store` items a stored verdict of an earlier batch. Items whose code does not parse need no run
+and count in neither.
 
 Run: `.venv/bin/python bench/bench_code_runs.py [--prompts 16] [--temperature 1.0]` (a few minutes on a CPU);
 the dataset is the config's (the hub, or the copies under $CORRGRPO_DATA_DIR, by default ../shared/data when
@@ -50,7 +51,8 @@ def main() -> int:
     config = read_config(args.config)
     rows = load_rows(config.dataset)[: args.prompts]
     trl = config.trl
-    group, batch = trl["num_generations"], trl["per_device_train_batch_size"]
+    group = trl["num_generations"]
+    batch = trl["per_device_train_batch_size"] * trl.get("gradient_accumulation_steps", 1)  # a generation
     problems = {row["problem"]["task_id"]: row["problem"] for row in rows}
     prompts = [{"task_id": row["problem"]["task_id"], "prompt": row["prompt"]} for row in rows]
     sampled = generate(
