@@ -11,7 +11,6 @@ step 1.
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import json
 import math
@@ -229,8 +228,6 @@ def preflight(
             notes=[note] if note else [],
             took_s=time.monotonic() - start,
         )
-        del trainer, batch
-        gc.collect()  # the run that follows loads its own policy
     if show:
         print("\n".join(report.lines()), flush=True)
     return report
