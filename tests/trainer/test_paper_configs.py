@@ -119,7 +119,7 @@ def test_agentdojo_recipe_names_the_authors_held_out_user_tasks() -> None:
 
 def tiny_step(domain: str, tmp_path: Path, url: str, dataset: dict[str, Any] | None) -> dict[str, Any]:
     """One step of the tiny policy on the recipe with only its sizes shrunk to CPU scale."""
-    sizes = {"gradient_accumulation_steps": 1, "generation_batch_size": 2, "max_completion_length": 8}
+    sizes = {"generation_batch_size": 2, "max_completion_length": 8}
     config = cpu_config(
         f"{domain}.yaml",
         tmp_path / "out",
